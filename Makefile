@@ -1,0 +1,130 @@
+# Makefile for train_gpt.
+#
+#   make            build ./train_gpt (CUDA + CPU backends where nvcc exists, CPU-only otherwise)
+#   make run        install deps, build, prepare the bundled corpus, train the default model
+#   make test       build and run the whole test suite (ends with "N passed, N failed")
+#   make bench      CPU benchmarks
+#   make data       tokenize the bundled corpus into data/kjv/
+#   make test-gpu   GPU test suite (reports itself skipped without a GPU)
+#   make clean
+#
+# Variables: NO_CUDA=1 forces the CPU-only build; CUDA_HOME (default /usr/local/cuda);
+# BUILD (object directory, default build) and BIN (the binary, default train_gpt).
+
+CC       ?= gcc
+CC       := $(if $(filter cc,$(CC)),gcc,$(CC))
+CUDA_HOME ?= /usr/local/cuda
+NVCC     ?= $(shell command -v nvcc 2>/dev/null || { test -x $(CUDA_HOME)/bin/nvcc && echo $(CUDA_HOME)/bin/nvcc; })
+ifeq ($(NO_CUDA),1)
+NVCC :=
+endif
+
+BUILD    ?= build
+BIN      ?= train_gpt
+WARN     := -Wall -Wextra -Wshadow -Wno-unused-parameter -Wno-sign-compare
+CFLAGS   ?= -O3 -march=native -g
+CFLAGS   += -std=c11 -fopenmp -D_GNU_SOURCE -I. $(WARN)
+LDLIBS   := -lopenblas -lzstd -lm
+
+# Everything except main() lives in a static library that tests link too.
+LIB_SRCS := $(wildcard llm/*.c data/*.c kernels/*.c kernels/cpu/*.c)
+LIB_OBJS := $(LIB_SRCS:%.c=$(BUILD)/%.o)
+
+ifneq ($(NVCC),)
+  # CUDA build: train.cu and the CUDA backend by nvcc, linked against the CUDA runtime and cuBLASLt.
+  CUDA_ARCH  ?= -gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,code=sm_90 \
+                -gencode arch=compute_100,code=sm_100 -gencode arch=compute_100,code=compute_100
+  NVCCFLAGS  := -O3 -std=c++17 $(CUDA_ARCH) -I. -Xcompiler -fopenmp,-Wall,-Wno-unused-parameter
+  CUDA_SRCS  := $(wildcard kernels/cuda/*.cu)
+  CUDA_OBJS  := $(CUDA_SRCS:%.cu=$(BUILD)/%.o)
+  CUDA_LIBS  := -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcublasLt -lcublas -lcudart -lstdc++
+  MAIN_OBJ   := $(BUILD)/train_cuda.o
+  BUILD_KIND := cuda
+else
+  CUDA_OBJS  :=
+  CUDA_LIBS  :=
+  MAIN_OBJ   := $(BUILD)/train_cpu.o
+  BUILD_KIND := cpu
+endif
+
+.PHONY: all clean test test-gpu bench data run deps tests
+all: $(BIN)
+
+# ---- the binary -------------------------------------------------------------------------------
+$(BIN): $(MAIN_OBJ) $(BUILD)/libtrain.a $(CUDA_OBJS)
+	$(CC) $(CFLAGS) -o $@ $(MAIN_OBJ) $(CUDA_OBJS) $(BUILD)/libtrain.a $(CUDA_LIBS) $(LDLIBS)
+	@echo "built $@ ($(BUILD_KIND) build)"
+
+$(BUILD)/libtrain.a: $(LIB_OBJS)
+	@rm -f $@
+	ar rcs $@ $^
+
+$(BUILD)/%.o: %.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -MMD -MP -c $< -o $@
+
+$(BUILD)/train_cpu.o: train.cu
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -MMD -MP -x c -c $< -o $@
+
+$(BUILD)/train_cuda.o: train.cu
+	@mkdir -p $(dir $@)
+	$(NVCC) $(NVCCFLAGS) -DTRAIN_GPT_CUDA -x cu -c $< -o $@
+
+$(BUILD)/kernels/cuda/%.o: kernels/cuda/%.cu
+	@mkdir -p $(dir $@)
+	$(NVCC) $(NVCCFLAGS) -c $< -o $@
+
+# ---- tests ----------------------------------------------------------------------------------
+# Every tests/test_*.c is one test program linked against the library.
+TEST_SRCS := $(wildcard tests/test_*.c)
+TEST_BINS := $(TEST_SRCS:tests/%.c=$(BUILD)/tests/%)
+TEST_SCRIPTS := $(sort $(wildcard tests/test_*.sh tests/test_*.py))
+
+$(BUILD)/tests/%: tests/%.c $(BUILD)/libtrain.a tests/testlib.h
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -o $@ $< $(BUILD)/libtrain.a $(LDLIBS)
+
+# The data and checkpoint readers again, under AddressSanitizer and UBSan.
+ASAN_FLAGS := -O1 -g -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=all
+ASAN_SRCS  := $(wildcard data/*.c) llm/util.c
+$(BUILD)/asan/test_data: tests/test_data.c $(ASAN_SRCS) tests/testlib.h
+	@mkdir -p $(dir $@)
+	$(CC) -std=c11 -fopenmp -D_GNU_SOURCE -I. $(WARN) $(ASAN_FLAGS) -DUNDER_ASAN -o $@ $< $(ASAN_SRCS) -lzstd -lm
+
+tests: train_gpt $(TEST_BINS) $(BUILD)/asan/test_data data
+
+test: tests
+	@tests/run_tests.sh $(TEST_BINS) $(BUILD)/asan/test_data $(TEST_SCRIPTS)
+
+test-gpu: train_gpt
+	@tests/gpu/run_gpu_tests.sh
+
+# ---- data, demo, benchmarks --------------------------------------------------------------------
+DATA_DIR := data/kjv
+$(BUILD)/prepare_data: dev/prepare_data.c $(BUILD)/libtrain.a
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -o $@ $< $(BUILD)/libtrain.a $(LDLIBS)
+
+data: $(DATA_DIR)/tokenizer.bin
+$(DATA_DIR)/tokenizer.bin: $(BUILD)/prepare_data data/corpus/kjv.txt.zst
+	$(BUILD)/prepare_data --corpus data/corpus/kjv.txt.zst --out-dir $(DATA_DIR)
+
+deps:
+	@scripts/install_deps.sh
+
+run: deps
+	@$(MAKE) --no-print-directory train_gpt data
+	./train_gpt
+
+bench: train_gpt $(BUILD)/bench_cpu
+	$(BUILD)/bench_cpu
+
+$(BUILD)/bench_cpu: dev/bench_cpu.c $(BUILD)/libtrain.a
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -o $@ $< $(BUILD)/libtrain.a $(LDLIBS)
+
+clean:
+	rm -rf $(BUILD) $(BIN)
+
+-include $(shell find $(BUILD) -name '*.d' 2>/dev/null)

@@ -1,0 +1,39 @@
+# lib.sh: helpers for the shell tests. Each case prints "ok <name>" or
+# "FAIL <name>: <why>", the lines tests/run_tests.sh counts.
+# shellcheck shell=bash
+
+TG=${TG:-./train_gpt}
+# Debian's python3 has numpy and torch (scripts/install_deps.sh); a pyenv python on PATH may not.
+PY=/usr/bin/python3
+TEST_TMP=$(mktemp -d /tmp/train_gpt_test.XXXXXX)
+trap 'rm -rf "$TEST_TMP"' EXIT
+failures=0
+
+ok() { echo "ok $1"; }
+fail() { echo "FAIL $1: $2"; failures=$((failures + 1)); }
+
+# expect_error NAME PATTERN CMD...: the command must exit with status 1
+# (not a crash, not success), print exactly one "train_gpt: error:" line on
+# stderr, and that line must match PATTERN (an extended regex).
+expect_error() {
+  local name=$1 pattern=$2
+  shift 2
+  local err rc lines
+  err=$("$@" 2>&1 >/dev/null)
+  rc=$?
+  lines=$(printf '%s\n' "$err" | grep -c '^train_gpt: error:')
+  if [ "$rc" -ne 1 ]; then
+    fail "$name" "exit status $rc, expected 1; stderr: $(printf '%s' "$err" | tail -n 3)"
+  elif [ "$lines" -ne 1 ]; then
+    fail "$name" "expected one error line, got $lines: $err"
+  elif ! printf '%s\n' "$err" | grep '^train_gpt: error:' | grep -Eq -- "$pattern"; then
+    fail "$name" "error line does not match /$pattern/: $err"
+  else
+    ok "$name"
+  fi
+}
+
+# The loss column of every step line, for bitwise comparisons of runs.
+step_losses() { grep -E '^step ' "$1" | sed -E 's/.*\| loss ([^ ]+) \| norm ([^ ]+) \|.*/\1 \2/'; }
+
+finish() { exit $((failures > 100 ? 100 : failures)); }

@@ -1,0 +1,54 @@
+// testlib.h: the tiny test framework every C test program uses.
+//
+// A test program runs its cases with RUN(fn); each case calls CHECK/CHECK_CLOSE.
+// Every case prints exactly one line, "ok <name>" or "FAIL <name>: <first
+// failure>", which tests/run_tests.sh counts. The program's exit status is the
+// number of failed cases (capped), so a crash or a nonzero exit is also seen.
+#pragma once
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static int testlib_case_failed;
+static int testlib_failures;
+static int testlib_cases;
+static char testlib_first[512];
+
+#define CHECK(cond, ...)                                                           \
+    do {                                                                           \
+        if (!(cond)) {                                                             \
+            if (!testlib_case_failed) {                                            \
+                int n_ = snprintf(testlib_first, sizeof testlib_first, "%s:%d: ",  \
+                                  __FILE__, __LINE__);                             \
+                snprintf(testlib_first + n_, sizeof testlib_first - n_, __VA_ARGS__); \
+            }                                                                      \
+            testlib_case_failed = 1;                                               \
+        }                                                                          \
+    } while (0)
+
+// |got - want| <= atol + rtol * |want|, and both finite.
+#define CHECK_CLOSE(got, want, atol, rtol, what)                                   \
+    do {                                                                           \
+        double g_ = (double)(got), w_ = (double)(want);                            \
+        CHECK(isfinite(g_) && isfinite(w_) && fabs(g_ - w_) <= (atol) + (rtol) * fabs(w_), \
+              "%s: got %.9g want %.9g", what, g_, w_);                             \
+    } while (0)
+
+#define RUN(fn)                                                                    \
+    do {                                                                           \
+        testlib_case_failed = 0;                                                   \
+        testlib_first[0] = 0;                                                      \
+        fn();                                                                      \
+        testlib_cases++;                                                           \
+        if (testlib_case_failed) {                                                 \
+            testlib_failures++;                                                    \
+            printf("FAIL %s: %s\n", #fn, testlib_first);                           \
+        } else {                                                                   \
+            printf("ok %s\n", #fn);                                                \
+        }                                                                          \
+        fflush(stdout);                                                            \
+    } while (0)
+
+#define TESTS_DONE() (testlib_failures > 100 ? 100 : testlib_failures)
