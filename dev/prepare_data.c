@@ -1,0 +1,241 @@
+// prepare_data.c: turns the bundled corpus (zstd-compressed KJV text, one
+// chapter per document) into a trained tokenizer plus train/val token shards.
+// tokenizer.bin is written last because it is the Makefile's target: a run
+// that stops half-way leaves no tokenizer and is redone.
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <zstd.h>
+
+#include "data/shard.h"
+#include "data/tokenizer.h"
+#include "llm/util.h"
+
+typedef struct {
+    const char* corpus;
+    const char* out_dir;
+    int vocab_size;
+    int val_every;
+} Options;
+
+static void usage(FILE* f) {
+    fprintf(f,
+            "usage: prepare_data --corpus FILE.txt.zst --out-dir DIR [--vocab-size 4096] [--val-every 20]\n"
+            "  Trains a byte-level BPE tokenizer on the corpus and writes DIR/kjv_train_000.bin,\n"
+            "  DIR/kjv_val_000.bin (every val-every-th document) and DIR/tokenizer.bin (last).\n");
+}
+
+static int int_arg(const char* flag, const char* value, int min) {
+    long v;
+    if (!value) fatal("%s needs a value", flag);
+    if (!parse_long(value, &v) || v < min || v > (1L << 30)) fatal("%s: '%s' is not an integer >= %d", flag, value, min);
+    return (int)v;
+}
+
+static Options parse_args(int argc, char** argv) {
+    Options o = {NULL, NULL, 4096, 20};
+    for (int i = 1; i < argc; i++) {
+        const char* a = argv[i];
+        const char* v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+            usage(stdout);
+            exit(0);
+        } else if (!strcmp(a, "--corpus")) {
+            if (!v) fatal("--corpus needs a value");
+            o.corpus = v;
+            i++;
+        } else if (!strcmp(a, "--out-dir")) {
+            if (!v) fatal("--out-dir needs a value");
+            o.out_dir = v;
+            i++;
+        } else if (!strcmp(a, "--vocab-size")) {
+            o.vocab_size = int_arg(a, v, 257);
+            i++;
+        } else if (!strcmp(a, "--val-every")) {
+            o.val_every = int_arg(a, v, 2);
+            i++;
+        } else {
+            fatal("unknown flag '%s' (see --help)", a);
+        }
+    }
+    if (!o.corpus) fatal("--corpus is required (see --help)");
+    if (!o.out_dir) fatal("--out-dir is required (see --help)");
+    return o;
+}
+
+// The whole decompressed corpus, NUL-terminated for convenience.
+static char* read_zst_text(const char* path, size_t* len) {
+    int64_t csize = file_size(path);
+    if (csize < 0) fatal("--corpus '%s': cannot open: %s", path, strerror(errno));
+    FILE* f = xfopen(path, "rb");
+    uint8_t* src = (uint8_t*)xmalloc((size_t)csize);
+    xfread(src, (size_t)csize, f, path, "compressed corpus");
+    fclose(f);
+
+    ZSTD_DCtx* dctx = ZSTD_createDCtx();
+    if (!dctx) fatal("cannot create a zstd decompression context");
+    ZSTD_inBuffer in = {src, (size_t)csize, 0};
+    size_t cap = (size_t)csize * 4 + 1024, n = 0, ret = 1;
+    char* text = (char*)xmalloc(cap);
+    while (in.pos < in.size || ret != 0) {
+        if (n + 1 >= cap) text = (char*)xrealloc(text, cap *= 2);
+        ZSTD_outBuffer out = {text + n, cap - n - 1, 0};
+        size_t in_before = in.pos;
+        ret = ZSTD_decompressStream(dctx, &out, &in);
+        if (ZSTD_isError(ret)) fatal("--corpus '%s': corrupt zstd stream: %s", path, ZSTD_getErrorName(ret));
+        n += out.pos;
+        if (in.pos == in.size && in.pos == in_before && out.pos == 0 && ret != 0)
+            fatal("--corpus '%s': corrupt zstd stream: truncated (ends mid-frame)", path);
+    }
+    ZSTD_freeDCtx(dctx);
+    free(src);
+    text[n] = 0;
+    *len = n;
+    return text;
+}
+
+// ---- documents ----------------------------------------------------------------------------------
+
+typedef struct {
+    size_t start, len;
+} Doc;
+
+// "Genesis 1", "1 Kings 12", "Song of Solomon 3": words, then a chapter number.
+static int is_heading(const char* s, size_t n) {
+    size_t k = n;
+    while (k > 0 && s[k - 1] >= '0' && s[k - 1] <= '9') k--;
+    if (k == n || k < 2 || s[k - 1] != ' ') return 0;
+    for (size_t i = 0; i + 1 < k; i++) {
+        char c = s[i];
+        if (!(c == ' ' || (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9'))) return 0;
+    }
+    return (s[0] >= 'A' && s[0] <= 'Z') || (s[0] >= '1' && s[0] <= '9');
+}
+
+static size_t line_end(const char* t, size_t n, size_t i) {
+    const char* nl = (const char*)memchr(t + i, '\n', n - i);
+    return nl ? (size_t)(nl - t) : n;
+}
+
+// A document starts at a heading line that follows a blank line (or the start
+// of the text); the blank separator line belongs to neither document.
+static Doc* split_documents(const char* t, size_t n, int* count) {
+    int cap = 1024, m = 0;
+    Doc* docs = (Doc*)xmalloc((size_t)cap * sizeof *docs);
+    size_t doc_start = 0;
+    for (size_t i = 0; i < n;) {
+        size_t e = line_end(t, n, i);
+        size_t next = e < n ? e + 1 : n;
+        if (e == i && next < n && i > doc_start) {  // blank line: does a heading follow?
+            size_t he = line_end(t, n, next);
+            if (is_heading(t + next, he - next)) {
+                if (m == cap) docs = (Doc*)xrealloc(docs, (size_t)(cap *= 2) * sizeof *docs);
+                docs[m++] = (Doc){doc_start, i - doc_start};
+                doc_start = next;
+            }
+        }
+        i = next;
+    }
+    if (doc_start < n) {
+        if (m == cap) docs = (Doc*)xrealloc(docs, (size_t)(cap + 1) * sizeof *docs);
+        docs[m++] = (Doc){doc_start, n - doc_start};
+    }
+    *count = m;
+    return docs;
+}
+
+// ---- output -------------------------------------------------------------------------------------
+
+typedef struct {
+    int32_t* tokens;
+    uint64_t n, cap;
+} Tokens;
+
+static void append_tokens(Tokens* t, const int32_t* src, size_t n) {
+    if (t->n + n > t->cap) {
+        while (t->n + n > t->cap) t->cap = t->cap ? 2 * t->cap : 1 << 20;
+        t->tokens = (int32_t*)xrealloc(t->tokens, t->cap * sizeof *t->tokens);
+    }
+    memcpy(t->tokens + t->n, src, n * sizeof *src);
+    t->n += n;
+}
+
+static void make_dir(const char* dir) {
+    char* p = xstrdup(dir);
+    for (char* s = p + 1; *s; s++) {
+        if (*s != '/') continue;
+        *s = 0;
+        if (mkdir(p, 0755) != 0 && errno != EEXIST) fatal("--out-dir '%s': cannot create '%s': %s", dir, p, strerror(errno));
+        *s = '/';
+    }
+    if (mkdir(p, 0755) != 0 && errno != EEXIST) fatal("--out-dir '%s': cannot create it: %s", dir, strerror(errno));
+    free(p);
+}
+
+static char* join_path(const char* dir, const char* name) {
+    size_t n = strlen(dir) + strlen(name) + 2;
+    char* p = (char*)xmalloc(n);
+    snprintf(p, n, "%s/%s", dir, name);
+    return p;
+}
+
+int main(int argc, char** argv) {
+    Options o = parse_args(argc, argv);
+    double t0 = now_seconds();
+    make_dir(o.out_dir);  // before the work, so a bad directory fails at once
+    size_t len;
+    char* text = read_zst_text(o.corpus, &len);
+    int num_docs;
+    Doc* docs = split_documents(text, len, &num_docs);
+    if (num_docs == 0) fatal("--corpus '%s': the text is empty", o.corpus);
+
+    Tokenizer tok;
+    double t_train = now_seconds();
+    tokenizer_train(&tok, text, len, o.vocab_size, 1);
+    t_train = now_seconds() - t_train;
+
+    double t_encode = now_seconds();
+    Tokens split[2] = {{NULL, 0, 0}, {NULL, 0, 0}};  // 0: train, 1: val
+    size_t split_bytes[2] = {0, 0};
+    int split_docs[2] = {0, 0};
+    for (int d = 0; d < num_docs; d++) {
+        int32_t* ids;
+        size_t n = tokenizer_encode(&tok, text + docs[d].start, docs[d].len, &ids);
+        int s = d % o.val_every == o.val_every - 1;
+        append_tokens(&split[s], ids, n);
+        append_tokens(&split[s], &tok.eot, 1);
+        split_bytes[s] += docs[d].len;
+        split_docs[s]++;
+        free(ids);
+    }
+    t_encode = now_seconds() - t_encode;
+
+    int version = tok.vocab_size <= 65536 ? SHARD_VERSION_U16 : SHARD_VERSION_U32;
+    const char* names[2] = {"kjv_train_000.bin", "kjv_val_000.bin"};
+    for (int s = 0; s < 2; s++) {
+        char* path = join_path(o.out_dir, names[s]);
+        shard_write(path, split[s].tokens, split[s].n, version);
+        free(path);
+    }
+    char* tok_path = join_path(o.out_dir, "tokenizer.bin");
+    tokenizer_save(&tok, tok_path);
+
+    uint64_t doc_tokens = split[0].n + split[1].n - (uint64_t)num_docs;  // without the eot separators
+    printf("prepare_data: %s: %zu bytes, %d documents (%d train, %d val), vocabulary %d\n", o.corpus, len, num_docs,
+           split_docs[0], split_docs[1], tok.vocab_size);
+    printf("prepare_data: train %llu tokens, val %llu tokens (each document ends with eot %d)\n",
+           (unsigned long long)split[0].n, (unsigned long long)split[1].n, tok.eot);
+    printf("prepare_data: %.3f bytes/token; tokenizer trained in %.2fs, encoded in %.2fs, %.2fs in all\n",
+           (double)(split_bytes[0] + split_bytes[1]) / (double)doc_tokens, t_train, t_encode, now_seconds() - t0);
+    printf("prepare_data: wrote %s/{%s,%s,tokenizer.bin}\n", o.out_dir, names[0], names[1]);
+
+    free(tok_path);
+    tokenizer_free(&tok);
+    free(split[0].tokens);
+    free(split[1].tokens);
+    free(docs);
+    free(text);
+    return 0;
+}
