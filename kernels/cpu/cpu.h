@@ -1,0 +1,113 @@
+// cpu.h: what the files of the CPU reference backend share and nothing else
+// may include: the op entry points that backend.c puts in the table, the
+// thresholds below which an op stays on one thread, the fixed chunk sizes that
+// make reductions independent of the thread count, and a vectorisable exp.
+//
+// The CPU backend computes in FP32 only, so every `void*` activation buffer of
+// ops.h is a `float*` here.
+#pragma once
+
+#include <math.h>
+#include <stdint.h>
+
+#include "kernels/ops.h"
+
+// Below this many elements of work an OpenMP fork costs more than it saves.
+#define CPU_PARALLEL_MIN 16384
+
+// Column reductions over rows (dbias, dw, dwte, ...) give each thread whole
+// chunks of this many columns and walk the rows in order, so every sum is
+// taken in the same order whatever the thread count.
+#define CPU_COLUMN_CHUNK 32
+
+// Full-buffer reductions (sum, sum_squares) split the input into chunks of
+// this many elements, summed independently and combined in chunk order.
+#define CPU_REDUCE_CHUNK 32768
+
+// Scratch memory an op needs for the duration of one call. It goes through
+// be->alloc so that peak_allocated_bytes shows it (tests use that to prove
+// attention never holds a T x T matrix).
+static inline void* cpu_scratch(Backend* be, size_t bytes, const char* what) {
+    return be->alloc(be, bytes, what);
+}
+
+// exp(x) for float, as straight-line code that GCC vectorises inside
+// `#pragma omp simd` loops (glibc's expf is only vectorised under
+// -ffast-math). exp(x) = 2^n * exp(r) with n = round(x / ln 2) and
+// |r| <= ln2 / 2; exp(r) by its degree-7 Taylor polynomial (truncation error
+// < 6e-9 relative), so the result is within about 1 ulp of expf. Inputs below
+// -87.3 give 0 (no denormal results), inputs above 88 are clamped (exp(88)
+// ~ 1.65e38, finite), NaN propagates.
+static inline float cpu_expf(float x) {
+    const float lo = -87.33654f, hi = 88.0f;
+    int underflow = x < lo;
+    x = x < lo ? lo : x;
+    x = x > hi ? hi : x;
+    // Adding and subtracting 1.5 * 2^23 rounds to the nearest integer; without
+    // -ffast-math the compiler keeps both operations.
+    const float round_magic = 12582912.0f;
+    float n = (x * 1.44269504088896341f + round_magic) - round_magic;
+    float r = fmaf(n, -0.693145751953125f, x);  // ln2 split in a high part with
+    r = fmaf(n, -1.42860682030941723e-6f, r);   // trailing zeros and the rest
+    float p = 1.0f / 5040.0f;
+    p = fmaf(p, r, 1.0f / 720.0f);
+    p = fmaf(p, r, 1.0f / 120.0f);
+    p = fmaf(p, r, 1.0f / 24.0f);
+    p = fmaf(p, r, 1.0f / 6.0f);
+    p = fmaf(p, r, 0.5f);
+    p = fmaf(p, r, 1.0f);
+    p = fmaf(p, r, 1.0f);
+    union {
+        int32_t i;
+        float f;
+    } scale;
+    scale.i = ((int32_t)n + 127) << 23;
+    float e = p * scale.f;
+    return underflow ? 0.0f : e;
+}
+
+// OpenBLAS extensions; declared here because a plain (netlib) cblas.h lacks them.
+void openblas_set_num_threads(int num_threads);
+int openblas_get_num_threads(void);
+char* openblas_get_corename(void);
+
+// ---- ops (one family per file) ------------------------------------------------------------
+void cpu_convert(Backend* be, void* dst, DType dst_type, const void* src, DType src_type, size_t n);
+
+void cpu_encoder_forward(Backend* be, void* out, const int32_t* tokens, const void* wte,
+                         const void* wpe, int B, int T, int C);
+void cpu_encoder_backward(Backend* be, void* dwte, void* dwpe, const void* dout,
+                          const int32_t* tokens, int B, int T, int C);
+
+void cpu_layernorm_forward(Backend* be, void* out, float* mean, float* rstd, const void* inp,
+                           const void* w, const void* b, int N, int C);
+void cpu_residual_layernorm_forward(Backend* be, void* residual, void* out, float* mean,
+                                    float* rstd, const void* a, const void* b, const void* w,
+                                    const void* bias, int N, int C);
+void cpu_layernorm_backward(Backend* be, void* dinp, void* dw, void* db, const void* dout,
+                            const void* inp, const void* w, const float* mean, const float* rstd,
+                            int N, int C);
+
+void cpu_matmul_forward(Backend* be, void* out, void* pre_gelu, const void* inp,
+                        const void* weight, const void* bias, int N, int C, int OC);
+void cpu_matmul_backward(Backend* be, void* dinp, void* dweight, void* dbias, const void* dout,
+                         const void* inp, const void* weight, int N, int C, int OC);
+
+void cpu_gelu_forward(Backend* be, void* out, const void* inp, size_t n);
+void cpu_gelu_backward(Backend* be, void* dinp, const void* inp, const void* dout, size_t n);
+// gelu of n contiguous floats on the calling thread (matmul fuses it into its bias pass).
+void cpu_gelu_row(float* out, const float* inp, size_t n);
+
+void cpu_attention_forward(Backend* be, void* out, float* lse, const void* qkv, int B, int T,
+                           int C, int NH);
+void cpu_attention_backward(Backend* be, void* dqkv, const void* dout, const void* qkv,
+                            const void* out, const float* lse, int B, int T, int C, int NH);
+
+void cpu_cross_entropy(Backend* be, float* losses, void* logits, const int32_t* targets, int N,
+                       int V, int Vp, float dloss);
+
+void cpu_sum(Backend* be, float* out, const float* x, size_t n, int accumulate);
+void cpu_sum_squares(Backend* be, float* out, const void* x, size_t n, int accumulate);
+
+void cpu_adamw(Backend* be, void* params, float* master, const void* grads, float* m, float* v,
+               size_t n, const AdamWParams* p);
