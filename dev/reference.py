@@ -1,0 +1,182 @@
+#!/usr/bin/env python3
+"""PyTorch reference for train_gpt's GPT-2: the same model, written plainly.
+
+Given weights in llm.c's model format (version 3, float32) and a batch, it
+writes what train_gpt must reproduce: the logits and loss of one forward, the
+gradient of every parameter, and the loss, gradient norm and parameters
+through N AdamW steps on that batch with gradient clipping and train_gpt's
+learning-rate schedule (linear warmup, cosine decay to a floor).
+
+Input batch file: int32 B, int32 T, then B*T input ids and B*T target ids (int32).
+
+Output file (little-endian):
+  int32 header[256]: [0] 20241130 magic, [1] 1 version, [2] B, [3] T, [4] V,
+                     [5] Vp, [6] P (parameter count in llm.c's order), [7] steps
+  float32 logits[B*T*V]       real vocabulary columns only
+  float32 loss
+  float32 grads[P]            llm.c order (padded vocabulary rows included)
+  float32 losses[steps]       loss of the forward before each update
+  float32 norms[steps]        gradient norm before clipping, each step
+  float32 params[P]           after the last update
+
+Computation is in float64 by default (--dtype float32 to compare like with like).
+"""
+import argparse
+import math
+import struct
+import sys
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+MODEL_MAGIC = 20240326
+OUT_MAGIC = 20241130
+# llm.c's tensor order and whether each tensor is per layer / decayed.
+ORDER = ["wte", "wpe", "ln1w", "ln1b", "qkvw", "qkvb", "attprojw", "attprojb",
+         "ln2w", "ln2b", "fcw", "fcb", "fcprojw", "fcprojb", "lnfw", "lnfb"]
+GLOBAL = {"wte", "wpe", "lnfw", "lnfb"}
+DECAYED = {"wte", "wpe", "qkvw", "attprojw", "fcw", "fcprojw"}
+
+
+def shapes(L, C, maxT, Vp):
+    return {
+        "wte": (Vp, C), "wpe": (maxT, C),
+        "ln1w": (L, C), "ln1b": (L, C), "qkvw": (L, 3 * C, C), "qkvb": (L, 3 * C),
+        "attprojw": (L, C, C), "attprojb": (L, C), "ln2w": (L, C), "ln2b": (L, C),
+        "fcw": (L, 4 * C, C), "fcb": (L, 4 * C), "fcprojw": (L, C, 4 * C), "fcprojb": (L, C),
+        "lnfw": (C,), "lnfb": (C,),
+    }
+
+
+def load_model(path, dtype):
+    with open(path, "rb") as f:
+        header = np.frombuffer(f.read(1024), dtype=np.int32)
+        if header[0] != MODEL_MAGIC or header[1] != 3:
+            sys.exit(f"{path}: not an llm.c float32 model file (magic {header[0]}, version {header[1]})")
+        maxT, V, L, NH, C, Vp = (int(x) for x in header[2:8])
+        data = np.frombuffer(f.read(), dtype=np.float32)
+    params, off = {}, 0
+    for name in ORDER:
+        shape = shapes(L, C, maxT, Vp)[name]
+        n = int(np.prod(shape))
+        params[name] = torch.tensor(data[off:off + n].reshape(shape), dtype=dtype, requires_grad=True)
+        off += n
+    if off != data.size:
+        sys.exit(f"{path}: {data.size} values, expected {off}")
+    return dict(maxT=maxT, V=V, L=L, NH=NH, C=C, Vp=Vp), params
+
+
+def forward(cfg, p, idx):
+    B, T = idx.shape
+    C, NH, L = cfg["C"], cfg["NH"], cfg["L"]
+    hs = C // NH
+    x = p["wte"][idx] + p["wpe"][:T]
+    mask = torch.ones(T, T, dtype=torch.bool).tril()
+    for l in range(L):
+        h = F.layer_norm(x, (C,), p["ln1w"][l], p["ln1b"][l], eps=1e-5)
+        qkv = h @ p["qkvw"][l].T + p["qkvb"][l]
+        q, k, v = qkv.split(C, dim=2)
+        q = q.view(B, T, NH, hs).transpose(1, 2)
+        k = k.view(B, T, NH, hs).transpose(1, 2)
+        v = v.view(B, T, NH, hs).transpose(1, 2)
+        att = (q @ k.transpose(-2, -1)) / math.sqrt(hs)
+        att = att.masked_fill(~mask, float("-inf")).softmax(dim=-1)
+        y = (att @ v).transpose(1, 2).reshape(B, T, C)
+        x = x + y @ p["attprojw"][l].T + p["attprojb"][l]
+        h = F.layer_norm(x, (C,), p["ln2w"][l], p["ln2b"][l], eps=1e-5)
+        h = F.gelu(h @ p["fcw"][l].T + p["fcb"][l], approximate="tanh")
+        x = x + h @ p["fcprojw"][l].T + p["fcprojb"][l]
+    x = F.layer_norm(x, (C,), p["lnfw"], p["lnfb"], eps=1e-5)
+    return x @ p["wte"].T  # (B, T, Vp), tied LM head
+
+
+def loss_of(cfg, logits, targets):
+    V = cfg["V"]
+    return F.cross_entropy(logits[..., :V].reshape(-1, V), targets.reshape(-1))
+
+
+def lr_at(step, peak, warmup, total, final_frac):
+    # Mirrors llm/schedule.h.
+    if step < warmup:
+        return peak * (step + 1) / warmup
+    floor = peak * final_frac
+    decay = total - warmup
+    if decay <= 1:
+        return peak
+    progress = min(1.0, (step - warmup) / (decay - 1))
+    return floor + 0.5 * (1.0 + math.cos(math.pi * progress)) * (peak - floor)
+
+
+def flat(p, getter):
+    return np.concatenate([getter(p[name]).detach().cpu().numpy().astype(np.float32).ravel() for name in ORDER])
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--model", required=True)
+    ap.add_argument("--batch", required=True)
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--steps", type=int, default=10)
+    ap.add_argument("--lr", type=float, default=1e-3)
+    ap.add_argument("--warmup", type=int, default=0)
+    ap.add_argument("--lr-final-frac", type=float, default=1.0)
+    ap.add_argument("--weight-decay", type=float, default=0.0)
+    ap.add_argument("--grad-clip", type=float, default=1.0)
+    ap.add_argument("--beta1", type=float, default=0.9)
+    ap.add_argument("--beta2", type=float, default=0.95)
+    ap.add_argument("--eps", type=float, default=1e-8)
+    ap.add_argument("--dtype", choices=["float64", "float32"], default="float64")
+    args = ap.parse_args()
+    dtype = torch.float64 if args.dtype == "float64" else torch.float32
+    torch.manual_seed(0)
+
+    cfg, p = load_model(args.model, dtype)
+    with open(args.batch, "rb") as f:
+        B, T = struct.unpack("<ii", f.read(8))
+        ids = np.frombuffer(f.read(), dtype=np.int32)
+    inputs = torch.tensor(ids[:B * T].reshape(B, T), dtype=torch.long)
+    targets = torch.tensor(ids[B * T:2 * B * T].reshape(B, T), dtype=torch.long)
+
+    logits = forward(cfg, p, inputs)
+    loss = loss_of(cfg, logits, targets)
+    loss.backward()
+    first_logits = logits[..., :cfg["V"]].detach().cpu().numpy().astype(np.float32)
+    first_loss = float(loss)
+    first_grads = flat(p, lambda t: t.grad)
+
+    decay = [p[n] for n in ORDER if n in DECAYED]
+    no_decay = [p[n] for n in ORDER if n not in DECAYED]
+    opt = torch.optim.AdamW([{"params": decay, "weight_decay": args.weight_decay},
+                             {"params": no_decay, "weight_decay": 0.0}],
+                            lr=args.lr, betas=(args.beta1, args.beta2), eps=args.eps, foreach=False)
+    losses, norms = [], []
+    all_params = [p[n] for n in ORDER]
+    for step in range(args.steps):
+        opt.zero_grad(set_to_none=False)
+        loss = loss_of(cfg, forward(cfg, p, inputs), targets)
+        loss.backward()
+        norm = torch.nn.utils.clip_grad_norm_(all_params, args.grad_clip) if args.grad_clip > 0 else \
+            torch.sqrt(sum((q.grad ** 2).sum() for q in all_params))
+        for g in opt.param_groups:
+            g["lr"] = lr_at(step, args.lr, args.warmup, args.steps, args.lr_final_frac)
+        opt.step()
+        losses.append(float(loss))
+        norms.append(float(norm))
+
+    header = np.zeros(256, dtype=np.int32)
+    header[:8] = [OUT_MAGIC, 1, B, T, cfg["V"], cfg["Vp"], first_grads.size, args.steps]
+    with open(args.out, "wb") as f:
+        f.write(header.tobytes())
+        f.write(first_logits.tobytes())
+        f.write(np.float32(first_loss).tobytes())
+        f.write(first_grads.tobytes())
+        f.write(np.asarray(losses, dtype=np.float32).tobytes())
+        f.write(np.asarray(norms, dtype=np.float32).tobytes())
+        f.write(flat(p, lambda t: t).tobytes())
+    print(f"reference: B={B} T={T} V={cfg['V']} L={cfg['L']} C={cfg['C']} loss {first_loss:.6f} "
+          f"-> {losses[-1] if losses else first_loss:.6f} after {args.steps} steps ({args.dtype})")
+
+
+if __name__ == "__main__":
+    main()

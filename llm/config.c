@@ -1,0 +1,189 @@
+// config.c: the flag table, its parser and its help text.
+#include "llm/config.h"
+
+#include <stddef.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef enum { F_INT, F_LONG, F_DOUBLE, F_STRING, F_BOOL } FlagType;
+
+typedef struct {
+    const char* name;     // without "--"
+    FlagType type;
+    size_t offset;        // into TrainConfig
+    const char* def;      // default, as text (NULL: none)
+    const char* metavar;
+    const char* help;
+    const char* group;    // heading in --help; a flag with a group starts a new section
+} Flag;
+
+#define OFF(field) offsetof(TrainConfig, field)
+
+// The defaults train the bundled demo: `./train_gpt` alone trains a small
+// model on the King James Bible shards that `make data` writes.
+static const Flag FLAGS[] = {
+    {"model", F_STRING, OFF(model), "", "NAME", "preset: gpt2-124M, gpt2-350M, gpt2-774M, gpt2-1558M, or dN (same as --depth N)", "Model"},
+    {"depth", F_INT, OFF(depth), "4", "D", "llm.c's -e dD: D layers, 64*D channels, D heads", NULL},
+    {"layers", F_INT, OFF(layers), "0", "L", "number of layers (overrides --depth)", NULL},
+    {"channels", F_INT, OFF(channels), "0", "C", "model width (overrides --depth)", NULL},
+    {"heads", F_INT, OFF(heads), "0", "NH", "attention heads (overrides --depth)", NULL},
+    {"vocab-size", F_INT, OFF(vocab_size), "0", "V", "vocabulary size; 0 takes it from --tokenizer (GPT-2's 50257 without one)", NULL},
+    {"max-seq-len", F_INT, OFF(max_seq_len), "0", "T", "rows of the position embedding; 0 = --seq-len (1024 for GPT-2 presets)", NULL},
+    {"init-from", F_STRING, OFF(init_from), "", "FILE", "start from weights in llm.c's model format (version 3 fp32 or 5 bf16); the model shape comes from the file", NULL},
+
+    {"train-data", F_STRING, OFF(train_data), "data/kjv/kjv_train_*.bin", "GLOB", "training shards (llm.c format, .bin or .bin.zst)", "Data"},
+    {"val-data", F_STRING, OFF(val_data), "data/kjv/kjv_val_*.bin", "GLOB", "validation shards; empty to skip validation", NULL},
+    {"tokenizer", F_STRING, OFF(tokenizer), "data/kjv/tokenizer.bin", "FILE", "vocabulary for printing samples (llm.c tokenizer format); empty: print token ids", NULL},
+    {"shuffle", F_BOOL, OFF(shuffle), "1", "0|1", "shuffle shard and window order each epoch (deterministic from --seed)", NULL},
+
+    {"seq-len", F_INT, OFF(seq_len), "256", "T", "tokens per sequence", "Batch"},
+    {"micro-batch", F_INT, OFF(micro_batch), "8", "B", "sequences per forward/backward on each rank", NULL},
+    {"batch-tokens", F_LONG, OFF(batch_tokens), "0", "N", "tokens per optimizer step over all ranks (= B*T*ranks*accumulation); 0: B*T*ranks", NULL},
+
+    {"steps", F_INT, OFF(steps), "300", "N", "optimizer steps", "Optimization"},
+    {"lr", F_DOUBLE, OFF(lr), "1e-3", "X", "peak learning rate", NULL},
+    {"warmup", F_INT, OFF(warmup), "30", "N", "linear warmup steps", NULL},
+    {"lr-final-frac", F_DOUBLE, OFF(lr_final_frac), "0.1", "X", "cosine decay ends at lr * this", NULL},
+    {"weight-decay", F_DOUBLE, OFF(weight_decay), "0.1", "X", "AdamW decoupled weight decay (2-D weights only)", NULL},
+    {"grad-clip", F_DOUBLE, OFF(grad_clip), "1.0", "X", "clip the global gradient norm to this; 0 disables", NULL},
+    {"beta1", F_DOUBLE, OFF(beta1), "0.9", "X", "AdamW beta1", NULL},
+    {"beta2", F_DOUBLE, OFF(beta2), "0.95", "X", "AdamW beta2", NULL},
+    {"eps", F_DOUBLE, OFF(eps), "1e-8", "X", "AdamW epsilon", NULL},
+    {"seed", F_LONG, OFF(seed), "1337", "N", "seed for initialisation, data order and sampling", NULL},
+
+    {"val-every", F_INT, OFF(val_every), "100", "N", "validation loss every N steps (and at the end); 0 disables", "Evaluation and output"},
+    {"val-batches", F_INT, OFF(val_batches), "8", "N", "micro-batches per validation; 0: the whole validation set", NULL},
+    {"sample-every", F_INT, OFF(sample_every), "150", "N", "print a generated sample every N steps (and at the end); 0 disables", NULL},
+    {"sample-tokens", F_INT, OFF(sample_tokens), "96", "N", "tokens per generated sample", NULL},
+    {"log-every", F_INT, OFF(log_every), "1", "N", "print a step line every N steps", NULL},
+    {"export", F_STRING, OFF(export_path), "", "FILE", "write the final weights in llm.c's model format", NULL},
+    {"export-dtype", F_STRING, OFF(export_dtype), "fp32", "fp32|bf16", "value type of --export", NULL},
+
+    {"device", F_STRING, OFF(device), "auto", "auto|cpu|cuda", "compute backend; auto: the GPU when one is present", "Runtime"},
+    {"precision", F_STRING, OFF(precision), "fp32", "fp32|bf16", "parameter and activation type (master weights and optimizer state are always fp32)", NULL},
+    {"threads", F_INT, OFF(threads), "0", "N", "CPU threads; 0: all cores (OMP_NUM_THREADS also works)", NULL},
+};
+#define NUM_FLAGS ((int)(sizeof FLAGS / sizeof FLAGS[0]))
+
+// Which flags were set explicitly; parallel to FLAGS.
+static unsigned char flag_was_set[sizeof FLAGS / sizeof FLAGS[0]];
+
+static const Flag* find_flag(const char* name) {
+    for (int i = 0; i < NUM_FLAGS; i++)
+        if (strcmp(FLAGS[i].name, name) == 0) return &FLAGS[i];
+    return NULL;
+}
+
+static int parse_bool(const char* s, int* out) {
+    if (!strcmp(s, "1") || !strcmp(s, "true") || !strcmp(s, "on") || !strcmp(s, "yes")) { *out = 1; return 1; }
+    if (!strcmp(s, "0") || !strcmp(s, "false") || !strcmp(s, "off") || !strcmp(s, "no")) { *out = 0; return 1; }
+    return 0;
+}
+
+// Stores a textual value into the field; fatal with the flag name on a bad value.
+static void store(TrainConfig* cfg, const Flag* f, const char* value, const char* source) {
+    char* field = (char*)cfg + f->offset;
+    long l;
+    double d;
+    int b;
+    switch (f->type) {
+    case F_INT:
+        if (!parse_long(value, &l) || l < -2147483647L || l > 2147483647L)
+            fatal("%s--%s: '%s' is not an integer", source, f->name, value);
+        *(int*)field = (int)l;
+        break;
+    case F_LONG:
+        if (!parse_long(value, &l)) fatal("%s--%s: '%s' is not an integer", source, f->name, value);
+        *(long*)field = l;
+        break;
+    case F_DOUBLE:
+        if (!parse_double(value, &d)) fatal("%s--%s: '%s' is not a number", source, f->name, value);
+        *(double*)field = d;
+        break;
+    case F_BOOL:
+        if (!parse_bool(value, &b)) fatal("%s--%s: '%s' is not a boolean (use 1/0, true/false)", source, f->name, value);
+        *(int*)field = b;
+        break;
+    case F_STRING:
+        free(*(char**)field);
+        *(char**)field = xstrdup(value);
+        break;
+    }
+}
+
+int config_set(TrainConfig* cfg, const char* name, const char* value, const char* source) {
+    const Flag* f = find_flag(name);
+    if (!f) return 0;
+    store(cfg, f, value, source);
+    flag_was_set[f - FLAGS] = 1;
+    return 1;
+}
+
+int config_is_set(const TrainConfig* cfg, const char* name) {
+    const Flag* f = find_flag(name);
+    return f ? flag_was_set[f - FLAGS] : 0;
+}
+
+static void set_defaults(TrainConfig* cfg) {
+    memset(cfg, 0, sizeof *cfg);
+    for (int i = 0; i < NUM_FLAGS; i++) store(cfg, &FLAGS[i], FLAGS[i].def, "internal default: ");
+    memset(flag_was_set, 0, sizeof flag_was_set);
+}
+
+void config_print_help(FILE* f) {
+    fprintf(f,
+            "usage: train_gpt [flags]          (mpirun -np N ./train_gpt [flags] for N ranks)\n"
+            "\n"
+            "Trains a GPT-2 model. With no flags it trains a small model on the bundled\n"
+            "King James Bible corpus (run `make data` once first) and prints samples.\n"
+            "Flags take a value as `--flag value` or `--flag=value`.\n");
+    for (int i = 0; i < NUM_FLAGS; i++) {
+        const Flag* fl = &FLAGS[i];
+        if (fl->group) fprintf(f, "\n%s:\n", fl->group);
+        char left[64];
+        snprintf(left, sizeof left, "--%s %s", fl->name, fl->metavar);
+        fprintf(f, "  %-28s %s", left, fl->help);
+        if (fl->def && fl->def[0] && strcmp(fl->def, "0") != 0) fprintf(f, " [%s]", fl->def);
+        fprintf(f, "\n");
+    }
+    fprintf(f, "\n  --help                       print this help and exit\n");
+}
+
+void config_print(const TrainConfig* cfg, FILE* f, const char* prefix) {
+    for (int i = 0; i < NUM_FLAGS; i++) {
+        const Flag* fl = &FLAGS[i];
+        const char* field = (const char*)cfg + fl->offset;
+        fprintf(f, "%s%-16s ", prefix, fl->name);
+        switch (fl->type) {
+        case F_INT: case F_BOOL: fprintf(f, "%d\n", *(const int*)field); break;
+        case F_LONG: fprintf(f, "%ld\n", *(const long*)field); break;
+        case F_DOUBLE: fprintf(f, "%g\n", *(const double*)field); break;
+        case F_STRING: fprintf(f, "%s\n", *(char* const*)field); break;
+        }
+    }
+}
+
+void config_parse(TrainConfig* cfg, int argc, char** argv) {
+    set_defaults(cfg);
+    for (int i = 1; i < argc; i++) {
+        const char* arg = argv[i];
+        if (!strcmp(arg, "--help") || !strcmp(arg, "-h")) {
+            config_print_help(stdout);
+            exit(0);
+        }
+        if (strncmp(arg, "--", 2) != 0) fatal("unexpected argument '%s' (flags start with --; see --help)", arg);
+        char name[128];
+        const char* value;
+        const char* eq = strchr(arg, '=');
+        if (eq) {
+            snprintf(name, sizeof name, "%.*s", (int)(eq - arg - 2), arg + 2);
+            value = eq + 1;
+        } else {
+            snprintf(name, sizeof name, "%s", arg + 2);
+            if (!find_flag(name)) fatal("unknown flag '%s' (see --help)", arg);
+            if (i + 1 >= argc) fatal("flag --%s needs a value", name);
+            value = argv[++i];
+        }
+        if (!config_set(cfg, name, value, "")) fatal("unknown flag '--%s' (see --help)", name);
+    }
+}

@@ -1,0 +1,60 @@
+// config.h: every setting of a training run, and the command line that sets them.
+//
+// Flags live in one table (config.c) with their type, default and help text:
+// the parser, `--help`, the config echo in logs and the mapping of other
+// sources (e.g. a hyperparameters file) all read that same table, so a flag
+// cannot exist in one place and be missing from another.
+#pragma once
+
+#include <stdint.h>
+
+#include "llm/util.h"
+
+EXTERN_C_BEGIN
+
+typedef struct {
+    // model
+    char* model;          // preset: gpt2-124M|gpt2-350M|gpt2-774M|gpt2-1558M or dN
+    int depth;            // llm.c's -e dD: channels 64*D, heads D, layers D
+    int layers, channels, heads;
+    int vocab_size;       // 0: from the tokenizer file (else GPT-2's 50257)
+    int max_seq_len;      // 0: the sequence length (1024 for GPT-2 presets)
+    char* init_from;      // llm.c model file
+    // data
+    char* train_data;     // glob
+    char* val_data;       // glob, "" to disable validation
+    char* tokenizer;      // vocabulary file for samples ("" to print token ids)
+    int shuffle;
+    // batch
+    int seq_len;          // T
+    int micro_batch;      // B per rank
+    long batch_tokens;    // tokens per optimizer step, all ranks; 0: B*T*ranks
+    // optimisation
+    int steps;
+    double lr, lr_final_frac, weight_decay, grad_clip, beta1, beta2, eps;
+    int warmup;
+    long seed;
+    // evaluation and output
+    int val_every, val_batches, sample_every, sample_tokens, log_every;
+    char* export_path;    // final weights in llm.c's layout
+    char* export_dtype;   // fp32|bf16
+    // runtime
+    char* device;         // auto|cpu|cuda
+    char* precision;      // fp32|bf16
+    int threads;          // CPU threads; 0: all cores
+} TrainConfig;
+
+// Fills defaults, parses argv (`--flag value` or `--flag=value`), prints help
+// and exits 0 on --help; any unknown flag or bad value is fatal, naming it.
+void config_parse(TrainConfig* cfg, int argc, char** argv);
+// Sets one flag by name (without the leading dashes) from a string value;
+// `source` prefixes error messages (e.g. "hyperparameters.json: ", or "" for
+// the command line). Returns 0 if the flag is unknown.
+int config_set(TrainConfig* cfg, const char* name, const char* value, const char* source);
+// Whether a flag was given explicitly (not left at its default).
+int config_is_set(const TrainConfig* cfg, const char* name);
+// Prints every flag and its value, one per line with a prefix.
+void config_print(const TrainConfig* cfg, FILE* f, const char* prefix);
+void config_print_help(FILE* f);
+
+EXTERN_C_END

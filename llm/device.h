@@ -1,0 +1,17 @@
+// device.h: choosing the compute backend for --device and --precision.
+#pragma once
+
+#include "kernels/ops.h"
+
+EXTERN_C_BEGIN
+
+// "auto" picks CUDA when this build has the CUDA backend and a GPU is
+// present, else the CPU. Fatal with the reason when the choice is impossible.
+Backend* backend_open(const char* device, const char* precision, int threads);
+DType parse_precision(const char* precision);
+
+// Provided by kernels/cuda in CUDA builds; weak, so CPU-only builds link too.
+int cuda_device_count(void) __attribute__((weak));
+Backend* cuda_backend_create(DType dtype) __attribute__((weak));
+
+EXTERN_C_END

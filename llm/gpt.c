@@ -1,0 +1,430 @@
+// gpt.c: the GPT-2 model on top of kernels/ops.h: parameter and activation
+// layouts, initialisation, forward, backward and the AdamW update.
+#include "llm/gpt.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "llm/rng.h"
+
+// ---------------------------------------------------------------------------
+// configuration
+
+void gpt_config_finish(GPTConfig* c) {
+    if (c->num_layers <= 0) fatal("model: number of layers must be positive (got %d)", c->num_layers);
+    if (c->channels <= 0) fatal("model: channels must be positive (got %d)", c->channels);
+    if (c->num_heads <= 0) fatal("model: number of heads must be positive (got %d)", c->num_heads);
+    if (c->channels % c->num_heads != 0)
+        fatal("model: channels (%d) must be divisible by heads (%d)", c->channels, c->num_heads);
+    if (c->vocab_size <= 1) fatal("model: vocabulary size must be > 1 (got %d)", c->vocab_size);
+    if (c->max_seq_len <= 0) fatal("model: max sequence length must be positive (got %d)", c->max_seq_len);
+    // Padding the vocabulary to a multiple of 128 keeps the LM-head GEMM on
+    // fast tile sizes; the padded logits are excluded from the loss.
+    c->padded_vocab_size = (int)round_up((size_t)c->vocab_size, 128);
+}
+
+size_t gpt_num_params(const GPTConfig* c) {
+    size_t C = c->channels, L = c->num_layers;
+    size_t per_layer = 2 * C + 3 * C * C + 3 * C + C * C + C + 2 * C + 4 * C * C + 4 * C + 4 * C * C + C;
+    return (size_t)c->vocab_size * C + (size_t)c->max_seq_len * C + L * per_layer + 2 * C;
+}
+
+// ---------------------------------------------------------------------------
+// parameter layout
+
+static const char* PARAM_NAMES[NUM_PARAM_KINDS] = {
+    "wte", "wpe", "ln1w", "ln1b", "qkvw", "qkvb", "attprojw", "attprojb",
+    "ln2w", "ln2b", "fcw", "fcb", "fcprojw", "fcprojb", "lnfw", "lnfb"};
+
+const char* param_kind_name(ParamKind k) { return PARAM_NAMES[k]; }
+
+// Shape of one tensor of kind k (rows x cols); vectors have rows = 1.
+static void param_shape(const GPTConfig* c, ParamKind k, int* rows, int* cols) {
+    int C = c->channels;
+    switch (k) {
+    case P_WTE: *rows = c->padded_vocab_size; *cols = C; return;
+    case P_WPE: *rows = c->max_seq_len; *cols = C; return;
+    case P_QKVW: *rows = 3 * C; *cols = C; return;
+    case P_QKVB: *rows = 1; *cols = 3 * C; return;
+    case P_ATTPROJW: *rows = C; *cols = C; return;
+    case P_FCW: *rows = 4 * C; *cols = C; return;
+    case P_FCB: *rows = 1; *cols = 4 * C; return;
+    case P_FCPROJW: *rows = C; *cols = 4 * C; return;
+    default: *rows = 1; *cols = C; return;  // layernorm weights/biases and C-sized biases
+    }
+}
+
+int param_kind_is_per_layer(ParamKind k) { return k != P_WTE && k != P_WPE && k != P_LNFW && k != P_LNFB; }
+
+int param_tensor_index(const GPTConfig* c, ParamKind kind, int layer) {
+    if (kind == P_WTE) return 0;
+    if (kind == P_WPE) return 1;
+    if (kind == P_LNFW) return 2 + 12 * c->num_layers;
+    if (kind == P_LNFB) return 3 + 12 * c->num_layers;
+    return 2 + 12 * layer + (kind - P_LN1W);
+}
+
+static void add_tensor(ParamLayout* pl, const GPTConfig* c, ParamKind k, int layer) {
+    ParamTensor* t = &pl->tensors[pl->num_tensors++];
+    t->kind = k;
+    t->layer = layer;
+    param_shape(c, k, &t->rows, &t->cols);
+    t->count = (size_t)t->rows * t->cols;
+    t->decay = t->rows > 1;
+    t->offset = round_up(pl->total, PARAM_ALIGN);
+    pl->total = t->offset + t->count;
+}
+
+void param_layout_build(ParamLayout* pl, const GPTConfig* c) {
+    pl->num_tensors = 0;
+    pl->total = 0;
+    pl->tensors = (ParamTensor*)xcalloc((size_t)4 + 12 * (size_t)c->num_layers, sizeof(ParamTensor));
+    add_tensor(pl, c, P_WTE, -1);
+    add_tensor(pl, c, P_WPE, -1);
+    for (int l = 0; l < c->num_layers; l++)
+        for (int k = P_LN1W; k <= P_FCPROJB; k++) add_tensor(pl, c, (ParamKind)k, l);
+    add_tensor(pl, c, P_LNFW, -1);
+    add_tensor(pl, c, P_LNFB, -1);
+    pl->total = round_up(pl->total, PARAM_ALIGN);
+}
+
+void param_layout_free(ParamLayout* pl) {
+    free(pl->tensors);
+    pl->tensors = NULL;
+    pl->num_tensors = 0;
+}
+
+void* gpt_tensor_ptr(const GPT* m, void* flat, ParamKind k, int layer) {
+    const ParamTensor* t = &m->layout.tensors[param_tensor_index(&m->config, k, layer)];
+    return (char*)flat + t->offset * dtype_size(m->dtype);
+}
+
+LayerTensors gpt_layer_tensors(const GPT* m, void* flat, int l) {
+    LayerTensors w;
+    w.ln1w = gpt_tensor_ptr(m, flat, P_LN1W, l);
+    w.ln1b = gpt_tensor_ptr(m, flat, P_LN1B, l);
+    w.qkvw = gpt_tensor_ptr(m, flat, P_QKVW, l);
+    w.qkvb = gpt_tensor_ptr(m, flat, P_QKVB, l);
+    w.attprojw = gpt_tensor_ptr(m, flat, P_ATTPROJW, l);
+    w.attprojb = gpt_tensor_ptr(m, flat, P_ATTPROJB, l);
+    w.ln2w = gpt_tensor_ptr(m, flat, P_LN2W, l);
+    w.ln2b = gpt_tensor_ptr(m, flat, P_LN2B, l);
+    w.fcw = gpt_tensor_ptr(m, flat, P_FCW, l);
+    w.fcb = gpt_tensor_ptr(m, flat, P_FCB, l);
+    w.fcprojw = gpt_tensor_ptr(m, flat, P_FCPROJW, l);
+    w.fcprojb = gpt_tensor_ptr(m, flat, P_FCPROJB, l);
+    return w;
+}
+
+// ---------------------------------------------------------------------------
+// activation layout
+
+static const char* ACT_NAMES[NUM_ACT_KINDS] = {
+    "encoded", "ln1", "ln1_mean", "ln1_rstd", "qkv", "atty", "att_lse", "residual2",
+    "ln2", "ln2_mean", "ln2_rstd", "fch", "fch_gelu", "residual3", "lnf", "lnf_mean",
+    "lnf_rstd", "logits", "losses", "dresidual", "scratch_btc", "scratch_bt4c", "proj_out"};
+
+const char* act_kind_name(ActKind k) { return ACT_NAMES[k]; }
+
+void act_layout_build(ActLayout* al, const GPTConfig* c, int B, int T, DType dtype) {
+    size_t BT = (size_t)B * T, C = c->channels, L = c->num_layers, NH = c->num_heads;
+    size_t Vp = c->padded_vocab_size;
+    // (kind, elements, fp32?) for every activation buffer
+    struct { ActKind k; size_t n; int f32; } spec[NUM_ACT_KINDS] = {
+        {A_ENCODED, BT * C, 0},       {A_LN1, L * BT * C, 0},       {A_LN1_MEAN, L * BT, 1},
+        {A_LN1_RSTD, L * BT, 1},      {A_QKV, L * BT * 3 * C, 0},   {A_ATTY, L * BT * C, 0},
+        {A_ATT_LSE, L * BT * NH, 1},  {A_RESIDUAL2, L * BT * C, 0}, {A_LN2, L * BT * C, 0},
+        {A_LN2_MEAN, L * BT, 1},      {A_LN2_RSTD, L * BT, 1},      {A_FCH, L * BT * 4 * C, 0},
+        {A_FCH_GELU, L * BT * 4 * C, 0}, {A_RESIDUAL3, L * BT * C, 0}, {A_LNF, BT * C, 0},
+        {A_LNF_MEAN, BT, 1},          {A_LNF_RSTD, BT, 1},          {A_LOGITS, BT * Vp, 0},
+        {A_LOSSES, BT, 1},            {A_DRESIDUAL, BT * C, 0},     {A_SCRATCH_BTC, BT * C, 0},
+        {A_SCRATCH_BT4C, BT * 4 * C, 0}, {A_PROJ_OUT, BT * C, 0},
+    };
+    size_t off = 0;
+    for (int i = 0; i < NUM_ACT_KINDS; i++) {
+        ActKind k = spec[i].k;
+        al->count[k] = spec[i].n;
+        al->dtype[k] = spec[i].f32 ? DTYPE_F32 : dtype;
+        al->offset[k] = off;
+        off = round_up(off + spec[i].n * dtype_size(al->dtype[k]), 256);
+    }
+    al->bytes = off;
+}
+
+// Base pointer of activation k, and layer l's slice of a per-layer activation.
+static void* act(const GPT* m, ActKind k) { return (char*)m->arena + m->acts.offset[k]; }
+static void* act_layer(const GPT* m, ActKind k, int l, size_t per_layer) {
+    return (char*)act(m, k) + (size_t)l * per_layer * dtype_size(m->acts.dtype[k]);
+}
+
+// ---------------------------------------------------------------------------
+// creation
+
+void gpt_create(GPT* m, const GPTConfig* c, Backend* be, int B, int T) {
+    memset(m, 0, sizeof *m);
+    m->config = *c;
+    m->be = be;
+    m->dtype = be->dtype;
+    m->B = B;
+    m->T = T;
+    if (T > c->max_seq_len)
+        fatal("sequence length %d exceeds the model's maximum sequence length %d", T, c->max_seq_len);
+    param_layout_build(&m->layout, c);
+    m->num_params = gpt_num_params(c);
+    size_t n = m->layout.total, es = dtype_size(m->dtype);
+    m->shard_lo = 0;
+    m->shard_hi = n;
+    m->params = be->alloc(be, n * es, "parameters");
+    m->grads = be->alloc(be, n * es, "gradients");
+    if (m->dtype != DTYPE_F32) m->master = (float*)be->alloc(be, n * sizeof(float), "master weights");
+    m->adam_m = (float*)be->alloc(be, n * sizeof(float), "AdamW first moment");
+    m->adam_v = (float*)be->alloc(be, n * sizeof(float), "AdamW second moment");
+    be->zero(be, m->params, n * es);
+    be->zero(be, m->grads, n * es);
+    if (m->master) be->zero(be, m->master, n * sizeof(float));
+    be->zero(be, m->adam_m, n * sizeof(float));
+    be->zero(be, m->adam_v, n * sizeof(float));
+    act_layout_build(&m->acts, c, B, T, m->dtype);
+    m->arena = be->alloc(be, m->acts.bytes, "activations");
+    m->inputs = (int32_t*)be->alloc(be, (size_t)B * T * sizeof(int32_t), "input tokens");
+    m->targets = (int32_t*)be->alloc(be, (size_t)B * T * sizeof(int32_t), "target tokens");
+    m->scalars = (float*)be->alloc(be, 4 * sizeof(float), "scalars");
+    be->zero(be, m->scalars, 4 * sizeof(float));
+}
+
+void gpt_free(GPT* m) {
+    Backend* be = m->be;
+    be->free(be, m->params);
+    be->free(be, m->grads);
+    if (m->master) be->free(be, m->master);
+    be->free(be, m->adam_m);
+    be->free(be, m->adam_v);
+    be->free(be, m->arena);
+    be->free(be, m->inputs);
+    be->free(be, m->targets);
+    be->free(be, m->scalars);
+    param_layout_free(&m->layout);
+    memset(m, 0, sizeof *m);
+}
+
+// ---------------------------------------------------------------------------
+// initialisation and host access
+
+void gpt_init_random(GPT* m, uint64_t seed) {
+    const GPTConfig* c = &m->config;
+    float* host = (float*)xcalloc(m->layout.total, sizeof(float));
+    float residual_std = 0.02f / sqrtf(2.0f * (float)c->num_layers);
+    for (int i = 0; i < m->layout.num_tensors; i++) {
+        const ParamTensor* t = &m->layout.tensors[i];
+        float* dst = host + t->offset;
+        if (t->kind == P_LN1W || t->kind == P_LN2W || t->kind == P_LNFW) {
+            for (size_t j = 0; j < t->count; j++) dst[j] = 1.0f;
+            continue;
+        }
+        if (t->rows == 1) continue;  // biases start at zero
+        float std = (t->kind == P_ATTPROJW || t->kind == P_FCPROJW) ? residual_std : 0.02f;
+        // Padded vocabulary rows stay zero so their logits are exactly zero.
+        size_t n = t->kind == P_WTE ? (size_t)c->vocab_size * t->cols : t->count;
+        uint64_t key = rng_key(seed, (uint64_t)t->kind, (uint64_t)(t->layer + 1));
+#pragma omp parallel for schedule(static)
+        for (size_t j = 0; j < n; j++) dst[j] = std * rng_normal(key, j);
+    }
+    gpt_set_params_f32(m, host);
+    free(host);
+}
+
+void gpt_set_params_f32(GPT* m, const float* host_flat) {
+    Backend* be = m->be;
+    size_t n = m->layout.total;
+    if (m->dtype == DTYPE_F32) {
+        be->to_device(be, m->params, host_flat, n * sizeof(float));
+        return;
+    }
+    // 16-bit parameters: the FP32 values become the master copy and the
+    // parameters are rounded from it (to nearest even, deterministically).
+    float* staging = (float*)be->alloc(be, n * sizeof(float), "parameter staging");
+    be->to_device(be, staging, host_flat, n * sizeof(float));
+    be->convert(be, m->params, m->dtype, staging, DTYPE_F32, n);
+    be->copy(be, m->master, staging + m->shard_lo, (m->shard_hi - m->shard_lo) * sizeof(float));
+    be->free(be, staging);
+}
+
+void gpt_get_params_f32(const GPT* m, float* host_flat) {
+    Backend* be = m->be;
+    size_t n = m->layout.total;
+    if (m->dtype == DTYPE_F32) {
+        be->to_host(be, host_flat, m->params, n * sizeof(float));
+        return;
+    }
+    float* staging = (float*)be->alloc(be, n * sizeof(float), "parameter staging");
+    be->convert(be, staging, DTYPE_F32, m->params, m->dtype, n);
+    be->to_host(be, host_flat, staging, n * sizeof(float));
+    be->free(be, staging);
+    // Where this process holds the FP32 master, it is the exact value.
+    if (m->master)
+        be->to_host(be, host_flat + m->shard_lo, m->master, (m->shard_hi - m->shard_lo) * sizeof(float));
+}
+
+// ---------------------------------------------------------------------------
+// forward
+
+void gpt_forward(GPT* m, const int32_t* inputs, const int32_t* targets, int B, int T, float dloss) {
+    const GPTConfig* c = &m->config;
+    if (B > m->B || T > m->T) fatal("internal: forward at (%d, %d) exceeds the arena (%d, %d)", B, T, m->B, m->T);
+    Backend* be = m->be;
+    int C = c->channels, NH = c->num_heads, L = c->num_layers, V = c->vocab_size, Vp = c->padded_vocab_size;
+    int N = B * T;
+    size_t BTC = (size_t)N * C, BT = (size_t)N;
+    void* wte = gpt_tensor_ptr(m, m->params, P_WTE, -1);
+    void* wpe = gpt_tensor_ptr(m, m->params, P_WPE, -1);
+    void* proj = act(m, A_PROJ_OUT);
+
+    be->encoder_forward(be, act(m, A_ENCODED), inputs, wte, wpe, B, T, C);
+    LayerTensors w0 = gpt_layer_tensors(m, m->params, 0);
+    be->layernorm_forward(be, act(m, A_LN1), act(m, A_LN1_MEAN), act(m, A_LN1_RSTD), act(m, A_ENCODED),
+                          w0.ln1w, w0.ln1b, N, C);
+
+    for (int l = 0; l < L; l++) {
+        LayerTensors w = gpt_layer_tensors(m, m->params, l);
+        void* residual = l == 0 ? act(m, A_ENCODED) : act_layer(m, A_RESIDUAL3, l - 1, BTC);
+        void* ln1 = act_layer(m, A_LN1, l, BTC);
+        void* qkv = act_layer(m, A_QKV, l, 3 * BTC);
+        void* atty = act_layer(m, A_ATTY, l, BTC);
+        float* lse = (float*)act_layer(m, A_ATT_LSE, l, BT * NH);
+        void* residual2 = act_layer(m, A_RESIDUAL2, l, BTC);
+        void* ln2 = act_layer(m, A_LN2, l, BTC);
+        float* ln2_mean = (float*)act_layer(m, A_LN2_MEAN, l, BT);
+        float* ln2_rstd = (float*)act_layer(m, A_LN2_RSTD, l, BT);
+        void* fch = act_layer(m, A_FCH, l, 4 * BTC);
+        void* fch_gelu = act_layer(m, A_FCH_GELU, l, 4 * BTC);
+        void* residual3 = act_layer(m, A_RESIDUAL3, l, BTC);
+
+        // attention block: residual2 = residual + proj(attention(qkv(ln1)))
+        be->matmul_forward(be, qkv, NULL, ln1, w.qkvw, w.qkvb, N, C, 3 * C);
+        be->attention_forward(be, atty, lse, qkv, B, T, C, NH);
+        be->matmul_forward(be, proj, NULL, atty, w.attprojw, w.attprojb, N, C, C);
+        be->residual_layernorm_forward(be, residual2, ln2, ln2_mean, ln2_rstd, residual, proj, w.ln2w,
+                                       w.ln2b, N, C);
+        // MLP block: residual3 = residual2 + fcproj(gelu(fc(ln2)))
+        be->matmul_forward(be, fch_gelu, fch, ln2, w.fcw, w.fcb, N, C, 4 * C);
+        be->matmul_forward(be, proj, NULL, fch_gelu, w.fcprojw, w.fcprojb, N, 4 * C, C);
+        // ... fused with the layernorm that feeds the next layer (or the final one)
+        void *next_ln, *next_w, *next_b;
+        float *next_mean, *next_rstd;
+        if (l + 1 < L) {
+            LayerTensors wn = gpt_layer_tensors(m, m->params, l + 1);
+            next_ln = act_layer(m, A_LN1, l + 1, BTC);
+            next_mean = (float*)act_layer(m, A_LN1_MEAN, l + 1, BT);
+            next_rstd = (float*)act_layer(m, A_LN1_RSTD, l + 1, BT);
+            next_w = wn.ln1w;
+            next_b = wn.ln1b;
+        } else {
+            next_ln = act(m, A_LNF);
+            next_mean = (float*)act(m, A_LNF_MEAN);
+            next_rstd = (float*)act(m, A_LNF_RSTD);
+            next_w = gpt_tensor_ptr(m, m->params, P_LNFW, -1);
+            next_b = gpt_tensor_ptr(m, m->params, P_LNFB, -1);
+        }
+        be->residual_layernorm_forward(be, residual3, next_ln, next_mean, next_rstd, residual2, proj,
+                                       next_w, next_b, N, C);
+    }
+
+    // LM head tied to the token embedding.
+    be->matmul_forward(be, act(m, A_LOGITS), NULL, act(m, A_LNF), wte, NULL, N, C, Vp);
+    if (targets) be->cross_entropy(be, (float*)act(m, A_LOSSES), act(m, A_LOGITS), targets, N, V, Vp, dloss);
+}
+
+// ---------------------------------------------------------------------------
+// backward
+
+void gpt_zero_grads(GPT* m) { m->be->zero(m->be, m->grads, m->layout.total * dtype_size(m->dtype)); }
+
+void gpt_backward(GPT* m, const int32_t* inputs, int B, int T) {
+    const GPTConfig* c = &m->config;
+    Backend* be = m->be;
+    int C = c->channels, NH = c->num_heads, L = c->num_layers, Vp = c->padded_vocab_size;
+    int N = B * T;
+    size_t BTC = (size_t)N * C, BT = (size_t)N, es = dtype_size(m->dtype);
+    void* dres = act(m, A_DRESIDUAL);       // gradient of the residual stream
+    void* dbtc = act(m, A_SCRATCH_BTC);     // (B,T,C) scratch
+    void* dbt4c = act(m, A_SCRATCH_BT4C);   // (B,T,4C) scratch, also dqkv (B,T,3C)
+
+    // The logits buffer already holds dlogits (cross_entropy with dloss != 0).
+    be->matmul_backward(be, dbtc, gpt_tensor_ptr(m, m->grads, P_WTE, -1), NULL, act(m, A_LOGITS),
+                        act(m, A_LNF), gpt_tensor_ptr(m, m->params, P_WTE, -1), N, C, Vp);
+    be->zero(be, dres, BTC * es);
+    be->layernorm_backward(be, dres, gpt_tensor_ptr(m, m->grads, P_LNFW, -1),
+                           gpt_tensor_ptr(m, m->grads, P_LNFB, -1), dbtc, act_layer(m, A_RESIDUAL3, L - 1, BTC),
+                           gpt_tensor_ptr(m, m->params, P_LNFW, -1), act(m, A_LNF_MEAN), act(m, A_LNF_RSTD), N, C);
+
+    for (int l = L - 1; l >= 0; l--) {
+        LayerTensors w = gpt_layer_tensors(m, m->params, l);
+        LayerTensors g = gpt_layer_tensors(m, m->grads, l);
+        void* residual = l == 0 ? act(m, A_ENCODED) : act_layer(m, A_RESIDUAL3, l - 1, BTC);
+        void* ln1 = act_layer(m, A_LN1, l, BTC);
+        float* ln1_mean = (float*)act_layer(m, A_LN1_MEAN, l, BT);
+        float* ln1_rstd = (float*)act_layer(m, A_LN1_RSTD, l, BT);
+        void* qkv = act_layer(m, A_QKV, l, 3 * BTC);
+        void* atty = act_layer(m, A_ATTY, l, BTC);
+        float* lse = (float*)act_layer(m, A_ATT_LSE, l, BT * NH);
+        void* residual2 = act_layer(m, A_RESIDUAL2, l, BTC);
+        void* ln2 = act_layer(m, A_LN2, l, BTC);
+        float* ln2_mean = (float*)act_layer(m, A_LN2_MEAN, l, BT);
+        float* ln2_rstd = (float*)act_layer(m, A_LN2_RSTD, l, BT);
+        void* fch = act_layer(m, A_FCH, l, 4 * BTC);
+        void* fch_gelu = act_layer(m, A_FCH_GELU, l, 4 * BTC);
+
+        // MLP block; dres is the gradient of residual3 and, by the identity
+        // path, of residual2, to which the layernorm adds its branch.
+        be->matmul_backward(be, dbt4c, g.fcprojw, g.fcprojb, dres, fch_gelu, w.fcprojw, N, 4 * C, C);
+        be->gelu_backward(be, dbt4c, fch, dbt4c, 4 * BTC);
+        be->matmul_backward(be, dbtc, g.fcw, g.fcb, dbt4c, ln2, w.fcw, N, C, 4 * C);
+        be->layernorm_backward(be, dres, g.ln2w, g.ln2b, dbtc, residual2, w.ln2w, ln2_mean, ln2_rstd, N, C);
+        // attention block; dres becomes the gradient of this layer's input.
+        be->matmul_backward(be, dbtc, g.attprojw, g.attprojb, dres, atty, w.attprojw, N, C, C);
+        be->attention_backward(be, dbt4c, dbtc, qkv, atty, lse, B, T, C, NH);
+        be->matmul_backward(be, dbtc, g.qkvw, g.qkvb, dbt4c, ln1, w.qkvw, N, C, 3 * C);
+        be->layernorm_backward(be, dres, g.ln1w, g.ln1b, dbtc, residual, w.ln1w, ln1_mean, ln1_rstd, N, C);
+    }
+    be->encoder_backward(be, gpt_tensor_ptr(m, m->grads, P_WTE, -1), gpt_tensor_ptr(m, m->grads, P_WPE, -1),
+                         dres, inputs, B, T, C);
+}
+
+// ---------------------------------------------------------------------------
+// reductions and the update
+
+void gpt_accumulate_loss(GPT* m, int B, int T, int accumulate) {
+    m->be->sum(m->be, &m->scalars[0], (const float*)act(m, A_LOSSES), (size_t)B * T, accumulate);
+}
+
+void gpt_grad_norm_squared(GPT* m, size_t lo, size_t hi) {
+    m->be->sum_squares(m->be, &m->scalars[1], (char*)m->grads + lo * dtype_size(m->dtype), hi - lo, 0);
+}
+
+void gpt_update(GPT* m, float lr, float beta1, float beta2, float eps, float weight_decay,
+                float grad_scale, uint64_t seed) {
+    Backend* be = m->be;
+    size_t es = dtype_size(m->dtype), lo = m->shard_lo, hi = m->shard_hi;
+    m->adam_step++;
+    // One adamw call per tensor inside the range (weight decay differs per
+    // tensor); the zero padding between tensors is never touched.
+    for (int i = 0; i < m->layout.num_tensors; i++) {
+        const ParamTensor* t = &m->layout.tensors[i];
+        size_t a = t->offset > lo ? t->offset : lo;
+        size_t b = t->offset + t->count < hi ? t->offset + t->count : hi;
+        if (a >= b) continue;
+        AdamWParams p;
+        p.lr = lr;
+        p.beta1 = beta1;
+        p.beta2 = beta2;
+        p.eps = eps;
+        p.weight_decay = t->decay ? weight_decay : 0.0f;
+        p.grad_scale = grad_scale;
+        p.step = m->adam_step;
+        p.seed = seed;
+        p.index_base = a;
+        be->adamw(be, (char*)m->params + a * es, m->master ? m->master + (a - lo) : NULL,
+                  (char*)m->grads + a * es, m->adam_m + (a - lo), m->adam_v + (a - lo), b - a, &p);
+    }
+}

@@ -1,0 +1,157 @@
+// gpt.h: the GPT-2 model: its configuration, the flat parameter layout, the
+// activation layout, initialisation, and forward/backward through kernels/ops.h.
+//
+// Memory is flat: parameters, gradients, FP32 master weights and the two
+// AdamW moments are each one buffer in the same element order, so ZeRO
+// shards, checkpoint slices and checksums are ranges of one index space.
+// The order is layer-major (all of layer 0's tensors, then layer 1's, ...),
+// so one layer's parameters are one contiguous range; llm.c's file order
+// (each tensor stacked over layers) is produced only on import/export.
+// Every tensor starts at a multiple of PARAM_ALIGN elements; the gaps are
+// zero and stay zero (their gradients are zero).
+#pragma once
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "kernels/ops.h"
+
+EXTERN_C_BEGIN
+
+#define PARAM_ALIGN 64
+
+typedef struct {
+    int max_seq_len;        // rows of the position embedding
+    int vocab_size;         // V: real tokens
+    int padded_vocab_size;  // Vp: V rounded up to a multiple of 128
+    int num_layers;         // L
+    int num_heads;          // NH
+    int channels;           // C
+} GPTConfig;
+
+// Fills padded_vocab_size and checks the shape (C divisible by NH, all > 0);
+// fatal naming the offending values otherwise.
+void gpt_config_finish(GPTConfig* c);
+// Parameter count without padding (what papers quote: wte counted once, V rows).
+size_t gpt_num_params(const GPTConfig* c);
+
+// The 16 kinds of parameter tensor, in llm.c's file order.
+typedef enum {
+    P_WTE, P_WPE, P_LN1W, P_LN1B, P_QKVW, P_QKVB, P_ATTPROJW, P_ATTPROJB,
+    P_LN2W, P_LN2B, P_FCW, P_FCB, P_FCPROJW, P_FCPROJB, P_LNFW, P_LNFB,
+    NUM_PARAM_KINDS
+} ParamKind;
+
+typedef struct {
+    ParamKind kind;
+    int layer;        // -1 for tensors that are not per layer
+    size_t offset;    // in elements, into the flat buffer
+    size_t count;     // elements
+    int rows, cols;   // 2-D shape (rows = 1 for vectors)
+    int decay;        // AdamW weight decay applies (2-D weights)
+} ParamTensor;
+
+typedef struct {
+    ParamTensor* tensors;  // wte, wpe, L x (12 per layer), lnfw, lnfb
+    int num_tensors;
+    size_t total;          // flat size in elements, padding included
+} ParamLayout;
+
+void param_layout_build(ParamLayout* pl, const GPTConfig* c);
+void param_layout_free(ParamLayout* pl);
+const char* param_kind_name(ParamKind k);
+// Whether a kind has one tensor per layer (all but wte, wpe, lnfw, lnfb).
+int param_kind_is_per_layer(ParamKind k);
+// Index of tensor (kind, layer) in pl->tensors.
+int param_tensor_index(const GPTConfig* c, ParamKind kind, int layer);
+
+// Named pointers into a flat buffer (parameters or gradients) for one layer.
+typedef struct {
+    void *ln1w, *ln1b, *qkvw, *qkvb, *attprojw, *attprojb;
+    void *ln2w, *ln2b, *fcw, *fcb, *fcprojw, *fcprojb;
+} LayerTensors;
+
+// Activations of one micro-batch (B, T), carved from one arena. Per-layer
+// buffers are (L, B, T, ...) so layer l's slice is an offset.
+typedef enum {
+    A_ENCODED, A_LN1, A_LN1_MEAN, A_LN1_RSTD, A_QKV, A_ATTY, A_ATT_LSE, A_RESIDUAL2,
+    A_LN2, A_LN2_MEAN, A_LN2_RSTD, A_FCH, A_FCH_GELU, A_RESIDUAL3, A_LNF, A_LNF_MEAN,
+    A_LNF_RSTD, A_LOGITS, A_LOSSES,
+    // scratch reused by every layer in backward (and proj_out in forward)
+    A_DRESIDUAL, A_SCRATCH_BTC, A_SCRATCH_BT4C, A_PROJ_OUT,
+    NUM_ACT_KINDS
+} ActKind;
+
+typedef struct {
+    size_t count[NUM_ACT_KINDS];   // elements
+    DType dtype[NUM_ACT_KINDS];
+    size_t offset[NUM_ACT_KINDS];  // bytes into the arena (aligned)
+    size_t bytes;                  // arena size
+} ActLayout;
+
+// The activation bill for micro-batch B and sequence length T.
+void act_layout_build(ActLayout* al, const GPTConfig* c, int B, int T, DType dtype);
+const char* act_kind_name(ActKind k);
+
+typedef struct {
+    GPTConfig config;
+    ParamLayout layout;
+    Backend* be;
+    DType dtype;          // parameters, gradients, activations
+    size_t num_params;    // unpadded count
+
+    void* params;         // (total) dtype
+    void* grads;          // (total) dtype
+    // Optimizer state covers the flat range [shard_lo, shard_hi): all of it
+    // on one process, this rank's ZeRO shard otherwise.
+    size_t shard_lo, shard_hi;
+    float* master;        // (shard) FP32 master weights; NULL when dtype is FP32
+    float* adam_m;        // (shard) FP32
+    float* adam_v;        // (shard) FP32
+
+    int B, T;             // the micro-batch the arena was sized for
+    ActLayout acts;
+    void* arena;          // activations
+    int32_t* inputs;      // (B, T) on the backend
+    int32_t* targets;     // (B, T) on the backend
+    float* scalars;       // [0] loss sum, [1] grad norm^2 (backend memory)
+    int adam_step;        // completed optimizer steps
+} GPT;
+
+// Allocates parameters, gradients, optimizer state and activations for
+// micro-batches up to (B, T). Parameters are left uninitialised.
+void gpt_create(GPT* m, const GPTConfig* c, Backend* be, int B, int T);
+void gpt_free(GPT* m);
+
+// GPT-2 initialisation: N(0, 0.02) weights, residual projections scaled by
+// 1/sqrt(2L), LayerNorm weights 1, biases 0, padded vocabulary rows 0. Every
+// value is a function of (seed, tensor, layer, index) only.
+void gpt_init_random(GPT* m, uint64_t seed);
+
+// Copies FP32 host values in the flat layout into the model (params and master).
+void gpt_set_params_f32(GPT* m, const float* host_flat);
+// Reads the model's parameters as FP32 (from master when it exists) in the flat layout.
+void gpt_get_params_f32(const GPT* m, float* host_flat);
+
+// Forward over inputs (B, T) already on the backend. With targets, computes
+// per-token losses; returns nothing (read the loss via gpt_loss_sum).
+// If dloss != 0 the logits buffer is turned into its gradient for backward.
+void gpt_forward(GPT* m, const int32_t* inputs, const int32_t* targets, int B, int T, float dloss);
+// Backward of the last forward (which must have had dloss != 0); gradients += .
+void gpt_backward(GPT* m, const int32_t* inputs, int B, int T);
+void gpt_zero_grads(GPT* m);
+// Adds the sum of the last forward's per-token losses into scalars[0] (or sets it).
+void gpt_accumulate_loss(GPT* m, int B, int T, int accumulate);
+// Squared L2 norm of the gradients over the flat range [lo, hi) into scalars[1].
+void gpt_grad_norm_squared(GPT* m, size_t lo, size_t hi);
+
+// One AdamW step over this process's optimizer range [shard_lo, shard_hi).
+// Weight decay applies to the 2-D tensors only.
+void gpt_update(GPT* m, float lr, float beta1, float beta2, float eps, float weight_decay,
+                float grad_scale, uint64_t seed);
+
+// Pointers to layer l's tensors inside a flat buffer of elements of size elt.
+LayerTensors gpt_layer_tensors(const GPT* m, void* flat, int l);
+void* gpt_tensor_ptr(const GPT* m, void* flat, ParamKind k, int layer);
+
+EXTERN_C_END

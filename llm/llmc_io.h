@@ -1,0 +1,34 @@
+// llmc_io.h: model weights in llm.c's file layout, for import and export.
+//
+// The file is a 256 x int32 header then every parameter in GPT-2 order (each
+// per-layer tensor stacked over layers): header[0] = 20240326 (magic),
+// [1] = 3 (float32) or 5 (bfloat16), [2] max_seq_len, [3] vocab_size,
+// [4] num_layers, [5] num_heads, [6] channels, [7] padded_vocab_size. So
+// llm.c users can bring their weights to train_gpt and take ours back.
+#pragma once
+
+#include "llm/gpt.h"
+
+EXTERN_C_BEGIN
+
+#define LLMC_MODEL_MAGIC 20240326
+#define LLMC_VERSION_F32 3
+#define LLMC_VERSION_BF16 5
+
+// Reads and validates the header (magic, version, shape, and that the file
+// size matches exactly); fills the model configuration.
+void llmc_read_config(const char* path, GPTConfig* out);
+// Loads the weights into a model created with the file's configuration.
+void llmc_load_weights(GPT* m, const char* path);
+// Writes the weights (FP32 or BF16 values), atomically: a temporary file,
+// fsync, rename.
+void llmc_save_weights(const GPT* m, const char* path, DType dtype);
+
+// Permutes between the flat layer-major layout and llm.c's order (both FP32,
+// both of size m->layout.total; llm.c's order has no padding and so uses a prefix).
+void llmc_from_flat(const GPT* m, const float* flat, float* llmc);
+void llmc_to_flat(const GPT* m, const float* llmc, float* flat);
+// Elements in llm.c's layout (the unpadded sum of tensor sizes).
+size_t llmc_num_elements(const GPTConfig* c);
+
+EXTERN_C_END

@@ -1,0 +1,85 @@
+// presets.c: GPT-2 sizes and the rules for combining the model flags.
+#include "llm/presets.h"
+
+#include <stdio.h>
+#include <string.h>
+
+#include "llm/llmc_io.h"
+
+typedef struct { const char* name; int layers, channels, heads; } Preset;
+
+// The four GPT-2 sizes (Radford et al. 2019), all with heads of 64 channels.
+static const Preset PRESETS[] = {
+    {"gpt2-124M", 12, 768, 12},
+    {"gpt2-350M", 24, 1024, 16},
+    {"gpt2-774M", 36, 1280, 20},
+    {"gpt2-1558M", 48, 1600, 25},
+};
+
+static void reject_if_set(const TrainConfig* cfg, const char* flag, const char* why) {
+    if (config_is_set(cfg, flag)) fatal("--%s conflicts with %s", flag, why);
+}
+
+GPTConfig model_config_from_flags(const TrainConfig* cfg, int vocab_from_tokenizer) {
+    GPTConfig c;
+    memset(&c, 0, sizeof c);
+    if (cfg->init_from[0]) {
+        // The file fixes the whole shape; shape flags would silently disagree.
+        const char* why = "--init-from (the model shape comes from the file)";
+        reject_if_set(cfg, "model", why);
+        reject_if_set(cfg, "depth", why);
+        reject_if_set(cfg, "layers", why);
+        reject_if_set(cfg, "channels", why);
+        reject_if_set(cfg, "heads", why);
+        reject_if_set(cfg, "max-seq-len", why);
+        llmc_read_config(cfg->init_from, &c);
+        if (config_is_set(cfg, "vocab-size") && cfg->vocab_size != c.vocab_size)
+            fatal("--vocab-size %d does not match %s (vocabulary %d)", cfg->vocab_size, cfg->init_from, c.vocab_size);
+        return c;
+    }
+
+    int is_gpt2 = 0;
+    int depth = cfg->depth;
+    if (cfg->model[0]) {
+        reject_if_set(cfg, "depth", "--model");
+        const Preset* p = NULL;
+        for (size_t i = 0; i < sizeof PRESETS / sizeof PRESETS[0]; i++)
+            if (strcmp(cfg->model, PRESETS[i].name) == 0) p = &PRESETS[i];
+        int d;
+        char tail;
+        if (p) {
+            c.num_layers = p->layers;
+            c.channels = p->channels;
+            c.num_heads = p->heads;
+            is_gpt2 = 1;
+        } else if (sscanf(cfg->model, "d%d%c", &d, &tail) == 1 && d > 0) {
+            depth = d;
+        } else {
+            fatal("--model '%s' is not a preset (gpt2-124M, gpt2-350M, gpt2-774M, gpt2-1558M) or dN", cfg->model);
+        }
+    }
+    if (!is_gpt2) {
+        if (depth <= 0) fatal("--depth must be positive (got %d)", depth);
+        c.num_layers = depth;
+        c.channels = 64 * depth;
+        c.num_heads = depth;
+    }
+    if (cfg->layers) c.num_layers = cfg->layers;
+    if (cfg->channels) c.channels = cfg->channels;
+    if (cfg->heads) c.num_heads = cfg->heads;
+    if (c.channels % c.num_heads != 0)
+        fatal("--channels %d is not divisible by --heads %d", c.channels, c.num_heads);
+
+    if (cfg->vocab_size) c.vocab_size = cfg->vocab_size;
+    else if (vocab_from_tokenizer) c.vocab_size = vocab_from_tokenizer;
+    else c.vocab_size = 50257;  // GPT-2's tokenizer
+    if (vocab_from_tokenizer && c.vocab_size < vocab_from_tokenizer)
+        fatal("--vocab-size %d is smaller than the tokenizer's vocabulary (%d)", c.vocab_size, vocab_from_tokenizer);
+
+    if (cfg->max_seq_len) c.max_seq_len = cfg->max_seq_len;
+    else c.max_seq_len = is_gpt2 && cfg->seq_len <= 1024 ? 1024 : cfg->seq_len;
+    if (cfg->seq_len > c.max_seq_len)
+        fatal("--seq-len %d exceeds --max-seq-len %d", cfg->seq_len, c.max_seq_len);
+    gpt_config_finish(&c);
+    return c;
+}

@@ -1,0 +1,231 @@
+// trainer.c: run setup, the optimizer step, validation and sampling.
+#include "llm/trainer.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "llm/bf16.h"
+#include "llm/llmc_io.h"
+#include "llm/presets.h"
+#include "llm/rng.h"
+
+// ---------------------------------------------------------------------------
+// setup
+
+static void setup_batch_geometry(Trainer* tr, const TrainConfig* cfg) {
+    if (cfg->seq_len <= 0) fatal("--seq-len must be positive (got %d)", cfg->seq_len);
+    if (cfg->micro_batch <= 0) fatal("--micro-batch must be positive (got %d)", cfg->micro_batch);
+    if (cfg->steps < 0) fatal("--steps must not be negative (got %d)", cfg->steps);
+    tr->B = cfg->micro_batch;
+    tr->T = cfg->seq_len;
+    long per_micro = (long)tr->B * tr->T * tr->world;
+    long total = cfg->batch_tokens ? cfg->batch_tokens : per_micro;
+    if (total <= 0) fatal("--batch-tokens must be positive (got %ld)", total);
+    if (total % per_micro != 0)
+        fatal("--batch-tokens %ld is not a multiple of micro-batch x seq-len x ranks = %d x %d x %d = %ld",
+              total, tr->B, tr->T, tr->world, per_micro);
+    tr->accum = (int)(total / per_micro);
+    tr->tokens_per_step = total;
+}
+
+void trainer_setup(Trainer* tr, const TrainConfig* cfg, Backend* be) {
+    memset(tr, 0, sizeof *tr);
+    tr->cfg = cfg;
+    tr->be = be;
+    tr->rank = 0;
+    tr->world = 1;
+    setup_batch_geometry(tr, cfg);
+    if (cfg->warmup < 0) fatal("--warmup must not be negative (got %d)", cfg->warmup);
+    if (!(cfg->lr > 0)) fatal("--lr must be positive (got %g)", cfg->lr);
+    if (cfg->grad_clip < 0) fatal("--grad-clip must not be negative (got %g)", cfg->grad_clip);
+    if (cfg->log_every <= 0) fatal("--log-every must be positive (got %d)", cfg->log_every);
+    if (strcmp(cfg->export_dtype, "fp32") != 0 && strcmp(cfg->export_dtype, "bf16") != 0)
+        fatal("--export-dtype '%s' is not one of fp32, bf16", cfg->export_dtype);
+
+    if (cfg->tokenizer[0]) {
+        if (!file_exists(cfg->tokenizer))
+            fatal("--tokenizer '%s' does not exist (run `make data` for the bundled corpus, or pass --tokenizer '')",
+                  cfg->tokenizer);
+        tokenizer_load(&tr->tok, cfg->tokenizer);
+        tr->has_tok = 1;
+    }
+    GPTConfig mc = model_config_from_flags(cfg, tr->has_tok ? tr->tok.vocab_size : 0);
+    if (tr->T > mc.max_seq_len)
+        fatal("--seq-len %d exceeds the model's maximum sequence length %d%s%s", tr->T, mc.max_seq_len,
+              cfg->init_from[0] ? " from --init-from " : "", cfg->init_from);
+    if (tr->has_tok && tr->tok.vocab_size > mc.vocab_size)
+        fatal("--tokenizer %s has %d tokens but the model's vocabulary is %d", cfg->tokenizer, tr->tok.vocab_size,
+              mc.vocab_size);
+
+    dataloader_init(&tr->train, cfg->train_data, "--train-data", tr->T, mc.vocab_size, cfg->shuffle, (uint64_t)cfg->seed);
+    if (cfg->val_data[0] && cfg->val_every > 0) {
+        dataloader_init(&tr->val, cfg->val_data, "--val-data", tr->T, mc.vocab_size, 0, (uint64_t)cfg->seed);
+        tr->has_val = 1;
+    }
+
+    gpt_create(&tr->model, &mc, be, tr->B, tr->T);
+    if (cfg->init_from[0]) llmc_load_weights(&tr->model, cfg->init_from);
+    else gpt_init_random(&tr->model, (uint64_t)cfg->seed);
+
+    tr->sched.peak = cfg->lr;
+    tr->sched.final_frac = cfg->lr_final_frac;
+    tr->sched.warmup = cfg->warmup;
+    tr->sched.total = cfg->steps;
+    tr->host_inputs = (int32_t*)xmalloc((size_t)tr->B * tr->T * sizeof(int32_t));
+    tr->host_targets = (int32_t*)xmalloc((size_t)tr->B * tr->T * sizeof(int32_t));
+}
+
+void trainer_free(Trainer* tr) {
+    gpt_free(&tr->model);
+    dataloader_free(&tr->train);
+    if (tr->has_val) dataloader_free(&tr->val);
+    if (tr->has_tok) tokenizer_free(&tr->tok);
+    free(tr->host_inputs);
+    free(tr->host_targets);
+}
+
+// ---------------------------------------------------------------------------
+// the optimizer step
+
+double grad_clip_scale(double norm, double max_norm) {
+    if (max_norm <= 0) return 1.0;
+    double s = max_norm / (norm + 1e-6);
+    return s < 1.0 ? s : 1.0;
+}
+
+// Copies B windows starting at global window `first` to the backend.
+static void load_micro_batch(Trainer* tr, DataLoader* dl, uint64_t first) {
+    dataloader_read(dl, first, tr->B, tr->host_inputs, tr->host_targets);
+    size_t bytes = (size_t)tr->B * tr->T * sizeof(int32_t);
+    tr->be->to_device(tr->be, tr->model.inputs, tr->host_inputs, bytes);
+    tr->be->to_device(tr->be, tr->model.targets, tr->host_targets, bytes);
+}
+
+StepResult trainer_step(Trainer* tr, int step) {
+    const TrainConfig* cfg = tr->cfg;
+    GPT* m = &tr->model;
+    Backend* be = tr->be;
+    double t0 = now_seconds();
+    // The global batch is the windows [base, base + accum*world*B); micro-step
+    // a of rank r reads B of them, so the batch does not depend on the ranks.
+    uint64_t base = dataloader_position(&tr->train);
+    long windows_per_step = (long)tr->accum * tr->world * tr->B;
+    float dloss = 1.0f / (float)((double)tr->tokens_per_step);
+
+    gpt_zero_grads(m);
+    for (int a = 0; a < tr->accum; a++) {
+        load_micro_batch(tr, &tr->train, base + ((uint64_t)a * tr->world + tr->rank) * tr->B);
+        gpt_forward(m, m->inputs, m->targets, tr->B, tr->T, dloss);
+        gpt_accumulate_loss(m, tr->B, tr->T, a > 0);
+        gpt_backward(m, m->inputs, tr->B, tr->T);
+    }
+    dataloader_set_position(&tr->train, base + (uint64_t)windows_per_step);
+
+    // One read of (loss sum, grad norm^2): the only host synchronisation of the step.
+    gpt_grad_norm_squared(m, 0, m->layout.total);
+    float scalars[2];
+    be->to_host(be, scalars, m->scalars, sizeof scalars);
+    double norm = sqrt((double)scalars[1]);
+    double clip = grad_clip_scale(norm, cfg->grad_clip);
+    double lr = lr_at(&tr->sched, step);
+    gpt_update(m, (float)lr, (float)cfg->beta1, (float)cfg->beta2, (float)cfg->eps, (float)cfg->weight_decay,
+               (float)clip, rng_key((uint64_t)cfg->seed, 0xADA3, (uint64_t)step));
+    be->synchronize(be);
+
+    StepResult r;
+    r.loss = (double)scalars[0] / ((double)tr->B * tr->T * tr->accum);
+    r.grad_norm = norm;
+    r.lr = lr;
+    r.seconds = now_seconds() - t0;
+    r.tokens_per_second = (double)tr->tokens_per_step / r.seconds;
+    return r;
+}
+
+// ---------------------------------------------------------------------------
+// validation
+
+double trainer_validate(Trainer* tr) {
+    GPT* m = &tr->model;
+    Backend* be = tr->be;
+    uint64_t windows = tr->val.windows_per_epoch;
+    uint64_t per_batch = (uint64_t)tr->B * tr->world;
+    int batches = tr->cfg->val_batches;
+    if (batches <= 0 || (uint64_t)batches * per_batch > windows) batches = (int)(windows / per_batch);
+    if (batches == 0) batches = 1;  // fewer windows than one batch: read with wrap-around
+    for (int i = 0; i < batches; i++) {
+        load_micro_batch(tr, &tr->val, (uint64_t)i * per_batch + (uint64_t)tr->rank * tr->B);
+        gpt_forward(m, m->inputs, m->targets, tr->B, tr->T, 0.0f);
+        gpt_accumulate_loss(m, tr->B, tr->T, i > 0);
+    }
+    float sum;
+    be->to_host(be, &sum, m->scalars, sizeof sum);
+    return (double)sum / ((double)batches * tr->B * tr->T);
+}
+
+// ---------------------------------------------------------------------------
+// sampling
+
+// Reads row `row` of the logits as float32 on the host.
+static void read_logits_row(GPT* m, int row, float* out) {
+    int Vp = m->config.padded_vocab_size;
+    size_t es = dtype_size(m->dtype);
+    const char* src = (const char*)m->arena + m->acts.offset[A_LOGITS] + (size_t)row * Vp * es;
+    if (m->dtype == DTYPE_F32) {
+        m->be->to_host(m->be, out, src, (size_t)Vp * sizeof(float));
+        return;
+    }
+    uint16_t* tmp = (uint16_t*)xmalloc((size_t)Vp * 2);
+    m->be->to_host(m->be, tmp, src, (size_t)Vp * 2);
+    for (int i = 0; i < Vp; i++) out[i] = bf16_to_f32(tmp[i]);
+    free(tmp);
+}
+
+// Draws from softmax(logits[:V]) with one uniform number.
+static int sample_token(const float* logits, int V, float u) {
+    float mx = logits[0];
+    for (int i = 1; i < V; i++) mx = logits[i] > mx ? logits[i] : mx;
+    double total = 0;
+    for (int i = 0; i < V; i++) total += exp((double)logits[i] - mx);
+    double target = u * total, cum = 0;
+    for (int i = 0; i < V; i++) {
+        cum += exp((double)logits[i] - mx);
+        if (cum > target) return i;
+    }
+    return V - 1;
+}
+
+char* trainer_sample(Trainer* tr, int step) {
+    GPT* m = &tr->model;
+    int V = m->config.vocab_size, T = tr->T, n = tr->cfg->sample_tokens;
+    int eot = tr->has_tok ? tr->tok.eot : V - 1;
+    int32_t* tokens = (int32_t*)xmalloc((size_t)(n + 1) * sizeof(int32_t));
+    float* logits = (float*)xmalloc((size_t)m->config.padded_vocab_size * sizeof(float));
+    size_t cap = (size_t)n * 16 + 512, len = 0;
+    char* text = (char*)xmalloc(cap);
+    text[0] = 0;
+    uint64_t key = rng_key((uint64_t)tr->cfg->seed, 0x5A3F1E, (uint64_t)step);
+    tokens[0] = eot;
+    for (int i = 1; i <= n; i++) {
+        // No KV cache: rerun the forward over the last min(i, T) tokens.
+        int ctx = i < T ? i : T;
+        tr->be->to_device(tr->be, m->inputs, tokens + (i - ctx), (size_t)ctx * sizeof(int32_t));
+        gpt_forward(m, m->inputs, NULL, 1, ctx, 0.0f);
+        read_logits_row(m, ctx - 1, logits);
+        int next = sample_token(logits, V, rng_uniform(key, (uint64_t)i));
+        tokens[i] = next;
+        if (cap - len < 512) {  // room for the longest token (255 bytes) or an id
+            cap *= 2;
+            text = (char*)xrealloc(text, cap);
+        }
+        if (tr->has_tok) {
+            len += tokenizer_decode_token(&tr->tok, next, text + len, cap - len);
+        } else {
+            len += (size_t)snprintf(text + len, cap - len, "%d ", next);
+        }
+        text[len] = 0;
+    }
+    free(tokens);
+    free(logits);
+    return text;
+}

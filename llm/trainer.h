@@ -1,0 +1,64 @@
+// trainer.h: the pieces of the training loop that train.cu strings together:
+// setting up a run from its config, one optimizer step (gradient
+// accumulation, clipping, AdamW), validation and text samples.
+#pragma once
+
+#include "data/dataloader.h"
+#include "data/tokenizer.h"
+#include "llm/config.h"
+#include "llm/gpt.h"
+#include "llm/schedule.h"
+
+EXTERN_C_BEGIN
+
+typedef struct {
+    const TrainConfig* cfg;
+    Backend* be;
+    GPT model;
+    DataLoader train;
+    DataLoader val;
+    int has_val;
+    Tokenizer tok;
+    int has_tok;
+
+    int rank, world;       // this process among the data-parallel ranks
+    int B, T;              // micro-batch and sequence length
+    int accum;             // micro-steps per optimizer step
+    long tokens_per_step;  // B * T * world * accum
+    LRSchedule sched;
+    int32_t* host_inputs;  // (B, T)
+    int32_t* host_targets; // (B, T)
+    int first_step;        // 0, or the step a resumed run continues from
+} Trainer;
+
+typedef struct {
+    double loss;        // mean over the step's tokens
+    double grad_norm;   // before clipping
+    double lr;
+    double seconds;
+    double tokens_per_second;
+} StepResult;
+
+// Opens data and tokenizer, builds and initialises the model, checks the
+// batch geometry. Fatal, naming the flag, on any inconsistency.
+void trainer_setup(Trainer* tr, const TrainConfig* cfg, Backend* be);
+void trainer_free(Trainer* tr);
+
+// One optimizer step: accumulate gradients over the global batch's windows
+// of this rank, clip by the global norm, AdamW.
+StepResult trainer_step(Trainer* tr, int step);
+// Mean loss over --val-batches micro-batches of the validation set.
+double trainer_validate(Trainer* tr);
+// Generates --sample-tokens tokens from an end-of-text prompt; returns the
+// decoded text (malloc'ed).
+char* trainer_sample(Trainer* tr, int step);
+
+// The factor that clips gradients of global norm `norm` to `max_norm`, as
+// torch.nn.utils.clip_grad_norm_: min(1, max_norm / (norm + 1e-6)); 1 when
+// max_norm is 0 (clipping off).
+double grad_clip_scale(double norm, double max_norm);
+
+// Whether something scheduled "every n steps" happens before step `step`.
+static inline int every(int step, int n) { return n > 0 && step > 0 && step % n == 0; }
+
+EXTERN_C_END
