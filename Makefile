@@ -69,11 +69,11 @@ $(BUILD)/train_cpu.o: train.cu
 
 $(BUILD)/train_cuda.o: train.cu
 	@mkdir -p $(dir $@)
-	$(NVCC) $(NVCCFLAGS) -DTRAIN_GPT_CUDA -x cu -c $< -o $@
+	$(NVCC) $(NVCCFLAGS) -MMD -MP -DTRAIN_GPT_CUDA -x cu -c $< -o $@
 
 $(BUILD)/kernels/cuda/%.o: kernels/cuda/%.cu
 	@mkdir -p $(dir $@)
-	$(NVCC) $(NVCCFLAGS) -c $< -o $@
+	$(NVCC) $(NVCCFLAGS) -MMD -MP -c $< -o $@
 
 # ---- tests ----------------------------------------------------------------------------------
 # Every tests/test_*.c is one test program linked against the library.

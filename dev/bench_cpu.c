@@ -48,7 +48,7 @@ static BenchResult bench_model(Backend* be, const char* name, int L, int C, int 
     GPTConfig c = {.max_seq_len = maxT, .vocab_size = 50257, .num_layers = L, .num_heads = NH, .channels = C};
     gpt_config_finish(&c);
     GPT m;
-    gpt_create(&m, &c, be, B, T);
+    gpt_create(&m, &c, be, B, T, 1, 0, 0);
     gpt_init_random(&m, 1);
     int32_t* tok = (int32_t*)xmalloc((size_t)(B * T + 1) * sizeof(int32_t));
     for (int i = 0; i <= B * T; i++) tok[i] = (int32_t)rng_below(3, (uint64_t)i, 50257);

@@ -69,6 +69,7 @@ static void add_tensor(ParamLayout* pl, const GPTConfig* c, ParamKind k, int lay
     ParamTensor* t = &pl->tensors[pl->num_tensors++];
     t->kind = k;
     t->layer = layer;
+    t->unit = pl->num_units;
     param_shape(c, k, &t->rows, &t->cols);
     t->count = (size_t)t->rows * t->cols;
     t->decay = t->rows > 1;
@@ -76,23 +77,57 @@ static void add_tensor(ParamLayout* pl, const GPTConfig* c, ParamKind k, int lay
     pl->total = t->offset + t->count;
 }
 
-void param_layout_build(ParamLayout* pl, const GPTConfig* c) {
+// Closes the current unit: pads it to a multiple of PARAM_ALIGN * world.
+static void end_unit(ParamLayout* pl) {
+    size_t begin = pl->unit_begin[pl->num_units];
+    size_t size = round_up(pl->total - begin, (size_t)PARAM_ALIGN * pl->world);
+    if (size == 0) size = (size_t)PARAM_ALIGN * pl->world;
+    pl->total = begin + size;
+    pl->unit_begin[++pl->num_units] = pl->total;
+}
+
+void param_layout_build(ParamLayout* pl, const GPTConfig* c, int world) {
+    if (world <= 0) fatal("internal: parameter layout for %d ranks", world);
     pl->num_tensors = 0;
+    pl->num_units = 0;
     pl->total = 0;
+    pl->world = world;
     pl->tensors = (ParamTensor*)xcalloc((size_t)4 + 12 * (size_t)c->num_layers, sizeof(ParamTensor));
+    pl->unit_begin = (size_t*)xcalloc((size_t)c->num_layers + 3, sizeof(size_t));
     add_tensor(pl, c, P_WTE, -1);
     add_tensor(pl, c, P_WPE, -1);
-    for (int l = 0; l < c->num_layers; l++)
+    end_unit(pl);
+    for (int l = 0; l < c->num_layers; l++) {
         for (int k = P_LN1W; k <= P_FCPROJB; k++) add_tensor(pl, c, (ParamKind)k, l);
+        end_unit(pl);
+    }
     add_tensor(pl, c, P_LNFW, -1);
     add_tensor(pl, c, P_LNFB, -1);
-    pl->total = round_up(pl->total, PARAM_ALIGN);
+    end_unit(pl);
 }
 
 void param_layout_free(ParamLayout* pl) {
     free(pl->tensors);
+    free(pl->unit_begin);
     pl->tensors = NULL;
+    pl->unit_begin = NULL;
     pl->num_tensors = 0;
+    pl->num_units = 0;
+}
+
+size_t gpt_owned_piece(const GPT* m, int u, size_t* lo, size_t* state_offset) {
+    const ParamLayout* pl = &m->layout;
+    if (m->zero_stage == 0) {
+        *lo = pl->unit_begin[u];
+        *state_offset = pl->unit_begin[u];
+        return unit_size(pl, u);
+    }
+    size_t chunk = unit_chunk(pl, u);
+    *lo = pl->unit_begin[u] + (size_t)m->rank * chunk;
+    // Units are multiples of world, so the chunks of earlier units add up to
+    // unit_begin[u] / world.
+    *state_offset = pl->unit_begin[u] / (size_t)pl->world;
+    return chunk;
 }
 
 void* gpt_tensor_ptr(const GPT* m, void* flat, ParamKind k, int layer) {
@@ -161,7 +196,7 @@ static void* act_layer(const GPT* m, ActKind k, int l, size_t per_layer) {
 // ---------------------------------------------------------------------------
 // creation
 
-void gpt_create(GPT* m, const GPTConfig* c, Backend* be, int B, int T) {
+void gpt_create(GPT* m, const GPTConfig* c, Backend* be, int B, int T, int world, int rank, int zero_stage) {
     memset(m, 0, sizeof *m);
     m->config = *c;
     m->be = be;
@@ -170,21 +205,25 @@ void gpt_create(GPT* m, const GPTConfig* c, Backend* be, int B, int T) {
     m->T = T;
     if (T > c->max_seq_len)
         fatal("sequence length %d exceeds the model's maximum sequence length %d", T, c->max_seq_len);
-    param_layout_build(&m->layout, c);
+    if (zero_stage < 0 || zero_stage > 1) fatal("internal: ZeRO stage %d is not available", zero_stage);
+    m->world = world;
+    m->rank = rank;
+    m->zero_stage = zero_stage;
+    param_layout_build(&m->layout, c, world);
     m->num_params = gpt_num_params(c);
     size_t n = m->layout.total, es = dtype_size(m->dtype);
-    m->shard_lo = 0;
-    m->shard_hi = n;
+    m->opt_size = zero_stage == 0 ? n : n / (size_t)world;
+    size_t ns = m->opt_size;
     m->params = be->alloc(be, n * es, "parameters");
     m->grads = be->alloc(be, n * es, "gradients");
-    if (m->dtype != DTYPE_F32) m->master = (float*)be->alloc(be, n * sizeof(float), "master weights");
-    m->adam_m = (float*)be->alloc(be, n * sizeof(float), "AdamW first moment");
-    m->adam_v = (float*)be->alloc(be, n * sizeof(float), "AdamW second moment");
+    if (m->dtype != DTYPE_F32) m->master = (float*)be->alloc(be, ns * sizeof(float), "master weights");
+    m->adam_m = (float*)be->alloc(be, ns * sizeof(float), "AdamW first moment");
+    m->adam_v = (float*)be->alloc(be, ns * sizeof(float), "AdamW second moment");
     be->zero(be, m->params, n * es);
     be->zero(be, m->grads, n * es);
-    if (m->master) be->zero(be, m->master, n * sizeof(float));
-    be->zero(be, m->adam_m, n * sizeof(float));
-    be->zero(be, m->adam_v, n * sizeof(float));
+    if (m->master) be->zero(be, m->master, ns * sizeof(float));
+    be->zero(be, m->adam_m, ns * sizeof(float));
+    be->zero(be, m->adam_v, ns * sizeof(float));
     act_layout_build(&m->acts, c, B, T, m->dtype);
     m->arena = be->alloc(be, m->acts.bytes, "activations");
     m->inputs = (int32_t*)be->alloc(be, (size_t)B * T * sizeof(int32_t), "input tokens");
@@ -246,7 +285,10 @@ void gpt_set_params_f32(GPT* m, const float* host_flat) {
     float* staging = (float*)be->alloc(be, n * sizeof(float), "parameter staging");
     be->to_device(be, staging, host_flat, n * sizeof(float));
     be->convert(be, m->params, m->dtype, staging, DTYPE_F32, n);
-    be->copy(be, m->master, staging + m->shard_lo, (m->shard_hi - m->shard_lo) * sizeof(float));
+    for (int u = 0; u < m->layout.num_units; u++) {
+        size_t lo, off, len = gpt_owned_piece(m, u, &lo, &off);
+        be->copy(be, m->master + off, staging + lo, len * sizeof(float));
+    }
     be->free(be, staging);
 }
 
@@ -262,8 +304,10 @@ void gpt_get_params_f32(const GPT* m, float* host_flat) {
     be->to_host(be, host_flat, staging, n * sizeof(float));
     be->free(be, staging);
     // Where this process holds the FP32 master, it is the exact value.
-    if (m->master)
-        be->to_host(be, host_flat + m->shard_lo, m->master, (m->shard_hi - m->shard_lo) * sizeof(float));
+    for (int u = 0; m->master && u < m->layout.num_units; u++) {
+        size_t lo, off, len = gpt_owned_piece(m, u, &lo, &off);
+        be->to_host(be, host_flat + lo, m->master + off, len * sizeof(float));
+    }
 }
 
 // ---------------------------------------------------------------------------
@@ -405,15 +449,18 @@ void gpt_grad_norm_squared(GPT* m, size_t lo, size_t hi) {
 void gpt_update(GPT* m, float lr, float beta1, float beta2, float eps, float weight_decay,
                 float grad_scale, uint64_t seed) {
     Backend* be = m->be;
-    size_t es = dtype_size(m->dtype), lo = m->shard_lo, hi = m->shard_hi;
+    size_t es = dtype_size(m->dtype);
     m->adam_step++;
-    // One adamw call per tensor inside the range (weight decay differs per
-    // tensor); the zero padding between tensors is never touched.
+    // One adamw call per tensor inside each owned piece (weight decay differs
+    // per tensor); the zero padding between tensors is never touched.
     for (int i = 0; i < m->layout.num_tensors; i++) {
         const ParamTensor* t = &m->layout.tensors[i];
+        size_t lo, state_off, len = gpt_owned_piece(m, t->unit, &lo, &state_off);
+        size_t hi = lo + len;
         size_t a = t->offset > lo ? t->offset : lo;
         size_t b = t->offset + t->count < hi ? t->offset + t->count : hi;
         if (a >= b) continue;
+        size_t s = state_off + (a - lo);  // index into master / adam_m / adam_v
         AdamWParams p;
         p.lr = lr;
         p.beta1 = beta1;
@@ -424,7 +471,7 @@ void gpt_update(GPT* m, float lr, float beta1, float beta2, float eps, float wei
         p.step = m->adam_step;
         p.seed = seed;
         p.index_base = a;
-        be->adamw(be, (char*)m->params + a * es, m->master ? m->master + (a - lo) : NULL,
-                  (char*)m->grads + a * es, m->adam_m + (a - lo), m->adam_v + (a - lo), b - a, &p);
+        be->adamw(be, (char*)m->params + a * es, m->master ? m->master + s : NULL, (char*)m->grads + a * es,
+                  m->adam_m + s, m->adam_v + s, b - a, &p);
     }
 }

@@ -9,6 +9,13 @@
 // (each tensor stacked over layers) is produced only on import/export.
 // Every tensor starts at a multiple of PARAM_ALIGN elements; the gaps are
 // zero and stay zero (their gradients are zero).
+//
+// The flat space is cut into units, the granule of ZeRO sharding and of
+// bucketed communication: unit 0 holds the embeddings (wte, wpe), unit 1+l
+// layer l, and the last unit the final layernorm. Each unit's size is padded
+// to a multiple of PARAM_ALIGN * world, so it splits into `world` equal
+// contiguous chunks; rank r owns chunk r of every unit. With one rank the
+// padding is just PARAM_ALIGN.
 #pragma once
 
 #include <stddef.h>
@@ -45,6 +52,7 @@ typedef enum {
 typedef struct {
     ParamKind kind;
     int layer;        // -1 for tensors that are not per layer
+    int unit;         // the unit (ZeRO granule) that holds it
     size_t offset;    // in elements, into the flat buffer
     size_t count;     // elements
     int rows, cols;   // 2-D shape (rows = 1 for vectors)
@@ -54,10 +62,16 @@ typedef struct {
 typedef struct {
     ParamTensor* tensors;  // wte, wpe, L x (12 per layer), lnfw, lnfb
     int num_tensors;
+    int world;             // ranks the units are padded for
+    int num_units;         // L + 2
+    size_t* unit_begin;    // (num_units + 1): unit u is [unit_begin[u], unit_begin[u+1])
     size_t total;          // flat size in elements, padding included
 } ParamLayout;
 
-void param_layout_build(ParamLayout* pl, const GPTConfig* c);
+void param_layout_build(ParamLayout* pl, const GPTConfig* c, int world);
+static inline size_t unit_size(const ParamLayout* pl, int u) { return pl->unit_begin[u + 1] - pl->unit_begin[u]; }
+// Elements of unit u that each rank owns.
+static inline size_t unit_chunk(const ParamLayout* pl, int u) { return unit_size(pl, u) / (size_t)pl->world; }
 void param_layout_free(ParamLayout* pl);
 const char* param_kind_name(ParamKind k);
 // Whether a kind has one tensor per layer (all but wte, wpe, lnfw, lnfb).
@@ -102,12 +116,14 @@ typedef struct {
 
     void* params;         // (total) dtype
     void* grads;          // (total) dtype
-    // Optimizer state covers the flat range [shard_lo, shard_hi): all of it
-    // on one process, this rank's ZeRO shard otherwise.
-    size_t shard_lo, shard_hi;
-    float* master;        // (shard) FP32 master weights; NULL when dtype is FP32
-    float* adam_m;        // (shard) FP32
-    float* adam_v;        // (shard) FP32
+    // Data parallelism. With zero_stage 0 every rank holds the whole
+    // optimizer state; from stage 1 on, rank r holds chunk r of every unit,
+    // concatenated in unit order (opt_size = total / world elements).
+    int world, rank, zero_stage;
+    size_t opt_size;      // elements of master / adam_m / adam_v on this rank
+    float* master;        // (opt_size) FP32 master weights; NULL when dtype is FP32
+    float* adam_m;        // (opt_size) FP32
+    float* adam_v;        // (opt_size) FP32
 
     int B, T;             // the micro-batch the arena was sized for
     ActLayout acts;
@@ -119,8 +135,13 @@ typedef struct {
 } GPT;
 
 // Allocates parameters, gradients, optimizer state and activations for
-// micro-batches up to (B, T). Parameters are left uninitialised.
-void gpt_create(GPT* m, const GPTConfig* c, Backend* be, int B, int T);
+// micro-batches up to (B, T) on rank `rank` of `world` at a ZeRO stage.
+// Parameters are left zero.
+void gpt_create(GPT* m, const GPTConfig* c, Backend* be, int B, int T, int world, int rank, int zero_stage);
+
+// The flat range [*lo, *lo + return value) of unit u whose optimizer state
+// this rank holds, and where it starts in master / adam_m / adam_v.
+size_t gpt_owned_piece(const GPT* m, int u, size_t* lo, size_t* state_offset);
 void gpt_free(GPT* m);
 
 // GPT-2 initialisation: N(0, 0.02) weights, residual projections scaled by
@@ -145,7 +166,7 @@ void gpt_accumulate_loss(GPT* m, int B, int T, int accumulate);
 // Squared L2 norm of the gradients over the flat range [lo, hi) into scalars[1].
 void gpt_grad_norm_squared(GPT* m, size_t lo, size_t hi);
 
-// One AdamW step over this process's optimizer range [shard_lo, shard_hi).
+// One AdamW step over the pieces whose optimizer state this rank holds.
 // Weight decay applies to the 2-D tensors only.
 void gpt_update(GPT* m, float lr, float beta1, float beta2, float eps, float weight_decay,
                 float grad_scale, uint64_t seed);

@@ -21,8 +21,8 @@ void report_run_summary(const Trainer* tr) {
     if (tr->has_val) printf(" | val %s: %llu windows", tr->cfg->val_data, (unsigned long long)tr->val.windows_per_epoch);
     printf("\n");
     printf("memory    | params %.1f MiB | grads %.1f MiB | master %.1f MiB | adam %.1f MiB | activations %.1f MiB | total %.1f MiB\n",
-           mib(n * es), mib(n * es), mib(m->master ? (m->shard_hi - m->shard_lo) * 4 : 0),
-           mib(2 * (m->shard_hi - m->shard_lo) * 4), mib(m->acts.bytes), mib(tr->be->allocated_bytes(tr->be)));
+           mib(n * es), mib(n * es), mib(m->master ? m->opt_size * 4 : 0),
+           mib(2 * m->opt_size * 4), mib(m->acts.bytes), mib(tr->be->allocated_bytes(tr->be)));
     printf("optimizer | AdamW lr %g (warmup %d, cosine to %g x) | betas %g %g | eps %g | wd %g | clip %g | steps %d\n",
            tr->cfg->lr, tr->cfg->warmup, tr->cfg->lr_final_frac, tr->cfg->beta1, tr->cfg->beta2, tr->cfg->eps,
            tr->cfg->weight_decay, tr->cfg->grad_clip, tr->cfg->steps);

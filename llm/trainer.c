@@ -64,7 +64,7 @@ void trainer_setup(Trainer* tr, const TrainConfig* cfg, Backend* be) {
         tr->has_val = 1;
     }
 
-    gpt_create(&tr->model, &mc, be, tr->B, tr->T);
+    gpt_create(&tr->model, &mc, be, tr->B, tr->T, 1, 0, 0);
     if (cfg->init_from[0]) llmc_load_weights(&tr->model, cfg->init_from);
     else gpt_init_random(&tr->model, (uint64_t)cfg->seed);
 

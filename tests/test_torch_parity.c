@@ -59,7 +59,7 @@ static void setup(void) {
     be = cpu_backend_create(DTYPE_F32, 0);
     GPTConfig c = {.max_seq_len = 24, .vocab_size = 101, .num_layers = 2, .num_heads = 3, .channels = 48};
     gpt_config_finish(&c);
-    gpt_create(&model, &c, be, B, T);
+    gpt_create(&model, &c, be, B, T, 1, 0, 0);
     gpt_init_random(&model, 42);
     // Make every parameter matter: non-trivial layernorm weights and biases.
     float* flat = (float*)xmalloc(model.layout.total * sizeof(float));
