@@ -130,26 +130,44 @@ size_t gpt_owned_piece(const GPT* m, int u, size_t* lo, size_t* state_offset) {
     return chunk;
 }
 
-void* gpt_tensor_ptr(const GPT* m, void* flat, ParamKind k, int layer) {
-    const ParamTensor* t = &m->layout.tensors[param_tensor_index(&m->config, k, layer)];
-    return (char*)flat + t->offset * dtype_size(m->dtype);
+void* gpt_unit_slice(const GPT* m, void* flat, int u) {
+    return (char*)flat + m->layout.unit_begin[u] * dtype_size(m->dtype);
 }
 
-LayerTensors gpt_layer_tensors(const GPT* m, void* flat, int l) {
+void* gpt_tensor_in_unit(const GPT* m, void* unit_base, ParamKind k, int layer) {
+    const ParamTensor* t = &m->layout.tensors[param_tensor_index(&m->config, k, layer)];
+    return (char*)unit_base + (t->offset - m->layout.unit_begin[t->unit]) * dtype_size(m->dtype);
+}
+
+LayerTensors gpt_layer_tensors(const GPT* m, void* unit_base, int l) {
     LayerTensors w;
-    w.ln1w = gpt_tensor_ptr(m, flat, P_LN1W, l);
-    w.ln1b = gpt_tensor_ptr(m, flat, P_LN1B, l);
-    w.qkvw = gpt_tensor_ptr(m, flat, P_QKVW, l);
-    w.qkvb = gpt_tensor_ptr(m, flat, P_QKVB, l);
-    w.attprojw = gpt_tensor_ptr(m, flat, P_ATTPROJW, l);
-    w.attprojb = gpt_tensor_ptr(m, flat, P_ATTPROJB, l);
-    w.ln2w = gpt_tensor_ptr(m, flat, P_LN2W, l);
-    w.ln2b = gpt_tensor_ptr(m, flat, P_LN2B, l);
-    w.fcw = gpt_tensor_ptr(m, flat, P_FCW, l);
-    w.fcb = gpt_tensor_ptr(m, flat, P_FCB, l);
-    w.fcprojw = gpt_tensor_ptr(m, flat, P_FCPROJW, l);
-    w.fcprojb = gpt_tensor_ptr(m, flat, P_FCPROJB, l);
+    w.ln1w = gpt_tensor_in_unit(m, unit_base, P_LN1W, l);
+    w.ln1b = gpt_tensor_in_unit(m, unit_base, P_LN1B, l);
+    w.qkvw = gpt_tensor_in_unit(m, unit_base, P_QKVW, l);
+    w.qkvb = gpt_tensor_in_unit(m, unit_base, P_QKVB, l);
+    w.attprojw = gpt_tensor_in_unit(m, unit_base, P_ATTPROJW, l);
+    w.attprojb = gpt_tensor_in_unit(m, unit_base, P_ATTPROJB, l);
+    w.ln2w = gpt_tensor_in_unit(m, unit_base, P_LN2W, l);
+    w.ln2b = gpt_tensor_in_unit(m, unit_base, P_LN2B, l);
+    w.fcw = gpt_tensor_in_unit(m, unit_base, P_FCW, l);
+    w.fcb = gpt_tensor_in_unit(m, unit_base, P_FCB, l);
+    w.fcprojw = gpt_tensor_in_unit(m, unit_base, P_FCPROJW, l);
+    w.fcprojb = gpt_tensor_in_unit(m, unit_base, P_FCPROJB, l);
     return w;
+}
+
+// The hook points (see GPTHooks); without hooks, slices of the flat buffers.
+static void* unit_params(GPT* m, int u, int backward) {
+    return m->hooks ? m->hooks->unit_params(m->hooks->ctx, m, u, backward) : gpt_unit_slice(m, m->params, u);
+}
+static void* unit_grads(GPT* m, int u) {
+    return m->hooks ? m->hooks->unit_grads(m->hooks->ctx, m, u) : gpt_unit_slice(m, m->grads, u);
+}
+static void unit_backward_done(GPT* m, int u) {
+    if (m->hooks) m->hooks->unit_backward_done(m->hooks->ctx, m, u);
+}
+static void unit_release(GPT* m, int u, int backward) {
+    if (m->hooks) m->hooks->unit_release(m->hooks->ctx, m, u, backward);
 }
 
 // ---------------------------------------------------------------------------
@@ -320,17 +338,17 @@ void gpt_forward(GPT* m, const int32_t* inputs, const int32_t* targets, int B, i
     int C = c->channels, NH = c->num_heads, L = c->num_layers, V = c->vocab_size, Vp = c->padded_vocab_size;
     int N = B * T;
     size_t BTC = (size_t)N * C, BT = (size_t)N;
-    void* wte = gpt_tensor_ptr(m, m->params, P_WTE, -1);
-    void* wpe = gpt_tensor_ptr(m, m->params, P_WPE, -1);
+    void* embed = unit_params(m, gpt_embed_unit(), 0);
+    void* wte = gpt_tensor_in_unit(m, embed, P_WTE, -1);
+    void* wpe = gpt_tensor_in_unit(m, embed, P_WPE, -1);
     void* proj = act(m, A_PROJ_OUT);
 
     be->encoder_forward(be, act(m, A_ENCODED), inputs, wte, wpe, B, T, C);
-    LayerTensors w0 = gpt_layer_tensors(m, m->params, 0);
+    LayerTensors w = gpt_layer_tensors(m, unit_params(m, gpt_layer_unit(0), 0), 0);
     be->layernorm_forward(be, act(m, A_LN1), act(m, A_LN1_MEAN), act(m, A_LN1_RSTD), act(m, A_ENCODED),
-                          w0.ln1w, w0.ln1b, N, C);
+                          w.ln1w, w.ln1b, N, C);
 
     for (int l = 0; l < L; l++) {
-        LayerTensors w = gpt_layer_tensors(m, m->params, l);
         void* residual = l == 0 ? act(m, A_ENCODED) : act_layer(m, A_RESIDUAL3, l - 1, BTC);
         void* ln1 = act_layer(m, A_LN1, l, BTC);
         void* qkv = act_layer(m, A_QKV, l, 3 * BTC);
@@ -356,26 +374,32 @@ void gpt_forward(GPT* m, const int32_t* inputs, const int32_t* targets, int B, i
         // ... fused with the layernorm that feeds the next layer (or the final one)
         void *next_ln, *next_w, *next_b;
         float *next_mean, *next_rstd;
+        LayerTensors wn = w;
         if (l + 1 < L) {
-            LayerTensors wn = gpt_layer_tensors(m, m->params, l + 1);
+            wn = gpt_layer_tensors(m, unit_params(m, gpt_layer_unit(l + 1), 0), l + 1);
             next_ln = act_layer(m, A_LN1, l + 1, BTC);
             next_mean = (float*)act_layer(m, A_LN1_MEAN, l + 1, BT);
             next_rstd = (float*)act_layer(m, A_LN1_RSTD, l + 1, BT);
             next_w = wn.ln1w;
             next_b = wn.ln1b;
         } else {
+            void* fin = unit_params(m, gpt_final_unit(m), 0);
             next_ln = act(m, A_LNF);
             next_mean = (float*)act(m, A_LNF_MEAN);
             next_rstd = (float*)act(m, A_LNF_RSTD);
-            next_w = gpt_tensor_ptr(m, m->params, P_LNFW, -1);
-            next_b = gpt_tensor_ptr(m, m->params, P_LNFB, -1);
+            next_w = gpt_tensor_in_unit(m, fin, P_LNFW, -1);
+            next_b = gpt_tensor_in_unit(m, fin, P_LNFB, -1);
         }
         be->residual_layernorm_forward(be, residual3, next_ln, next_mean, next_rstd, residual2, proj,
                                        next_w, next_b, N, C);
+        unit_release(m, gpt_layer_unit(l), 0);
+        w = wn;
     }
+    unit_release(m, gpt_final_unit(m), 0);
 
     // LM head tied to the token embedding.
     be->matmul_forward(be, act(m, A_LOGITS), NULL, act(m, A_LNF), wte, NULL, N, C, Vp);
+    unit_release(m, gpt_embed_unit(), 0);
     if (targets) be->cross_entropy(be, (float*)act(m, A_LOSSES), act(m, A_LOGITS), targets, N, V, Vp, dloss);
 }
 
@@ -393,18 +417,26 @@ void gpt_backward(GPT* m, const int32_t* inputs, int B, int T) {
     void* dres = act(m, A_DRESIDUAL);       // gradient of the residual stream
     void* dbtc = act(m, A_SCRATCH_BTC);     // (B,T,C) scratch
     void* dbt4c = act(m, A_SCRATCH_BT4C);   // (B,T,4C) scratch, also dqkv (B,T,3C)
+    int fu = gpt_final_unit(m);
+    void* embed = unit_params(m, gpt_embed_unit(), 1);
+    void* dembed = unit_grads(m, gpt_embed_unit());
+    void* fin = unit_params(m, fu, 1);
+    void* dfin = unit_grads(m, fu);
 
     // The logits buffer already holds dlogits (cross_entropy with dloss != 0).
-    be->matmul_backward(be, dbtc, gpt_tensor_ptr(m, m->grads, P_WTE, -1), NULL, act(m, A_LOGITS),
-                        act(m, A_LNF), gpt_tensor_ptr(m, m->params, P_WTE, -1), N, C, Vp);
+    be->matmul_backward(be, dbtc, gpt_tensor_in_unit(m, dembed, P_WTE, -1), NULL, act(m, A_LOGITS), act(m, A_LNF),
+                        gpt_tensor_in_unit(m, embed, P_WTE, -1), N, C, Vp);
     be->zero(be, dres, BTC * es);
-    be->layernorm_backward(be, dres, gpt_tensor_ptr(m, m->grads, P_LNFW, -1),
-                           gpt_tensor_ptr(m, m->grads, P_LNFB, -1), dbtc, act_layer(m, A_RESIDUAL3, L - 1, BTC),
-                           gpt_tensor_ptr(m, m->params, P_LNFW, -1), act(m, A_LNF_MEAN), act(m, A_LNF_RSTD), N, C);
+    be->layernorm_backward(be, dres, gpt_tensor_in_unit(m, dfin, P_LNFW, -1), gpt_tensor_in_unit(m, dfin, P_LNFB, -1),
+                           dbtc, act_layer(m, A_RESIDUAL3, L - 1, BTC), gpt_tensor_in_unit(m, fin, P_LNFW, -1),
+                           act(m, A_LNF_MEAN), act(m, A_LNF_RSTD), N, C);
+    unit_backward_done(m, fu);
+    unit_release(m, fu, 1);
 
     for (int l = L - 1; l >= 0; l--) {
-        LayerTensors w = gpt_layer_tensors(m, m->params, l);
-        LayerTensors g = gpt_layer_tensors(m, m->grads, l);
+        int u = gpt_layer_unit(l);
+        LayerTensors w = gpt_layer_tensors(m, unit_params(m, u, 1), l);
+        LayerTensors g = gpt_layer_tensors(m, unit_grads(m, u), l);
         void* residual = l == 0 ? act(m, A_ENCODED) : act_layer(m, A_RESIDUAL3, l - 1, BTC);
         void* ln1 = act_layer(m, A_LN1, l, BTC);
         float* ln1_mean = (float*)act_layer(m, A_LN1_MEAN, l, BT);
@@ -430,9 +462,13 @@ void gpt_backward(GPT* m, const int32_t* inputs, int B, int T) {
         be->attention_backward(be, dbt4c, dbtc, qkv, atty, lse, B, T, C, NH);
         be->matmul_backward(be, dbtc, g.qkvw, g.qkvb, dbt4c, ln1, w.qkvw, N, C, 3 * C);
         be->layernorm_backward(be, dres, g.ln1w, g.ln1b, dbtc, residual, w.ln1w, ln1_mean, ln1_rstd, N, C);
+        unit_backward_done(m, u);
+        unit_release(m, u, 1);
     }
-    be->encoder_backward(be, gpt_tensor_ptr(m, m->grads, P_WTE, -1), gpt_tensor_ptr(m, m->grads, P_WPE, -1),
-                         dres, inputs, B, T, C);
+    be->encoder_backward(be, gpt_tensor_in_unit(m, dembed, P_WTE, -1), gpt_tensor_in_unit(m, dembed, P_WPE, -1), dres,
+                         inputs, B, T, C);
+    unit_backward_done(m, gpt_embed_unit());
+    unit_release(m, gpt_embed_unit(), 1);
 }
 
 // ---------------------------------------------------------------------------

@@ -107,7 +107,27 @@ typedef struct {
 void act_layout_build(ActLayout* al, const GPTConfig* c, int B, int T, DType dtype);
 const char* act_kind_name(ActKind k);
 
+typedef struct GPT GPT;
+
+// Where a unit's parameters and gradients live during forward and backward.
+// Without hooks they are slices of m->params and m->grads. ZeRO stages 2 and
+// 3 install hooks that gather a unit's parameters before use, give it a
+// gradient buffer, and reduce-scatter that buffer when the unit's backward is
+// done. Units are used in this order: forward 0, 1..L, L+1, 0 (the LM head);
+// backward 0 (LM head), L+1, L..1, 0 (the embeddings).
 typedef struct {
+    void* ctx;
+    // Base of unit u's full parameters, ready for compute.
+    void* (*unit_params)(void* ctx, GPT* m, int u, int backward);
+    // Base of the buffer unit u's gradients accumulate into (+=).
+    void* (*unit_grads)(void* ctx, GPT* m, int u);
+    // Unit u's gradients of this micro-batch are complete.
+    void (*unit_backward_done)(void* ctx, GPT* m, int u);
+    // Unit u's parameters are not needed again in this forward/backward.
+    void (*unit_release)(void* ctx, GPT* m, int u, int backward);
+} GPTHooks;
+
+struct GPT {
     GPTConfig config;
     ParamLayout layout;
     Backend* be;
@@ -132,7 +152,8 @@ typedef struct {
     int32_t* targets;     // (B, T) on the backend
     float* scalars;       // [0] loss sum, [1] grad norm^2 (backend memory)
     int adam_step;        // completed optimizer steps
-} GPT;
+    const GPTHooks* hooks;  // NULL: parameters and gradients are the flat buffers
+};
 
 // Allocates parameters, gradients, optimizer state and activations for
 // micro-batches up to (B, T) on rank `rank` of `world` at a ZeRO stage.
@@ -171,8 +192,17 @@ void gpt_grad_norm_squared(GPT* m, size_t lo, size_t hi);
 void gpt_update(GPT* m, float lr, float beta1, float beta2, float eps, float weight_decay,
                 float grad_scale, uint64_t seed);
 
-// Pointers to layer l's tensors inside a flat buffer of elements of size elt.
-LayerTensors gpt_layer_tensors(const GPT* m, void* flat, int l);
-void* gpt_tensor_ptr(const GPT* m, void* flat, ParamKind k, int layer);
+// Units by role.
+static inline int gpt_embed_unit(void) { return 0; }
+static inline int gpt_layer_unit(int l) { return 1 + l; }
+static inline int gpt_final_unit(const GPT* m) { return m->config.num_layers + 1; }
+
+// Pointer to tensor (k, layer) given the base of the unit that holds it
+// (a slice of a flat buffer, or a gathered copy of the unit).
+void* gpt_tensor_in_unit(const GPT* m, void* unit_base, ParamKind k, int layer);
+// Pointers to layer l's tensors given the base of unit gpt_layer_unit(l).
+LayerTensors gpt_layer_tensors(const GPT* m, void* unit_base, int l);
+// Base of unit u inside a flat buffer of the model's dtype.
+void* gpt_unit_slice(const GPT* m, void* flat, int u);
 
 EXTERN_C_END
