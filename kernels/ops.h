@@ -69,6 +69,9 @@ struct Backend {
     size_t (*allocated_bytes)(Backend* be);
     size_t (*peak_allocated_bytes)(Backend* be);
     void (*destroy)(Backend* be);
+    // The backend's compute stream (a cudaStream_t for CUDA), so that
+    // communication (NCCL) can order itself after the kernels; NULL on the CPU.
+    void* (*native_stream)(Backend* be);
 
     // ---- conversions ----------------------------------------------------------
     // dst[i] = src[i] converted (round-to-nearest-even into 16-bit types).

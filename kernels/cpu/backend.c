@@ -80,6 +80,8 @@ static void cpu_synchronize(Backend* be) {}
 static size_t cpu_allocated_bytes(Backend* be) { return atomic_load(&state_of(be)->allocated); }
 static size_t cpu_peak_allocated_bytes(Backend* be) { return atomic_load(&state_of(be)->peak); }
 
+static void* cpu_native_stream(Backend* be) { return NULL; }
+
 static void cpu_destroy(Backend* be) {
     if (!be) return;
     free(be->impl);
@@ -132,6 +134,7 @@ Backend* cpu_backend_create(DType dtype, int num_threads) {
     be->allocated_bytes = cpu_allocated_bytes;
     be->peak_allocated_bytes = cpu_peak_allocated_bytes;
     be->destroy = cpu_destroy;
+    be->native_stream = cpu_native_stream;
 
     be->convert = cpu_convert;
     be->encoder_forward = cpu_encoder_forward;
