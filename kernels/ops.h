@@ -152,6 +152,9 @@ struct Backend {
 
 // Backend constructors. Each exits with a clear error if its device is unusable.
 Backend* cpu_backend_create(DType dtype, int num_threads);
+// The most scratch one CPU attention call allocates (backward's, which is
+// larger than forward's) with `threads` OpenMP threads: the planner bills it.
+size_t cpu_attention_scratch_bytes(int T, int C, int NH, int threads);
 // Defined only in builds with CUDA; returns the number of usable GPUs (0 without).
 int cuda_device_count(void);
 
