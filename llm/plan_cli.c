@@ -86,7 +86,7 @@ static PlanDevice plan_target(const TrainConfig* cfg, char* note, size_t note_le
     if (cfg->gpu[0]) {
         if (!plan_device_gpu(&d, cfg->gpu))
             fatal("--gpu '%s' is not one of h100, h200, b200, a100 (or give --gpu-mem GiB)", cfg->gpu);
-        snprintf(note, note_len, "%.0f MiB, the total nvidia-smi reports for a %s", d.memory / 1048576.0, d.name);
+        snprintf(note, note_len, "%.0f MiB, the total nvidia-smi reports for the %s", d.memory / 1048576.0, d.name);
         return d;
     }
     if (!strcmp(cfg->device, "cpu")) return cpu_device(cfg, note, note_len);
@@ -335,19 +335,24 @@ static void print_summary(FILE* f, const PlanResult* r, const PlanRequest* rq) {
     fprintf(f,
             "summary   | fits=%d model=%s params=%.4g seq=%d device=%s world=%d precision=%s zero=%d hybrid=%d "
             "recompute=%s full_layers=%d micro_batch=%d planned_gib=%.2f memory_gib=%.2f tok_s_gpu=%.0f "
-            "hours_per_btok=%.3f gpu_hours_per_btok=%.2f\n",
+            "hours_per_btok=%.3f gpu_hours_per_btok=%.2f fits_with_world=%d fits_with_seq=%d\n",
             r->fits, rq->model_name, (double)gpt_num_params(&pc->model), pc->T, rq->dev.name, pc->world,
             precision_name(pc->precision), pc->zero_stage, pc->hybrid, recompute_mode_name(pc->recompute.mode),
             pc->recompute.full_layers, pc->B, (double)r->bill.total / GIB, rq->dev.memory / GIB, r->speed.tokens_per_s_gpu,
-            r->speed.hours_per_billion, r->speed.gpu_hours_per_billion);
+            r->speed.hours_per_billion, r->speed.gpu_hours_per_billion, r->fits_with_world, r->fits_with_seq_len);
+}
+
+static int any_fixed(const PlanFixed* fx) {
+    return fx->precision || fx->micro_batch || fx->recompute || fx->zero_stage || fx->batch_tokens;
 }
 
 static void print_nothing_fits(FILE* f, const PlanResult* r, const PlanRequest* rq) {
     const PlanConfig* pc = &r->config;
     char pol[96];
     double u = unit_bytes(&rq->dev);
-    fprintf(f, "plan      | nothing fits: the smallest configuration (%s, ZeRO-%d, recompute %s, micro-batch %d) needs %.2f %s per %s; %.2f available\n",
-            precision_name(pc->precision), pc->zero_stage, describe_policy(pc, pol, sizeof pol), pc->B,
+    fprintf(f, "plan      | nothing fits: the least memory%s is %s, ZeRO-%d, recompute %s, micro-batch %d: %.2f %s per %s; %.2f available\n",
+            any_fixed(&rq->fixed) ? " the explicit flags allow" : "", precision_name(pc->precision), pc->zero_stage,
+            describe_policy(pc, pol, sizeof pol), pc->B,
             (double)r->bill.total / u, unit_name(&rq->dev), rq->dev.is_gpu ? "GPU" : "process", rq->dev.memory / u);
     fprintf(f, "what would fit:\n");
     int any = 0;
@@ -408,7 +413,7 @@ void plan_auto(TrainConfig* cfg) {
         print_header(stdout, &rq);
         print_nothing_fits(stdout, &r, &rq);
         plan_print_bill(stdout, &r.config, &r.bill, &rq.dev);
-        fatal("--auto: no configuration fits in %.2f GiB per device (the plan above says what would)", rq.dev.memory / GIB);
+        fatal("--auto: no configuration fits in %.3g GiB per device (the plan above says what would)", rq.dev.memory / GIB);
     }
     const PlanConfig* pc = &r.config;
     cfg->micro_batch = pc->B;
