@@ -168,7 +168,6 @@ static void build_request(const TrainConfig* cfg, int for_auto, PlanRequest* rq)
         fatal("--ranks-per-node must be positive (got %d)", cfg->ranks_per_node);
     pc->world = cfg->world_size > 0 ? cfg->world_size : mpi_world ? mpi_world : 1;
     pc->ranks_per_node = cfg->ranks_per_node > 0 ? cfg->ranks_per_node : mpi_local ? mpi_local : 8;
-    if (pc->ranks_per_node > pc->world) pc->ranks_per_node = pc->world;
 
     pc->T = cfg->seq_len;
     pc->B = cfg->micro_batch;
@@ -275,7 +274,8 @@ static void print_header(FILE* f, const PlanRequest* rq) {
             c->padded_vocab_size, c->max_seq_len);
     const PlanDevice* d = &rq->dev;
     double u = unit_bytes(d);
-    fprintf(f, "plan      | device %d x %s, %d per node | %.2f %s each (%s)", pc->world, d->name, pc->ranks_per_node,
+    fprintf(f, "plan      | device %d x %s, %d per node | %.2f %s each (%s)", pc->world, d->name,
+            pc->ranks_per_node < pc->world ? pc->ranks_per_node : pc->world,
             d->memory / u, unit_name(d), rq->memory_note);
     if (d->peak_bf16 > 0) {
         fprintf(f, " | dense peak %.0f TFLOP/s bf16", d->peak_bf16 / 1e12);
@@ -357,14 +357,14 @@ static void print_nothing_fits(FILE* f, const PlanResult* r, const PlanRequest* 
     fprintf(f, "what would fit:\n");
     int any = 0;
     if (r->fits_with_world) {
-        fprintf(f, "  - %d ranks (%d nodes of %d), ZeRO-3 over all ranks, full recompute, micro-batch 1\n", r->fits_with_world,
+        fprintf(f, "  - %d ranks (%d nodes of %d) with ZeRO-3, full recompute, micro-batch 1\n", r->fits_with_world,
                 (r->fits_with_world + pc->ranks_per_node - 1) / pc->ranks_per_node, pc->ranks_per_node);
         any = 1;
     } else {
         fprintf(f, "  - more ranks do not help: what stays per rank (activations, layers in flight) does not fit\n");
     }
     if (r->fits_with_seq_len) {
-        fprintf(f, "  - --seq-len %d on %d ranks (ZeRO-3, full recompute, micro-batch 1)\n", r->fits_with_seq_len, pc->world);
+        fprintf(f, "  - --seq-len %d on %d ranks (full recompute, micro-batch 1)\n", r->fits_with_seq_len, pc->world);
         any = 1;
     }
     if (r->fits_when_unfixed) {

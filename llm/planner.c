@@ -221,15 +221,30 @@ static int search(const PlanConfig* req, const PlanFixed* fx, const PlanDevice* 
     return 0;
 }
 
-// The least memory a configuration can take: ZeRO-3 over every rank, full
-// recompute, micro-batch 1.
-static PlanConfig smallest(const PlanConfig* pc) {
-    PlanConfig s = *pc;
-    s.zero_stage = 3;
-    s.hybrid = 0;
-    s.B = 1;
-    s.recompute = recompute_policy(RECOMPUTE_FULL, 0, pc->model.num_layers);
-    return s;
+// The configuration with the least memory that the fixed choices allow:
+// micro-batch 1, full recompute, and the ZeRO stage (and sharding) whose
+// bill is smallest (ZeRO-3 over all ranks, except on very few ranks).
+static PlanConfig least_memory(const PlanConfig* req, const PlanFixed* fx, const PlanDevice* dev) {
+    PlanConfig best = *req;
+    if (!fx->precision) best.precision = plan_default_precision(&req->model, dev);
+    if (!fx->micro_batch) best.B = 1;
+    if (!fx->recompute) best.recompute = recompute_policy(RECOMPUTE_FULL, 0, req->model.num_layers);
+    size_t least = (size_t)-1;
+    PlanConfig pc = best;
+    for (int z = 0; z <= 3; z++) {
+        if (fx->zero_stage && z != req->zero_stage) continue;
+        for (int h = 0; h <= 1; h++) {
+            if (h && !(req->world > req->ranks_per_node && z > 0)) continue;
+            pc.zero_stage = z;
+            pc.hybrid = h;
+            size_t total = plan_bill(&pc, dev).total;
+            if (total < least) {
+                least = total;
+                best = pc;
+            }
+        }
+    }
+    return best;
 }
 
 PlanResult plan_recommend(const PlanConfig* request, const PlanFixed* fixed, const PlanDevice* dev) {
@@ -237,27 +252,31 @@ PlanResult plan_recommend(const PlanConfig* request, const PlanFixed* fixed, con
     memset(&r, 0, sizeof r);
     r.fits = search(request, fixed, dev, &r.config);
     if (!r.fits) {
-        // Show the smallest configuration the fixed choices allow.
-        PlanConfig s = smallest(request);
-        if (!fixed->precision) s.precision = plan_default_precision(&request->model, dev);
-        if (fixed->zero_stage) s.zero_stage = request->zero_stage;
-        if (fixed->recompute) s.recompute = request->recompute;
-        if (fixed->micro_batch) s.B = request->B;
-        r.config = s;
-        // More ranks: the state shrinks with the world, the activations do not.
-        PlanConfig w = smallest(&s);
-        int step_world = w.world < w.ranks_per_node ? 2 * w.world : w.world + w.ranks_per_node;
-        for (w.world = step_world; w.world <= 65536; w.world *= 2) {
-            if (fits(&w, dev)) {
+        r.config = least_memory(request, fixed, dev);
+        // What would fit with nothing fixed but the precision.
+        PlanFixed keep_precision;
+        memset(&keep_precision, 0, sizeof keep_precision);
+        keep_precision.precision = 1;
+        PlanConfig base = *request;
+        base.precision = r.config.precision;
+        // More ranks: the model state shrinks with the world, the activations do not.
+        PlanConfig w = base;
+        w.world = w.world < w.ranks_per_node ? 2 * w.world : w.world + w.ranks_per_node;
+        for (; w.world <= 65536; w.world *= 2) {
+            PlanConfig l = least_memory(&w, &keep_precision, dev);
+            if (fits(&l, dev)) {
                 r.fits_with_world = w.world;
                 break;
             }
         }
-        // Shorter sequences at this world size.
-        PlanConfig t = smallest(&s);
-        for (t.T = s.T / 2; t.T >= 64 && !r.fits_with_seq_len; t.T /= 2) {
-            if (request->model.max_seq_len == request->T) t.model.max_seq_len = t.T;
-            if (fits(&t, dev)) r.fits_with_seq_len = t.T;
+        // Shorter sequences at this world size (the position embedding
+        // follows the sequence when it did before).
+        for (int T = base.T / 2; T >= 64 && !r.fits_with_seq_len; T /= 2) {
+            PlanConfig t = base;
+            t.T = T;
+            if (request->model.max_seq_len == request->T) t.model.max_seq_len = T;
+            PlanConfig l = least_memory(&t, &keep_precision, dev);
+            if (fits(&l, dev)) r.fits_with_seq_len = T;
         }
         // Without the explicit choices.
         if (fixed->precision || fixed->micro_batch || fixed->recompute || fixed->zero_stage || fixed->batch_tokens) {

@@ -114,11 +114,12 @@ typedef struct {
 
 typedef struct {
     int fits;
-    PlanConfig config;        // the recommendation (or the smallest try when nothing fits)
+    PlanConfig config;        // the recommendation, or when nothing fits the least memory the fixed choices allow
     MemoryBill bill;
     PlanSpeed speed;
     // When nothing fits: what would, each 0 (or -1) when it does not help.
-    int fits_with_world;      // fewest ranks (ZeRO-3 over all, full recompute, micro-batch 1)
+    // fits_with_*: at micro-batch 1, full recompute, the least-memory ZeRO stage
+    int fits_with_world;      // fewest ranks
     int fits_with_seq_len;    // longest sequence (a halving of T) at this world size
     int fits_when_unfixed;    // dropping the explicit choices would fit
     PlanConfig unfixed;       // ... with this configuration
