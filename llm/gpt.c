@@ -202,6 +202,8 @@ int act_kind_is_per_layer(ActKind k) { return act_keep(k) != KEEP_GLOBAL; }
 
 // Where a layer that does not keep a KEEP_IF_NONE kind puts it: the backward
 // scratch, free during the forward pass, and where backward recomputes it.
+// ln1 and ln2 share one buffer: each is read by its GEMM before the other is
+// written (ln1 of layer l+1 is written at the end of layer l).
 static ActKind act_scratch_for(ActKind k) { return k == A_FCH_GELU ? A_SCRATCH_BT4C : A_SCRATCH_BTC; }
 
 // Elements per token.
