@@ -366,10 +366,13 @@ void report_close(const Trainer* tr) {
     else snprintf(mfu_text, sizeof mfu_text, "n/a");
     // Worded unlike the step line ("mean ... tokens/s", "final loss") so that
     // the step line's metric regexes do not match it.
+    char val_text[32];
+    if (isfinite(R.last_val_loss)) snprintf(val_text, sizeof val_text, "%.4f", R.last_val_loss);
+    else snprintf(val_text, sizeof val_text, "n/a");
     printf("summary   | %d steps in %s | %ld skipped (%ld non-finite, %ld loss spikes) | mean %.0f tokens/s | "
-           "mean mfu %s | peak mem %.0f MiB | final loss %.4f | final val loss %.4f\n",
+           "mean mfu %s | peak mem %.0f MiB | final loss %.4f | final val loss %s\n",
            R.steps_done, e, g->skipped, g->nonfinite, g->spikes, tok_s, mfu_text, mib(R.peak_mem), R.last_loss,
-           R.last_val_loss);
+           val_text);
     fflush(stdout);
     if (!R.log.f) return;
     JsonWriter* j = metrics_log_begin(&R.log, "summary");

@@ -170,33 +170,50 @@ int telemetry_read(Telemetry* t, double v[TEL_NUM_FIELDS]) {
     if (!t->active) return 0;
     const NvmlApi* a = t->api;
     nvmlDevice_t d = (nvmlDevice_t)t->device;
-    unsigned int u = 0, u2 = 0;
+    unsigned int u = 0;
     int ok = 1;
+    nvmlReturn_t rc;
     if (ok && a->utilization) {
         nvmlUtilization_t util = {0, 0};
-        nvmlReturn_t rc = a->utilization(d, &util);
+        rc = a->utilization(d, &util);
         ok = query(t, rc, "nvmlDeviceGetUtilizationRates", &v[TEL_SM_UTIL], util.gpu);
         if (ok && rc == NVML_SUCCESS) v[TEL_MEM_UTIL] = util.memory;
     }
     if (ok && a->memory) {
         nvmlMemory_t mem = {0, 0, 0};
-        nvmlReturn_t rc = a->memory(d, &mem);
+        rc = a->memory(d, &mem);
         ok = query(t, rc, "nvmlDeviceGetMemoryInfo", &v[TEL_MEM_USED], (double)mem.used);
         if (ok && rc == NVML_SUCCESS) v[TEL_MEM_TOTAL] = (double)mem.total;
     }
-    if (ok && a->power) ok = query(t, a->power(d, &u), "nvmlDeviceGetPowerUsage", &v[TEL_POWER], u / 1000.0);
-    if (ok && a->power_limit)
-        ok = query(t, a->power_limit(d, &u), "nvmlDeviceGetEnforcedPowerLimit", &v[TEL_POWER_LIMIT], u / 1000.0);
-    if (ok && a->temperature)
-        ok = query(t, a->temperature(d, NVML_TEMPERATURE_GPU, &u), "nvmlDeviceGetTemperature", &v[TEL_TEMP], u);
-    if (ok && a->clock) ok = query(t, a->clock(d, NVML_CLOCK_SM, &u), "nvmlDeviceGetClockInfo", &v[TEL_SM_CLOCK], u);
-    if (ok && a->max_clock)
-        ok = query(t, a->max_clock(d, NVML_CLOCK_SM, &u2), "nvmlDeviceGetMaxClockInfo", &v[TEL_SM_CLOCK_MAX], u2);
-    if (ok && a->clock)
-        ok = query(t, a->clock(d, NVML_CLOCK_MEM, &u), "nvmlDeviceGetClockInfo", &v[TEL_MEM_CLOCK], u);
+    // Each call first, then its value: the call fills `u`, and C leaves the
+    // order in which function arguments are evaluated unspecified.
+    if (ok && a->power) {
+        rc = a->power(d, &u);
+        ok = query(t, rc, "nvmlDeviceGetPowerUsage", &v[TEL_POWER], u / 1000.0);
+    }
+    if (ok && a->power_limit) {
+        rc = a->power_limit(d, &u);
+        ok = query(t, rc, "nvmlDeviceGetEnforcedPowerLimit", &v[TEL_POWER_LIMIT], u / 1000.0);
+    }
+    if (ok && a->temperature) {
+        rc = a->temperature(d, NVML_TEMPERATURE_GPU, &u);
+        ok = query(t, rc, "nvmlDeviceGetTemperature", &v[TEL_TEMP], u);
+    }
+    if (ok && a->clock) {
+        rc = a->clock(d, NVML_CLOCK_SM, &u);
+        ok = query(t, rc, "nvmlDeviceGetClockInfo", &v[TEL_SM_CLOCK], u);
+    }
+    if (ok && a->max_clock) {
+        rc = a->max_clock(d, NVML_CLOCK_SM, &u);
+        ok = query(t, rc, "nvmlDeviceGetMaxClockInfo", &v[TEL_SM_CLOCK_MAX], u);
+    }
+    if (ok && a->clock) {
+        rc = a->clock(d, NVML_CLOCK_MEM, &u);
+        ok = query(t, rc, "nvmlDeviceGetClockInfo", &v[TEL_MEM_CLOCK], u);
+    }
     if (ok && a->reasons) {
         unsigned long long r = 0;
-        nvmlReturn_t rc = a->reasons(d, &r);
+        rc = a->reasons(d, &r);
         ok = query(t, rc, "nvmlDeviceGetCurrentClocksEventReasons", &v[TEL_THROTTLE_POWER],
                    (r & (NVML_REASON_SW_POWER_CAP | NVML_REASON_HW_POWER_BRAKE)) ? 1 : 0);
         if (ok && rc == NVML_SUCCESS) {
