@@ -105,8 +105,10 @@ GuardVerdict guard_check(Guard* g, int step, double loss, double grad_norm) {
     return v;
 }
 
+int guard_exhausted(const Guard* g) { return g->max_bad_steps > 0 && g->bad_in_row >= g->max_bad_steps; }
+
 void guard_stop_if_exhausted(const Guard* g, int step) {
-    if (g->max_bad_steps > 0 && g->bad_in_row >= g->max_bad_steps)
+    if (guard_exhausted(g))
         fatal("step %d: %d steps in a row skipped (the last for %s), reaching --max-bad-steps %d; "
               "stopping so the run can restart from its last good checkpoint",
               step, g->bad_in_row,

@@ -24,6 +24,9 @@ EXTERN_C_BEGIN
 
 typedef enum { GUARD_UPDATE = 0, GUARD_SKIP_NONFINITE, GUARD_SKIP_SPIKE } GuardAction;
 
+// For a resume identical to never having stopped, a checkpoint carries the
+// loss window (history, filled, next) and the counters (bad_in_row, skipped,
+// nonfinite, spikes): with --skip-spikes they decide which updates happen.
 typedef struct {
     // settings
     int max_bad_steps;   // stop after this many skipped steps in a row; 0: never stop
@@ -64,7 +67,10 @@ void guard_poison_gradient(GPT* m);
 // updates the counters and the loss window.
 GuardVerdict guard_check(Guard* g, int step, double loss, double grad_norm);
 
-// Fatal once max_bad_steps steps in a row were skipped: names the step.
+// Whether max_bad_steps steps in a row were skipped (never with 0): the
+// point where a run stops, or (later) rolls back to a checkpoint.
+int guard_exhausted(const Guard* g);
+// Fatal when guard_exhausted: names the step and the reason.
 void guard_stop_if_exhausted(const Guard* g, int step);
 
 const char* guard_action_name(GuardAction a);  // "update", "nonfinite", "spike"

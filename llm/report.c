@@ -23,8 +23,9 @@ static struct {
     double peak_flops;       // per device; 0: unknown
     char peak_source[256];   // where the peak comes from, for the summary
     double t_start, t_after_first_step, last_progress;
-    int steps_done;          // steps this process has reported
-    long long tokens_done;
+    int steps_done;          // steps this process has reported (fewer than the step number after a resume)
+    int last_step;           // 1-based number of the latest step
+    long long tokens_done;   // tokens trained by the run so far, resumed part included
     double steady_seconds;   // step time summed over all steps but the first
     int steady_steps;
     long long steady_tokens;
@@ -103,6 +104,7 @@ static void log_failure(const char* message) {
     json_string(j, "status", "error");
     json_string(j, "error", message);
     json_int(j, "steps_done", R.steps_done);
+    json_int(j, "last_step", R.last_step);
     json_number(j, "elapsed_s", now_seconds() - R.t_start);
     metrics_log_commit_quietly(&R.log);
 }
@@ -298,7 +300,8 @@ void report_step(const Trainer* tr, int step, const StepResult* r) {
     const TrainConfig* cfg = tr->cfg;
     double now = now_seconds();
     R.steps_done++;
-    R.tokens_done += tr->tokens_per_step;
+    R.last_step = step + 1;
+    R.tokens_done = (long long)(step + 1) * tr->tokens_per_step;
     if (R.steps_done == 1) {
         R.t_after_first_step = now;
     } else {  // the first step warms caches and allocators: not steady state
@@ -379,6 +382,7 @@ void report_close(const Trainer* tr) {
     json_string(j, "status", "ok");
     json_null(j, "error");
     json_int(j, "steps_done", R.steps_done);
+    json_int(j, "last_step", R.last_step);
     json_int(j, "skipped_steps", g->skipped);
     json_int(j, "nonfinite_steps", g->nonfinite);
     json_int(j, "loss_spikes", g->spikes);

@@ -41,7 +41,7 @@ assert recs[-1]["type"] == "summary", "last line is not the summary"
 STEP = {"type", "step", "steps", "loss", "grad_norm", "lr", "step_time_s", "tokens_per_second",
         "tokens_per_second_per_rank", "model_flops_per_second", "mfu", "memory_bytes", "peak_memory_bytes",
         "tokens", "elapsed_s", "eta_s", "skipped", "skip_reason", "loss_spike", "loss_z", "skipped_total"}
-SUMMARY = {"type", "status", "error", "steps_done", "skipped_steps", "nonfinite_steps", "loss_spikes", "tokens",
+SUMMARY = {"type", "status", "error", "steps_done", "last_step", "skipped_steps", "nonfinite_steps", "loss_spikes", "tokens",
            "elapsed_s", "tokens_per_second", "mfu", "peak_memory_bytes", "final_loss", "final_val_loss"}
 CONFIG = {"type", "time", "flags", "backend", "precision", "world", "zero_stage", "params", "layers", "channels",
           "heads", "vocab_size", "seq_len", "micro_batch", "accumulation", "tokens_per_step", "flops_per_token",
@@ -74,7 +74,7 @@ for r in tel:
     assert r["mem_used_bytes_max"] == 10 * 2**30 and r["throttle_power_max"] == 1 and r["throttle_thermal_max"] == 0
 s = recs[-1]
 assert set(s) == SUMMARY, "summary keys: %s" % sorted(set(s) ^ SUMMARY)
-assert s["status"] == "ok" and s["error"] is None and s["steps_done"] == 30 and s["tokens"] == 30 * 256
+assert s["status"] == "ok" and s["error"] is None and s["steps_done"] == s["last_step"] == 30 and s["tokens"] == 30 * 256
 assert s["skipped_steps"] == 1 and s["nonfinite_steps"] == 1 and s["loss_spikes"] == 0
 assert s["final_val_loss"] == vals[-1]["val_loss"] and s["final_loss"] == steps[-1]["loss"]
 print("ok")
@@ -191,7 +191,7 @@ fi
 
 expect_error nan_repeated_stops 'step 4: 3 steps in a row skipped \(the last for a non-finite loss or gradient norm\), reaching --max-bad-steps 3' \
   env TRAIN_GPT_INJECT_NAN=2,3,4,5 "$TG" "${nan[@]}" --steps 8 --max-bad-steps 3 --log-dir "$T/run_nan"
-if tail -n 1 "$T/run_nan/metrics.jsonl" | grep -q '^{"type":"summary","status":"error","error":"step 4: 3 steps in a row' &&
+if tail -n 1 "$T/run_nan/metrics.jsonl" | grep -q '^{"type":"summary","status":"error","error":"step 4: 3 steps in a row.*"last_step":4,' &&
    [ "$(grep -c '"type":"step"' "$T/run_nan/metrics.jsonl")" -eq 4 ]; then
   ok failed_run_log_ends_with_summary
 else
