@@ -26,6 +26,17 @@ CFLAGS   ?= -O3 -march=native -g
 CFLAGS   += -std=c11 -fopenmp -D_GNU_SOURCE -I. $(WARN)
 LDLIBS   := -lopenblas -lzstd -lm
 
+# MPI starts the ranks (llm/comm.c); every build links it, and a plain ./train_gpt
+# runs as a world of one. Flags come from the MPI compiler wrapper.
+MPICC       ?= mpicc
+MPI_CFLAGS  := $(shell $(MPICC) --showme:compile 2>/dev/null)
+MPI_LDFLAGS := $(shell $(MPICC) --showme:link 2>/dev/null)
+ifeq ($(strip $(MPI_LDFLAGS)),)
+  $(error MPI not found: `$(MPICC) --showme:link` failed (run scripts/install_deps.sh for libopenmpi-dev))
+endif
+CFLAGS   += $(MPI_CFLAGS)
+LDLIBS   += $(MPI_LDFLAGS)
+
 # Everything except main() lives in a static library that tests link too.
 LIB_SRCS := $(wildcard llm/*.c data/*.c kernels/*.c kernels/cpu/*.c)
 LIB_OBJS := $(LIB_SRCS:%.c=$(BUILD)/%.o)
@@ -36,8 +47,18 @@ ifneq ($(NVCC),)
                 -gencode arch=compute_100,code=sm_100 -gencode arch=compute_100,code=compute_100
   NVCCFLAGS  := -O3 -std=c++17 $(CUDA_ARCH) -I. -Xcompiler -fopenmp,-Wall,-Wno-unused-parameter
   CUDA_SRCS  := $(wildcard kernels/cuda/*.cu)
-  CUDA_OBJS  := $(CUDA_SRCS:%.cu=$(BUILD)/%.o)
   CUDA_LIBS  := -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcublasLt -lcublas -lcudart -lstdc++
+  # llm/*.cu: NCCL collectives (llm/comm_nccl.cu). Without NCCL headers the
+  # build still links (a weak symbol) and multi-GPU runs say NCCL is missing.
+  NCCL_HOME  ?= $(CUDA_HOME)
+  ifneq ($(wildcard $(NCCL_HOME)/include/nccl.h),)
+    CUDA_SRCS  += $(wildcard llm/*.cu)
+    NVCCFLAGS  += -I$(NCCL_HOME)/include
+    CUDA_LIBS  += -L$(NCCL_HOME)/lib64 -L$(NCCL_HOME)/lib -Wl,-rpath,$(NCCL_HOME)/lib64 -Wl,-rpath,$(NCCL_HOME)/lib -lnccl
+  else
+    $(warning NCCL not found under $(NCCL_HOME): building without multi-GPU collectives)
+  endif
+  CUDA_OBJS  := $(CUDA_SRCS:%.cu=$(BUILD)/%.o)
   MAIN_OBJ   := $(BUILD)/train_cuda.o
   BUILD_KIND := cuda
 else
@@ -72,6 +93,10 @@ $(BUILD)/train_cuda.o: train.cu
 	$(NVCC) $(NVCCFLAGS) -MMD -MP -DTRAIN_GPT_CUDA -x cu -c $< -o $@
 
 $(BUILD)/kernels/cuda/%.o: kernels/cuda/%.cu
+	@mkdir -p $(dir $@)
+	$(NVCC) $(NVCCFLAGS) -MMD -MP -c $< -o $@
+
+$(BUILD)/llm/%.o: llm/%.cu
 	@mkdir -p $(dir $@)
 	$(NVCC) $(NVCCFLAGS) -MMD -MP -c $< -o $@
 

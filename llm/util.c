@@ -13,6 +13,13 @@
 static FatalHook fatal_hooks[MAX_FATAL_HOOKS];
 static int num_fatal_hooks;
 static int in_fatal;
+static void (*fatal_delay)(void);
+static void (*fatal_terminate)(void);
+
+void set_fatal_exit(void (*delay)(void), void (*terminate)(void)) {
+    fatal_delay = delay;
+    fatal_terminate = terminate;
+}
 
 void add_fatal_hook(FatalHook hook) {
     if (num_fatal_hooks < MAX_FATAL_HOOKS) fatal_hooks[num_fatal_hooks++] = hook;
@@ -25,12 +32,15 @@ void fatal(const char* fmt, ...) {
     vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
     fflush(stdout);
+    // A hook that itself fails must not recurse back into the hooks.
+    int first = !in_fatal;
+    in_fatal = 1;
+    if (first && fatal_delay) fatal_delay();
     fprintf(stderr, "train_gpt: error: %s\n", msg);
     fflush(stderr);
-    // A hook that itself fails must not recurse back into the hooks.
-    if (!in_fatal) {
-        in_fatal = 1;
+    if (first) {
         for (int i = 0; i < num_fatal_hooks; i++) fatal_hooks[i](msg);
+        if (fatal_terminate) fatal_terminate();
     }
     exit(1);
 }
