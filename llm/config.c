@@ -61,7 +61,10 @@ static const Flag FLAGS[] = {
 
     {"device", F_STRING, OFF(device), "auto", "auto|cpu|cuda", "compute backend; auto: the GPU when one is present", "Runtime"},
     {"precision", F_STRING, OFF(precision), "fp32", "fp32|bf16", "parameter and activation type (master weights and optimizer state are always fp32)", NULL},
-    {"threads", F_INT, OFF(threads), "0", "N", "CPU threads; 0: all cores (OMP_NUM_THREADS also works)", NULL},
+    {"threads", F_INT, OFF(threads), "0", "N", "CPU threads per rank; 0: the machine's cores divided by its ranks (OMP_NUM_THREADS also works)", NULL},
+
+    {"zero", F_INT, OFF(zero_stage), "1", "0|1|2|3", "ZeRO stage: 0 replicates everything, 1 shards optimizer state, 2 also gradients, 3 also parameters", "Distributed (mpirun -np N ./train_gpt ...)"},
+    {"shard-scope", F_STRING, OFF(shard_scope), "world", "world|node", "shard over all ranks, or inside each node with gradients all-reduced across nodes (hybrid; ZeRO 1-3)", NULL},
 };
 #define NUM_FLAGS ((int)(sizeof FLAGS / sizeof FLAGS[0]))
 

@@ -41,7 +41,10 @@ typedef struct {
     // runtime
     char* device;         // auto|cpu|cuda
     char* precision;      // fp32|bf16
-    int threads;          // CPU threads; 0: all cores
+    int threads;          // CPU threads; 0: all cores (shared by the ranks of a machine)
+    // distributed
+    int zero_stage;       // 0..3
+    char* shard_scope;    // world|node
 } TrainConfig;
 
 // Fills defaults, parses argv (`--flag value` or `--flag=value`), prints help

@@ -9,8 +9,10 @@ void report_run_summary(const Trainer* tr) {
     if (tr->rank != 0) return;
     const GPT* m = &tr->model;
     const GPTConfig* c = &m->config;
-    size_t n = m->layout.total, es = dtype_size(m->dtype);
-    printf("train_gpt | backend %s | precision %s | ranks %d\n", tr->be->name, dtype_name(m->dtype), tr->world);
+    StateBytes sb = gpt_state_bytes(c, m->dtype, m->world, m->zero_stage);
+    printf("train_gpt | backend %s | precision %s | ranks %d | zero %d, sharded over %d rank%s%s\n", tr->be->name,
+           dtype_name(m->dtype), tr->world, m->zero_stage, m->world, m->world == 1 ? "" : "s",
+           tr->comm->node_scope ? " per node" : "");
     printf("model     | %zu parameters (%.2fM) | layers %d | channels %d | heads %d | vocab %d (padded %d) | max seq %d\n",
            m->num_params, (double)m->num_params / 1e6, c->num_layers, c->channels, c->num_heads, c->vocab_size,
            c->padded_vocab_size, c->max_seq_len);
@@ -20,9 +22,9 @@ void report_run_summary(const Trainer* tr) {
            (unsigned long long)tr->train.windows_per_epoch, tr->train.num_shards);
     if (tr->has_val) printf(" | val %s: %llu windows", tr->cfg->val_data, (unsigned long long)tr->val.windows_per_epoch);
     printf("\n");
-    printf("memory    | params %.1f MiB | grads %.1f MiB | master %.1f MiB | adam %.1f MiB | activations %.1f MiB | total %.1f MiB\n",
-           mib(n * es), mib(n * es), mib(m->master ? m->opt_size * 4 : 0),
-           mib(2 * m->opt_size * 4), mib(m->acts.bytes), mib(tr->be->allocated_bytes(tr->be)));
+    printf("memory    | per rank: params %.1f MiB | grads %.1f MiB | master %.1f MiB | adam %.1f MiB | activations %.1f MiB | allocated %zu bytes\n",
+           mib(sb.params), mib(sb.grads), mib(sb.master), mib(sb.adam), mib(m->acts.bytes),
+           tr->be->allocated_bytes(tr->be));
     printf("optimizer | AdamW lr %g (warmup %d, cosine to %g x) | betas %g %g | eps %g | wd %g | clip %g | steps %d\n",
            tr->cfg->lr, tr->cfg->warmup, tr->cfg->lr_final_frac, tr->cfg->beta1, tr->cfg->beta2, tr->cfg->eps,
            tr->cfg->weight_decay, tr->cfg->grad_clip, tr->cfg->steps);

@@ -29,12 +29,27 @@ static void setup_batch_geometry(Trainer* tr, const TrainConfig* cfg) {
     tr->tokens_per_step = total;
 }
 
-void trainer_setup(Trainer* tr, const TrainConfig* cfg, Backend* be) {
+// --zero and --shard-scope: the rank groups the model is sharded over.
+static void setup_sharding(Trainer* tr, const TrainConfig* cfg) {
+    if (cfg->zero_stage < 0 || cfg->zero_stage > 3) fatal("--zero %d is not one of 0, 1, 2, 3", cfg->zero_stage);
+    int node_scope;
+    if (!strcmp(cfg->shard_scope, "world")) node_scope = 0;
+    else if (!strcmp(cfg->shard_scope, "node")) node_scope = 1;
+    else fatal("--shard-scope '%s' is not one of world, node", cfg->shard_scope);
+    if (node_scope && cfg->zero_stage == 0)
+        fatal("--shard-scope node needs --zero 1, 2 or 3 (ZeRO-0 shards nothing)");
+    comm_set_shard_scope(tr->comm, node_scope);
+    comm_attach_backend(tr->comm, tr->be);
+}
+
+void trainer_setup(Trainer* tr, const TrainConfig* cfg, Backend* be, Comm* comm) {
     memset(tr, 0, sizeof *tr);
     tr->cfg = cfg;
     tr->be = be;
-    tr->rank = 0;
-    tr->world = 1;
+    tr->comm = comm;
+    tr->rank = comm->rank;
+    tr->world = comm->world;
+    setup_sharding(tr, cfg);
     setup_batch_geometry(tr, cfg);
     if (cfg->warmup < 0) fatal("--warmup must not be negative (got %d)", cfg->warmup);
     if (!(cfg->lr > 0)) fatal("--lr must be positive (got %g)", cfg->lr);
@@ -64,7 +79,9 @@ void trainer_setup(Trainer* tr, const TrainConfig* cfg, Backend* be) {
         tr->has_val = 1;
     }
 
-    gpt_create(&tr->model, &mc, be, tr->B, tr->T, 1, 0, 0);
+    const CommGroupInfo* shard = &comm->group[COMM_SHARD];
+    gpt_create(&tr->model, &mc, be, tr->B, tr->T, shard->size, shard->rank, cfg->zero_stage);
+    zero_init(&tr->zero, &tr->model, comm);
     if (cfg->init_from[0]) llmc_load_weights(&tr->model, cfg->init_from);
     else gpt_init_random(&tr->model, (uint64_t)cfg->seed);
 
@@ -77,6 +94,7 @@ void trainer_setup(Trainer* tr, const TrainConfig* cfg, Backend* be) {
 }
 
 void trainer_free(Trainer* tr) {
+    zero_free(&tr->zero);
     gpt_free(&tr->model);
     dataloader_free(&tr->train);
     if (tr->has_val) dataloader_free(&tr->val);
@@ -113,28 +131,29 @@ StepResult trainer_step(Trainer* tr, int step) {
     long windows_per_step = (long)tr->accum * tr->world * tr->B;
     float dloss = 1.0f / (float)((double)tr->tokens_per_step);
 
-    gpt_zero_grads(m);
+    zero_begin_step(&tr->zero);
     for (int a = 0; a < tr->accum; a++) {
         load_micro_batch(tr, &tr->train, base + ((uint64_t)a * tr->world + tr->rank) * tr->B);
+        zero_begin_micro_step(&tr->zero, a, tr->accum);
         gpt_forward(m, m->inputs, m->targets, tr->B, tr->T, dloss);
         gpt_accumulate_loss(m, tr->B, tr->T, a > 0);
-        gpt_backward(m, m->inputs, tr->B, tr->T);
+        gpt_backward(m, m->inputs, tr->B, tr->T);  // the hooks reduce gradients unit by unit
     }
     dataloader_set_position(&tr->train, base + (uint64_t)windows_per_step);
 
-    // One read of (loss sum, grad norm^2): the only host synchronisation of the step.
-    gpt_grad_norm_squared(m, 0, m->layout.total);
-    float scalars[2];
-    be->to_host(be, scalars, m->scalars, sizeof scalars);
-    double norm = sqrt((double)scalars[1]);
+    // One read of (loss sum, grad norm^2), summed over the ranks: the only
+    // host synchronisation of the step.
+    double loss_sum, norm_sq;
+    zero_step_totals(&tr->zero, &loss_sum, &norm_sq);
+    double norm = sqrt(norm_sq);
     double clip = grad_clip_scale(norm, cfg->grad_clip);
     double lr = lr_at(&tr->sched, step);
-    gpt_update(m, (float)lr, (float)cfg->beta1, (float)cfg->beta2, (float)cfg->eps, (float)cfg->weight_decay,
-               (float)clip, rng_key((uint64_t)cfg->seed, 0xADA3, (uint64_t)step));
+    zero_update(&tr->zero, (float)lr, (float)cfg->beta1, (float)cfg->beta2, (float)cfg->eps,
+                (float)cfg->weight_decay, (float)clip, rng_key((uint64_t)cfg->seed, 0xADA3, (uint64_t)step));
     be->synchronize(be);
 
     StepResult r;
-    r.loss = (double)scalars[0] / ((double)tr->B * tr->T * tr->accum);
+    r.loss = loss_sum / (double)tr->tokens_per_step;
     r.grad_norm = norm;
     r.lr = lr;
     r.seconds = now_seconds() - t0;
@@ -158,9 +177,18 @@ double trainer_validate(Trainer* tr) {
         gpt_forward(m, m->inputs, m->targets, tr->B, tr->T, 0.0f);
         gpt_accumulate_loss(m, tr->B, tr->T, i > 0);
     }
-    float sum;
-    be->to_host(be, &sum, m->scalars, sizeof sum);
-    return (double)sum / ((double)batches * tr->B * tr->T);
+    float local;
+    be->to_host(be, &local, m->scalars, sizeof local);
+    double sum = local;
+    comm_host_sum(tr->comm, COMM_WORLD, &sum, 1);
+    return sum / ((double)batches * per_batch * tr->T);
+}
+
+void trainer_export(Trainer* tr, const char* path, DType dtype) {
+    float* flat = (float*)xmalloc(tr->model.layout.total * sizeof(float));
+    zero_gather_params_f32(&tr->zero, flat);
+    if (tr->rank == 0) llmc_write_weights(&tr->model, flat, path, dtype);
+    free(flat);
 }
 
 // ---------------------------------------------------------------------------
