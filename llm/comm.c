@@ -16,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "llm/bf16.h"
 
@@ -52,10 +53,17 @@ static CommMpi* mpi_of(const Comm* c) { return (CommMpi*)c->mpi; }
 // ---------------------------------------------------------------------------
 // errors and exit
 
-static void fatal_delay(void) {
-    if (!the_comm || the_comm->world == 1 || the_comm->rank == 0) return;
+// Rank 0 prints at once; another rank waits in case rank 0 has the same
+// error and stops everyone, and if not, says which rank it is.
+static const char* fatal_before_print(void) {
+    if (!the_comm || the_comm->world == 1 || the_comm->rank == 0) return NULL;
     struct timespec ts = {FATAL_GRACE_SECONDS, 0};
     nanosleep(&ts, NULL);
+    static char prefix[128];
+    char host[64] = "?";
+    gethostname(host, sizeof host - 1);
+    snprintf(prefix, sizeof prefix, "rank %d of %d (%s): ", the_comm->rank, the_comm->world, host);
+    return prefix;
 }
 
 static void fatal_terminate(void) {
@@ -124,7 +132,7 @@ Comm* comm_init(int* argc, char*** argv) {
     MPI_CHECK(MPI_Comm_rank(MPI_COMM_WORLD, &c->rank));
     MPI_CHECK(MPI_Comm_size(MPI_COMM_WORLD, &c->world));
     the_comm = c;
-    set_fatal_exit(fatal_delay, fatal_terminate);
+    set_fatal_exit(fatal_before_print, fatal_terminate);
     if (c->rank != 0) {
         // Step lines, summaries and --help come from rank 0 alone.
         fflush(stdout);

@@ -167,21 +167,32 @@ StepResult trainer_step(Trainer* tr, int step) {
 double trainer_validate(Trainer* tr) {
     GPT* m = &tr->model;
     Backend* be = tr->be;
-    uint64_t windows = tr->val.windows_per_epoch;
-    uint64_t per_batch = (uint64_t)tr->B * tr->world;
-    int batches = tr->cfg->val_batches;
-    if (batches <= 0 || (uint64_t)batches * per_batch > windows) batches = (int)(windows / per_batch);
-    if (batches == 0) batches = 1;  // fewer windows than one batch: read with wrap-around
-    for (int i = 0; i < batches; i++) {
-        load_micro_batch(tr, &tr->val, (uint64_t)i * per_batch + (uint64_t)tr->rank * tr->B);
-        gpt_forward(m, m->inputs, m->targets, tr->B, tr->T, 0.0f);
-        gpt_accumulate_loss(m, tr->B, tr->T, i > 0);
+    // The first `total` windows of the validation set, whatever the number of
+    // ranks: round i gives rank r the windows [(i*world + r)*B, ... + B)
+    // clipped to total, so a rank can get fewer than B, or none.
+    uint64_t total = (uint64_t)tr->cfg->val_batches * tr->B;
+    if (total == 0 || total > tr->val.windows_per_epoch) total = tr->val.windows_per_epoch;
+    uint64_t per_round = (uint64_t)tr->B * tr->world;
+    uint64_t rounds = ceil_div(total, per_round);
+    int counted = 0;
+    for (uint64_t i = 0; i < rounds; i++) {
+        uint64_t first = i * per_round + (uint64_t)tr->rank * tr->B;
+        int count = first < total ? (int)(total - first < (uint64_t)tr->B ? total - first : (uint64_t)tr->B) : 0;
+        // A rank without windows still runs the forward (ZeRO-3 gathers
+        // parameters in it, with every rank), on window 0, uncounted.
+        int rows = count > 0 ? count : 1;
+        dataloader_read(&tr->val, count > 0 ? first : 0, rows, tr->host_inputs, tr->host_targets);
+        size_t bytes = (size_t)rows * tr->T * sizeof(int32_t);
+        be->to_device(be, m->inputs, tr->host_inputs, bytes);
+        be->to_device(be, m->targets, tr->host_targets, bytes);
+        gpt_forward(m, m->inputs, m->targets, rows, tr->T, 0.0f);
+        if (count > 0) gpt_accumulate_loss(m, count, tr->T, counted++ > 0);
     }
-    float local;
-    be->to_host(be, &local, m->scalars, sizeof local);
+    float local = 0.0f;
+    if (counted) be->to_host(be, &local, m->scalars, sizeof local);
     double sum = local;
     comm_host_sum(tr->comm, COMM_WORLD, &sum, 1);
-    return sum / ((double)batches * per_batch * tr->T);
+    return sum / ((double)total * tr->T);
 }
 
 void trainer_export(Trainer* tr, const char* path, DType dtype) {

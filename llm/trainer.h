@@ -55,8 +55,9 @@ void trainer_export(Trainer* tr, const char* path, DType dtype);
 // One optimizer step: accumulate gradients over the global batch's windows
 // of this rank, clip by the global norm, AdamW.
 StepResult trainer_step(Trainer* tr, int step);
-// Mean loss over --val-batches global batches of the validation set (each
-// rank evaluates its micro-batch of each; the result is the same on every rank).
+// Mean loss over the first --val-batches x micro-batch windows of the
+// validation set (0: all of it), shared out among the ranks; the same on
+// every rank and, up to summation order, for any number of ranks.
 double trainer_validate(Trainer* tr);
 // Generates --sample-tokens tokens from an end-of-text prompt; returns the
 // decoded text (malloc'ed).

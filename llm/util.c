@@ -13,11 +13,11 @@
 static FatalHook fatal_hooks[MAX_FATAL_HOOKS];
 static int num_fatal_hooks;
 static int in_fatal;
-static void (*fatal_delay)(void);
+static const char* (*fatal_before_print)(void);
 static void (*fatal_terminate)(void);
 
-void set_fatal_exit(void (*delay)(void), void (*terminate)(void)) {
-    fatal_delay = delay;
+void set_fatal_exit(const char* (*before_print)(void), void (*terminate)(void)) {
+    fatal_before_print = before_print;
     fatal_terminate = terminate;
 }
 
@@ -35,8 +35,8 @@ void fatal(const char* fmt, ...) {
     // A hook that itself fails must not recurse back into the hooks.
     int first = !in_fatal;
     in_fatal = 1;
-    if (first && fatal_delay) fatal_delay();
-    fprintf(stderr, "train_gpt: error: %s\n", msg);
+    const char* prefix = first && fatal_before_print ? fatal_before_print() : NULL;
+    fprintf(stderr, "train_gpt: error: %s%s\n", prefix ? prefix : "", msg);
     fflush(stderr);
     if (first) {
         for (int i = 0; i < num_fatal_hooks; i++) fatal_hooks[i](msg);
