@@ -110,6 +110,17 @@ $(BUILD)/tests/%: tests/%.c $(BUILD)/libtrain.a tests/testlib.h
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -o $@ $< $(BUILD)/libtrain.a $(LDLIBS)
 
+# GPU test programs (tests/gpu/*.cu), built in CUDA builds with NCCL so that CI
+# compiles them; run by `make test-gpu` on a machine with GPUs.
+GPU_TEST_BINS :=
+ifneq ($(filter llm/comm_nccl.cu,$(CUDA_SRCS)),)
+  GPU_TEST_BINS += $(BUILD)/tests/gpu/test_comm_nccl
+endif
+$(BUILD)/tests/gpu/%: tests/gpu/%.cu $(BUILD)/libtrain.a $(CUDA_OBJS) tests/testlib.h
+	@mkdir -p $(dir $@)
+	$(NVCC) $(NVCCFLAGS) -MMD -MP -c $< -o $@.o
+	$(CC) $(CFLAGS) -o $@ $@.o $(CUDA_OBJS) $(BUILD)/libtrain.a $(CUDA_LIBS) $(LDLIBS)
+
 # The data and checkpoint readers again, under AddressSanitizer and UBSan.
 ASAN_FLAGS := -O1 -g -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=all
 ASAN_SRCS  := $(wildcard data/*.c) llm/util.c
@@ -117,12 +128,12 @@ $(BUILD)/asan/test_data: tests/test_data.c $(ASAN_SRCS) tests/testlib.h
 	@mkdir -p $(dir $@)
 	$(CC) -std=c11 -fopenmp -D_GNU_SOURCE -I. $(WARN) $(ASAN_FLAGS) -DUNDER_ASAN -o $@ $< $(ASAN_SRCS) -lzstd -lm
 
-tests: train_gpt $(TEST_BINS) $(BUILD)/asan/test_data data
+tests: train_gpt $(TEST_BINS) $(GPU_TEST_BINS) $(BUILD)/asan/test_data data
 
 test: tests
 	@tests/run_tests.sh $(TEST_BINS) $(BUILD)/asan/test_data $(TEST_SCRIPTS)
 
-test-gpu: train_gpt
+test-gpu: train_gpt $(GPU_TEST_BINS)
 	@tests/gpu/run_gpu_tests.sh
 
 # ---- data, demo, benchmarks --------------------------------------------------------------------
