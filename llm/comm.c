@@ -151,6 +151,7 @@ Comm* comm_init(int* argc, char*** argv) {
 
 void comm_set_shard_scope(Comm* c, int node_scope) {
     CommMpi* p = mpi_of(c);
+    if (c->dev) fatal("internal: the shard scope must be set before comm_attach_backend");
     if (node_scope) {
         int sizes[2] = {-c->node_size, c->node_size}, ext[2];
         MPI_CHECK(MPI_Allreduce(sizes, ext, 2, MPI_INT, MPI_MAX, MPI_COMM_WORLD));

@@ -68,7 +68,8 @@ Comm* comm_init(int* argc, char*** argv);
 // Collective: every rank calls it with the same value.
 void comm_set_shard_scope(Comm* c, int node_scope);
 // Chooses how collectives on backend memory run: NCCL on be's stream for the
-// CUDA backend, MPI on host buffers for the CPU backend. Collective.
+// CUDA backend, MPI on host buffers for the CPU backend. Collective; after
+// comm_set_shard_scope (NCCL has a communicator per group).
 void comm_attach_backend(Comm* c, Backend* be);
 // Releases the communicators and finalizes MPI.
 void comm_finalize(Comm* c);

@@ -10,7 +10,11 @@
 //            into the shard as soon as the unit's backward is done.
 //   stage 3  as 2, and only the parameter shard is kept: each unit is
 //            gathered into staging just before its forward and again before
-//            its backward, the next layer prefetched into the second slot.
+//            its backward, the next layer prefetched into the second slot
+//            while the current one computes. A slot is reused only when
+//            needed, so the last two layers of the forward are still there
+//            for the start of the backward, and the first two for the next
+//            micro-step; the embeddings and final norm stay for the step.
 //
 // Gradients are communicated per unit as each unit's backward finishes, so on
 // the GPU the collectives (on their own stream) overlap the backward of the

@@ -22,7 +22,8 @@ cd "$(dirname "$0")/.."
 . tests/lib.sh
 
 T=$TEST_TMP
-MPI=(mpirun --allow-run-as-root --oversubscribe --bind-to none)
+# vader's single-copy mode needs ptrace rights that containers often lack.
+MPI=(mpirun --allow-run-as-root --oversubscribe --bind-to none --mca btl_vader_single_copy_mechanism none)
 # 12 windows per step: 1 rank x 12 micro-steps, 2 x 6, 3 x 4, 4 x 3.
 small=(--device cpu --depth 1 --seq-len 32 --micro-batch 1 --batch-tokens 384 --steps 20 --val-every 10
        --val-batches 4 --sample-every 0 --threads 1)
