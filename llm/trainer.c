@@ -112,10 +112,10 @@ double grad_clip_scale(double norm, double max_norm) {
     return s < 1.0 ? s : 1.0;
 }
 
-// Copies B windows starting at global window `first` to the backend.
-static void load_micro_batch(Trainer* tr, DataLoader* dl, uint64_t first) {
-    dataloader_read(dl, first, tr->B, tr->host_inputs, tr->host_targets);
-    size_t bytes = (size_t)tr->B * tr->T * sizeof(int32_t);
+// Copies `count` (<= B) windows starting at global window `first` to the backend.
+static void load_micro_batch(Trainer* tr, DataLoader* dl, uint64_t first, int count) {
+    dataloader_read(dl, first, count, tr->host_inputs, tr->host_targets);
+    size_t bytes = (size_t)count * tr->T * sizeof(int32_t);
     tr->be->to_device(tr->be, tr->model.inputs, tr->host_inputs, bytes);
     tr->be->to_device(tr->be, tr->model.targets, tr->host_targets, bytes);
 }
@@ -133,7 +133,7 @@ StepResult trainer_step(Trainer* tr, int step) {
 
     zero_begin_step(&tr->zero);
     for (int a = 0; a < tr->accum; a++) {
-        load_micro_batch(tr, &tr->train, base + ((uint64_t)a * tr->world + tr->rank) * tr->B);
+        load_micro_batch(tr, &tr->train, base + ((uint64_t)a * tr->world + tr->rank) * tr->B, tr->B);
         zero_begin_micro_step(&tr->zero, a, tr->accum);
         gpt_forward(m, m->inputs, m->targets, tr->B, tr->T, dloss);
         gpt_accumulate_loss(m, tr->B, tr->T, a > 0);
@@ -181,10 +181,7 @@ double trainer_validate(Trainer* tr) {
         // A rank without windows still runs the forward (ZeRO-3 gathers
         // parameters in it, with every rank), on window 0, uncounted.
         int rows = count > 0 ? count : 1;
-        dataloader_read(&tr->val, count > 0 ? first : 0, rows, tr->host_inputs, tr->host_targets);
-        size_t bytes = (size_t)rows * tr->T * sizeof(int32_t);
-        be->to_device(be, m->inputs, tr->host_inputs, bytes);
-        be->to_device(be, m->targets, tr->host_targets, bytes);
+        load_micro_batch(tr, &tr->val, count > 0 ? first : 0, rows);
         gpt_forward(m, m->inputs, m->targets, rows, tr->T, 0.0f);
         if (count > 0) gpt_accumulate_loss(m, count, tr->T, counted++ > 0);
     }

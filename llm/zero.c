@@ -13,9 +13,12 @@ enum { EV_PARAMS = 0, EV_GRADS = NUM_STAGING };
 static size_t es_of(const GPT* m) { return dtype_size(m->dtype); }
 static int is_layer_unit(const GPT* m, int u) { return u >= 1 && u <= m->config.num_layers; }
 
-// Start of this rank's chunk of unit u in the gradient shard.
-static void* grad_shard_chunk(const GPT* m, int u) {
-    return (char*)m->grads + m->layout.unit_begin[u] / (size_t)m->world * es_of(m);
+// This rank's chunk of unit u's gradients, where its reduced sum lands: in
+// the shard (stages 2, 3) or in the flat buffer (stages 0, 1).
+static void* grad_chunk(const GPT* m, int u) {
+    const ParamLayout* pl = &m->layout;
+    if (gpt_grads_sharded(m)) return (char*)m->grads + pl->unit_begin[u] / (size_t)m->world * es_of(m);
+    return (char*)gpt_unit_slice(m, m->grads, u) + (size_t)m->rank * unit_chunk(pl, u) * es_of(m);
 }
 
 // ---------------------------------------------------------------------------
@@ -125,20 +128,18 @@ static void hook_unit_backward_done(void* ctx, GPT* m, int u) {
     Zero* z = (Zero*)ctx;
     if (!z->communicate) return;
     Comm* c = z->comm;
-    size_t chunk = unit_chunk(&m->layout, u), es = es_of(m);
+    size_t chunk = unit_chunk(&m->layout, u);
     int replicas = c->group[COMM_REPLICA].size > 1 && z->last_micro;
     comm_wait_compute(c);  // the unit's gradients are complete
     if (z->stage == 0) {
         comm_all_reduce(c, COMM_WORLD, gpt_unit_slice(m, m->grads, u), unit_size(&m->layout, u), m->dtype);
     } else if (z->stage == 1) {
-        void* slice = gpt_unit_slice(m, m->grads, u);
-        comm_reduce_scatter(c, COMM_SHARD, slice, chunk, m->dtype, NULL);
-        if (replicas) comm_all_reduce(c, COMM_REPLICA, (char*)slice + (size_t)m->rank * chunk * es, chunk, m->dtype);
+        comm_reduce_scatter(c, COMM_SHARD, gpt_unit_slice(m, m->grads, u), chunk, m->dtype, NULL);
+        if (replicas) comm_all_reduce(c, COMM_REPLICA, grad_chunk(m, u), chunk, m->dtype);
     } else {
         int s = grad_slot_for(m, u);
-        comm_reduce_scatter(c, COMM_SHARD, gpt_staging(m, m->grads, (StagingSlot)s), chunk, m->dtype,
-                            grad_shard_chunk(m, u));
-        if (replicas) comm_all_reduce(c, COMM_REPLICA, grad_shard_chunk(m, u), chunk, m->dtype);
+        comm_reduce_scatter(c, COMM_SHARD, gpt_staging(m, m->grads, (StagingSlot)s), chunk, m->dtype, grad_chunk(m, u));
+        if (replicas) comm_all_reduce(c, COMM_REPLICA, grad_chunk(m, u), chunk, m->dtype);
         comm_record(c, EV_GRADS + s);
         z->grad_unit[s] = -1;
     }
@@ -196,12 +197,7 @@ void zero_step_totals(Zero* z, double* loss_sum, double* grad_norm_sq) {
     comm_compute_wait_all(z->comm);
     // The squared norm of the chunks this rank reduced (chunk r of every
     // unit), unit by unit, the same way at every stage.
-    for (int u = 0; u < pl->num_units; u++) {
-        size_t chunk = unit_chunk(pl, u);
-        const char* g = gpt_grads_sharded(m) ? (const char*)grad_shard_chunk(m, u)
-                                             : (const char*)gpt_unit_slice(m, m->grads, u) + (size_t)m->rank * chunk * es_of(m);
-        be->sum_squares(be, &m->scalars[1], g, chunk, u > 0);
-    }
+    for (int u = 0; u < pl->num_units; u++) be->sum_squares(be, &m->scalars[1], grad_chunk(m, u), unit_chunk(pl, u), u > 0);
     float scalars[2];
     be->to_host(be, scalars, m->scalars, sizeof scalars);
     *loss_sum = scalars[0];
