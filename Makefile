@@ -31,9 +31,6 @@ LDLIBS   := -lopenblas -lzstd -lm
 MPICC       ?= mpicc
 MPI_CFLAGS  := $(shell $(MPICC) --showme:compile 2>/dev/null)
 MPI_LDFLAGS := $(shell $(MPICC) --showme:link 2>/dev/null)
-ifeq ($(strip $(MPI_LDFLAGS)),)
-  $(error MPI not found: `$(MPICC) --showme:link` failed (run scripts/install_deps.sh for libopenmpi-dev))
-endif
 CFLAGS   += $(MPI_CFLAGS)
 LDLIBS   += $(MPI_LDFLAGS)
 
@@ -75,6 +72,13 @@ all: $(BIN)
 $(BIN): $(MAIN_OBJ) $(BUILD)/libtrain.a $(CUDA_OBJS)
 	$(CC) $(CFLAGS) -o $@ $(MAIN_OBJ) $(CUDA_OBJS) $(BUILD)/libtrain.a $(CUDA_LIBS) $(LDLIBS)
 	@echo "built $@ ($(BUILD_KIND) build)"
+
+# Checked when building, not when reading this file, so that `make run` can install it first.
+.PHONY: mpi-check
+mpi-check:
+	@if [ -z "$(strip $(MPI_LDFLAGS))" ]; then \
+	  echo "MPI not found: '$(MPICC) --showme:link' failed (scripts/install_deps.sh installs libopenmpi-dev)"; exit 1; fi
+$(LIB_OBJS) $(MAIN_OBJ): | mpi-check
 
 $(BUILD)/libtrain.a: $(LIB_OBJS)
 	@rm -f $@
