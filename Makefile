@@ -95,10 +95,64 @@ $(BUILD)/asan/test_data: tests/test_data.c $(ASAN_SRCS) tests/testlib.h
 tests: train_gpt $(TEST_BINS) $(BUILD)/asan/test_data data
 
 test: tests
-	@tests/run_tests.sh $(TEST_BINS) $(BUILD)/asan/test_data $(TEST_SCRIPTS)
+	@tests/run_tests.sh $(TEST_BINS) $(BUILD)/asan/test_data $(TEST_SCRIPTS) $(SIM_TESTS)
 
 test-gpu: train_gpt
 	@tests/gpu/run_gpu_tests.sh
+
+# ---- CUDA kernels on the CPU: the tests/cuda_sim harness (begin) -------------------------------
+# The CUDA backend's sources (kernels/cuda/*.cu) compiled by the host C++
+# compiler with -DCUDA_SIM into $(SIM)/ and linked with the harness
+# (tests/cuda_sim: CUDA's execution model, the runtime, cuBLASLt and NCCL on
+# the CPU) and libtrain.a, so that `make test` runs every kernel and the GPU
+# test suite (tests/gpu/test_*.c) without a GPU. Needs the CUDA headers only.
+SIM          := $(BUILD)/sim
+SIM_CXX      ?= g++
+SIM_ENABLED  := $(if $(wildcard $(CUDA_HOME)/include/cuda_runtime_api.h),1,)
+SIM_MPI_CFLAGS := $(shell mpicc --showme:compile 2>/dev/null)
+SIM_MPI_LIBS   := $(shell mpicc --showme:link 2>/dev/null)
+SIM_CXXFLAGS := -std=c++17 -O2 -g -DCUDA_SIM -fno-extern-tls-init -fopenmp -pthread -I. \
+                -isystem $(CUDA_HOME)/include $(SIM_MPI_CFLAGS) -Wall -Wno-unused-parameter -Wno-unused-function
+SIM_HARNESS_OBJS := $(patsubst %.cpp,$(SIM)/%.o,$(wildcard tests/cuda_sim/*.cpp))
+SIM_KERNEL_OBJS  := $(patsubst %.cu,$(SIM)/%.o,$(wildcard kernels/cuda/*.cu))
+SIM_SELF_TESTS   := $(patsubst tests/cuda_sim/%.cu,$(SIM)/bin/%,$(wildcard tests/cuda_sim/test_*.cu))
+SIM_GPU_TESTS    := $(patsubst tests/gpu/%.c,$(SIM)/bin/gpu_%,$(wildcard tests/gpu/test_*.c))
+SIM_TESTS        := $(if $(SIM_ENABLED),$(SIM_SELF_TESTS) $(SIM_GPU_TESTS),)
+SIM_LINK_LIBS    := $(SIM)/libkernels.a $(SIM)/libcudasim.a $(BUILD)/libtrain.a
+
+.PHONY: sim-tests
+sim-tests: $(SIM_TESTS)
+tests: $(SIM_TESTS)
+
+$(SIM)/libcudasim.a: $(SIM_HARNESS_OBJS)
+	@rm -f $@
+	ar rcs $@ $^
+$(SIM)/libkernels.a: $(SIM_KERNEL_OBJS)
+	@rm -f $@
+	ar rcs $@ $^
+$(SIM)/tests/cuda_sim/%.o: tests/cuda_sim/%.cpp
+	@mkdir -p $(dir $@)
+	$(SIM_CXX) $(SIM_CXXFLAGS) -MMD -MP -c $< -o $@
+$(SIM)/%.o: %.cu
+	@mkdir -p $(dir $@)
+	$(SIM_CXX) $(SIM_CXXFLAGS) -MMD -MP -x c++ -c $< -o $@
+$(SIM)/tests/gpu/%.o: tests/gpu/%.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -DCUDA_SIM -MMD -MP -c $< -o $@
+
+# A test program: its object, the extern __shared__ arrays its objects use
+# (gen_dynamic_smem.sh), the kernels, the harness and the CPU library.
+define sim_link
+	@mkdir -p $(dir $@)
+	tests/cuda_sim/gen_dynamic_smem.sh $@.smem.cpp $< $(SIM_LINK_LIBS)
+	$(SIM_CXX) $(SIM_CXXFLAGS) -c $@.smem.cpp -o $@.smem.o
+	$(SIM_CXX) $(SIM_CXXFLAGS) -o $@ $< $@.smem.o $(SIM_LINK_LIBS) $(LDLIBS) $(SIM_MPI_LIBS) -ldl
+endef
+$(SIM)/bin/%: $(SIM)/tests/cuda_sim/%.o $(SIM_LINK_LIBS) tests/cuda_sim/gen_dynamic_smem.sh
+	$(sim_link)
+$(SIM)/bin/gpu_%: $(SIM)/tests/gpu/%.o $(SIM_LINK_LIBS) tests/cuda_sim/gen_dynamic_smem.sh
+	$(sim_link)
+# ---- CUDA kernels on the CPU: the tests/cuda_sim harness (end) ---------------------------------
 
 # ---- data, demo, benchmarks --------------------------------------------------------------------
 DATA_DIR := data/kjv
