@@ -47,7 +47,7 @@ else
   BUILD_KIND := cpu
 endif
 
-.PHONY: all clean test test-gpu bench data run deps tests
+.PHONY: all clean test test-gpu bench bench-gpu data run deps tests
 all: $(BIN)
 
 # ---- the binary -------------------------------------------------------------------------------
@@ -97,8 +97,28 @@ tests: train_gpt $(TEST_BINS) $(BUILD)/asan/test_data data
 test: tests
 	@tests/run_tests.sh $(TEST_BINS) $(BUILD)/asan/test_data $(TEST_SCRIPTS) $(SIM_TESTS)
 
-test-gpu: train_gpt
-	@tests/gpu/run_gpu_tests.sh
+# ---- GPU tests and benchmarks (CUDA builds) ----------------------------------------------------
+# tests/gpu/test_*.c and dev/bench_gpu.c linked against the nvcc-built backend.
+# `make tests` (and so CI, which has no GPU) only compiles and links them;
+# `make test-gpu` runs them where a GPU exists and reports itself skipped
+# elsewhere; `make bench-gpu` runs the benchmarks (scripts/gpu_check.sh does all).
+GPU_TEST_BINS := $(if $(NVCC),$(patsubst tests/gpu/%.c,$(BUILD)/gpu/%,$(wildcard tests/gpu/test_*.c)),)
+GPU_BENCH     := $(if $(NVCC),$(BUILD)/gpu/bench_gpu,)
+tests: $(GPU_TEST_BINS) $(GPU_BENCH)
+
+test-gpu: $(BIN) $(GPU_TEST_BINS)
+	@tests/gpu/run_gpu_tests.sh $(GPU_TEST_BINS)
+
+bench-gpu: $(BIN) $(GPU_BENCH)
+	@test -n "$(GPU_BENCH)" || { echo "bench-gpu: this build has no CUDA"; exit 1; }
+	$(GPU_BENCH)
+
+$(BUILD)/gpu/bench_gpu: dev/bench_gpu.c $(BUILD)/libtrain.a $(CUDA_OBJS)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -I$(CUDA_HOME)/include -o $@ $< $(CUDA_OBJS) $(BUILD)/libtrain.a $(CUDA_LIBS) $(LDLIBS)
+$(BUILD)/gpu/%: tests/gpu/%.c tests/gpu/gpu_test.h tests/testlib.h $(BUILD)/libtrain.a $(CUDA_OBJS)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -o $@ $< $(CUDA_OBJS) $(BUILD)/libtrain.a $(CUDA_LIBS) $(LDLIBS)
 
 # ---- CUDA kernels on the CPU: the tests/cuda_sim harness (begin) -------------------------------
 # The CUDA backend's sources (kernels/cuda/*.cu) compiled by the host C++
