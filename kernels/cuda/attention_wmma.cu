@@ -110,8 +110,8 @@ template <int HS>
 __global__ void KERNEL_BOUNDS(FA_THREADS, 1)
     attention_forward_wmma_kernel(bf16* out, float* lse, const bf16* qkv, int T, int C, int NH, float scale_log2) {
     const int LDH = FaTile<HS>::LDH, F = HS / 16;
-    extern __shared__ float smem_f[];
-    unsigned char* smem = (unsigned char*)smem_f;
+    extern __shared__ __align__(128) unsigned char fa_smem[];
+    unsigned char* smem = fa_smem;
     bf16* Qs = (bf16*)smem;
     bf16* Ks = (bf16*)(smem + FaTile<HS>::BYTES);
     bf16* Vs = (bf16*)(smem + 2 * FaTile<HS>::BYTES);
@@ -232,8 +232,8 @@ __global__ void KERNEL_BOUNDS(FA_THREADS, 1)
     attention_backward_dkdv_wmma_kernel(bf16* dqkv, const bf16* dout, const bf16* qkv, const float* lse,
                                         const float* D, int T, int C, int NH, float scale, float scale_log2) {
     const int LDH = FaTile<HS>::LDH, F = HS / 16;
-    extern __shared__ float smem_f[];
-    unsigned char* smem = (unsigned char*)smem_f;
+    extern __shared__ __align__(128) unsigned char fa_smem[];
+    unsigned char* smem = fa_smem;
     bf16* Qs = (bf16*)smem;
     bf16* dOs = (bf16*)(smem + FaTile<HS>::BYTES);
     bf16* Ks = (bf16*)(smem + 2 * FaTile<HS>::BYTES);
@@ -336,8 +336,8 @@ __global__ void KERNEL_BOUNDS(FA_THREADS, 1)
     attention_backward_dq_wmma_kernel(bf16* dqkv, const bf16* dout, const bf16* qkv, const float* lse,
                                       const float* D, int T, int C, int NH, float scale, float scale_log2) {
     const int LDH = FaTile<HS>::LDH, F = HS / 16;
-    extern __shared__ float smem_f[];
-    unsigned char* smem = (unsigned char*)smem_f;
+    extern __shared__ __align__(128) unsigned char fa_smem[];
+    unsigned char* smem = fa_smem;
     bf16* Qs = (bf16*)smem;
     bf16* dOs = (bf16*)(smem + FaTile<HS>::BYTES);
     bf16* Ks = (bf16*)(smem + 2 * FaTile<HS>::BYTES);

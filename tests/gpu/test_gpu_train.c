@@ -1,10 +1,11 @@
 // test_gpu_train.c: the whole GPT model (llm/gpt.c) on the CUDA backend
 // against the CPU backend:
-//   - one training step in FP32: loss, every parameter's gradient and the
-//     parameters after AdamW agree with the CPU to 1e-5 (relative to each
-//     tensor's largest value);
+//   - one training step in FP32: loss and every parameter's gradient agree
+//     with the CPU to 1e-5 (relative to each tensor's largest value), the
+//     parameters after AdamW to 1e-5 of the largest parameter;
 //   - training in BF16 on the GPU follows FP32 training on the CPU on the
-//     same batches: every step's loss within 0.05 (and the loss falls);
+//     same batches for 50 steps (30 small): every step's loss within 0.03
+//     (and the loss falls);
 //   - two GPU runs from the same seed give bit-identical losses and weights,
 //     in FP32 and in BF16;
 //   - (full size only) a 1-layer model trains a step at T = 131072.
@@ -58,7 +59,7 @@ static double train_step(GPT* m, const int32_t* in, const int32_t* tgt, int B, i
     float s[2];
     be->to_host(be, s, m->scalars, sizeof s);
     double clip = grad_clip_scale(sqrt((double)s[1]), 1.0);
-    gpt_update(m, 3e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, (float)clip, rng_key(11, 0xADA3, (uint64_t)step));
+    gpt_update(m, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, (float)clip, rng_key(11, 0xADA3, (uint64_t)step));
     return (double)s[0] / ((double)B * T);
 }
 
@@ -136,12 +137,19 @@ static void test_fp32_step_matches_cpu(void) {
     gpu->to_host(gpu, sg, mg.scalars, sizeof sg);
     CHECK_CLOSE(sg[1], sc[1], 0, 1e-5, "FP32 squared gradient norm");
     double clip = grad_clip_scale(sqrt((double)sc[1]), 1.0);
-    gpt_update(&mc, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, (float)clip, 1);
-    gpt_update(&mg, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, (float)clip, 1);
+    // eps 1e-6: the k part of qkvb has a zero true gradient (softmax ignores
+    // a shift shared by all keys), so both backends hold rounding noise there
+    // (~3e-11), which AdamW's g / (|g| + eps) would turn into different
+    // updates of up to lr / 300 with eps 1e-8.
+    gpt_update(&mc, 1e-3f, 0.9f, 0.95f, 1e-6f, 0.1f, (float)clip, 1);
+    gpt_update(&mg, 1e-3f, 0.9f, 0.95f, 1e-6f, 0.1f, (float)clip, 1);
+    // Parameters against the largest parameter of the model: per tensor, the
+    // biases (zero before the step) would be compared with the step alone.
     float *pc = read_flat(&mc, mc.params), *pg = read_flat(&mg, mg.params);
     e = worst_tensor_error(&mc, pg, pc, name, sizeof name);
-    printf("#   worst updated parameter: %s rel err %.2e\n", name, e);
-    CHECK(e <= 1e-5, "FP32 updated %s differs by %.3g relative", name, e);
+    double global = rel_error(pg, pc, mc.layout.total);
+    printf("#   updated parameters: rel err %.2e (worst tensor on its own scale: %s %.2e)\n", global, name, e);
+    CHECK(global <= 1e-5, "FP32 updated parameters differ by %.3g relative", global);
     free(pc);
     free(pg);
     free(in);
@@ -174,12 +182,13 @@ static double* train_curve(Backend* be, int steps, int B, int T, float** final_p
 }
 
 static void test_bf16_training_follows_fp32_cpu(void) {
-    int steps = small ? 12 : 50, B = small ? 2 : 8, T = small ? 32 : 64;
+    int steps = small ? 30 : 50, B = small ? 2 : 8, T = small ? 32 : 64;
     double* cpu = train_curve(ref, steps, B, T, NULL, NULL);
     double* g16 = train_curve(gpu, steps, B, T, NULL, NULL);
     double worst = 0.0;
     int at = 0;
     for (int s = 0; s < steps; s++) {
+        if (getenv("TEST_VERBOSE")) printf("#   step %d: cpu %.5f gpu %.5f\n", s, cpu[s], g16[s]);
         double d = fabs(g16[s] - cpu[s]);
         if (d > worst || !(d == d)) {
             worst = d;
@@ -188,7 +197,7 @@ static void test_bf16_training_follows_fp32_cpu(void) {
     }
     printf("#   %d steps: loss cpu fp32 %.4f -> %.4f, gpu bf16 %.4f -> %.4f, largest gap %.4f at step %d\n", steps,
            cpu[0], cpu[steps - 1], g16[0], g16[steps - 1], worst, at);
-    CHECK(worst <= 0.05, "BF16 GPU loss departs from the FP32 CPU loss by %.4f at step %d", worst, at);
+    CHECK(worst <= 0.03, "BF16 GPU loss departs from the FP32 CPU loss by %.4f at step %d", worst, at);
     CHECK(g16[steps - 1] < g16[0] - (small ? 0.3 : 1.0), "BF16 GPU training did not learn (%.4f -> %.4f)", g16[0],
           g16[steps - 1]);
     free(cpu);
