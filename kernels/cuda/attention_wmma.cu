@@ -142,7 +142,8 @@ __global__ void KERNEL_BOUNDS(FA_THREADS, 1)
     FragC of[F];
     UNROLL for (int f = 0; f < F; f++) wmma::fill_fragment(of[f], 0.0f);
 
-    // Lanes 2r and 2r+1 own row r of the warp's 16 (columns 0..31 and 32..63).
+    // Lanes 2r and 2r+1 own row r of the warp's 16, the even and the odd
+    // columns (rows are 4 banks apart, so 16 rows share 8 banks: 2-way conflicts).
     int r = lane / 2, half = lane % 2;
     int q = q0 + warp * 16 + r;
     float m_run = -INFINITY, l_run = 0.0f;
@@ -168,14 +169,13 @@ __global__ void KERNEL_BOUNDS(FA_THREADS, 1)
         __syncwarp();
 
         // Online softmax of row r in base-2 units: p = 2^(s*scale*log2e - m).
-        float* srow = Sw + r * FA_LDS + half * 32;
-        bf16* prow = Pw + r * FA_LDP + half * 32;
-        int key0 = k0 + half * 32;
+        float* srow = Sw + r * FA_LDS;
+        bf16* prow = Pw + r * FA_LDP;
         float mx = -INFINITY;
         for (int j = 0; j < 32; j++) {
-            int key = key0 + j;
-            float s = key <= q && key < T ? srow[j] * scale_log2 : -INFINITY;
-            srow[j] = s;
+            int c = 2 * j + half, key = k0 + c;
+            float s = key <= q && key < T ? srow[c] * scale_log2 : -INFINITY;
+            srow[c] = s;
             mx = fmaxf(mx, s);
         }
         mx = fmaxf(mx, __shfl_xor_sync(FULL_MASK, mx, 1));
@@ -183,9 +183,10 @@ __global__ void KERNEL_BOUNDS(FA_THREADS, 1)
         float m_use = m_new == -INFINITY ? 0.0f : m_new;
         float sum = 0.0f;
         for (int j = 0; j < 32; j++) {
-            float p = exp2f(srow[j] - m_use);
+            int c = 2 * j + half;
+            float p = exp2f(srow[c] - m_use);
             sum += p;
-            prow[j] = __float2bfloat16_rn(p);
+            prow[c] = __float2bfloat16_rn(p);
         }
         sum += __shfl_xor_sync(FULL_MASK, sum, 1);
         float alpha = exp2f(m_run - m_use);
@@ -296,9 +297,10 @@ __global__ void KERNEL_BOUNDS(FA_THREADS, 1)
         }
         __syncwarp();
 
-        // Row r of the transposed tiles is key `key`; column c is query q0 + c.
+        // Row r of the transposed tiles is key `key`; column c is query q0 + c
+        // (lanes 2r and 2r+1 take the even and odd columns, as in forward).
         for (int j = 0; j < 32; j++) {
-            int c = half * 32 + j, q = q0 + c;
+            int c = 2 * j + half, q = q0 + c;
             float p = q >= key && q < T ? exp2f(St[r * FA_LDS + c] * scale_log2 - lse2[c]) : 0.0f;
             float ds = p * (dPt[r * FA_LDS + c] - Ds[c]) * scale;
             Pt[r * FA_LDP + c] = __float2bfloat16_rn(p);
@@ -394,7 +396,7 @@ __global__ void KERNEL_BOUNDS(FA_THREADS, 1)
         __syncwarp();
 
         for (int j = 0; j < 32; j++) {
-            int c = half * 32 + j, key = k0 + c;
+            int c = 2 * j + half, key = k0 + c;
             float p = key <= q && q < T ? exp2f(S[r * FA_LDS + c] * scale_log2 - lse2[row]) : 0.0f;
             dS[r * FA_LDP + c] = __float2bfloat16_rn(p * (dP[r * FA_LDS + c] - Ds[row]) * scale);
         }

@@ -475,6 +475,7 @@ static void test_attention(void) {
     attention_case(1, 100, 2, 64);  // two tiles, the second partial
     attention_case(1, 70, 1, 128);
     attention_case(1, 37, 3, 16);   // a head size without tensor-core kernels
+    attention_case(1, 200, 1, 64);  // four tiles: several key blocks per query block and back
     if (!small) {
         attention_case(4, 257, 12, 64);
         attention_case(2, 1024, 4, 64);
