@@ -151,7 +151,20 @@ __global__ void wte_backward_kernel(T* dwte, const T* dout, const uint64_t* sort
         float acc[V], g[V];
         T* dst = dwte + (size_t)tok * C + c;
         load_pack<T, V>(acc, dst);
-        for (int r = s; r < lo; r++) {
+        // Four rows in flight at a time (a frequent token can have thousands
+        // of rows and one block walks them all), added in position order.
+        int r = s;
+        for (; r + 4 <= lo; r += 4) {
+            float g4[4][V];
+            UNROLL for (int u = 0; u < 4; u++) {
+                uint32_t pos = (uint32_t)sorted[r + u];
+                load_pack<T, V>(g4[u], dout + (size_t)pos * C + c);
+            }
+            UNROLL for (int u = 0; u < 4; u++) {
+                UNROLL for (int k = 0; k < V; k++) acc[k] += g4[u][k];
+            }
+        }
+        for (; r < lo; r++) {
             uint32_t pos = (uint32_t)sorted[r];
             load_pack<T, V>(g, dout + (size_t)pos * C + c);
             UNROLL for (int k = 0; k < V; k++) acc[k] += g[k];
