@@ -6,8 +6,9 @@
 # backend), then the GPU benchmarks (dev/bench_gpu.c), and prints a summary
 # last: the test totals and, per op and shape, time and TFLOP/s or GB/s
 # against the device's peak, per model tokens/s and MFU. Sized to finish in
-# about 5 minutes on one H200 (not yet timed on one). Logs: build-smXX/gpu_check_{build,tests,bench}.log. Needs the
-# build dependencies (scripts/install_deps.sh) and the CUDA toolkit.
+# about 5 minutes on one H200 (not yet timed on one). Logs:
+# build-smXX/gpu_check_{build,tests,bench}.log. Needs the build dependencies
+# (scripts/install_deps.sh) and the CUDA toolkit.
 #
 #   scripts/gpu_check.sh            full run
 #   scripts/gpu_check.sh --quick    shorter benchmarks (one model, fewer repetitions)
