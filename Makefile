@@ -131,7 +131,7 @@ SIM_CXX      ?= g++
 SIM_ENABLED  := $(if $(wildcard $(CUDA_HOME)/include/cuda_runtime_api.h),1,)
 SIM_MPI_CFLAGS := $(shell mpicc --showme:compile 2>/dev/null)
 SIM_MPI_LIBS   := $(shell mpicc --showme:link 2>/dev/null)
-SIM_CXXFLAGS := -std=c++17 -O2 -g -DCUDA_SIM -fno-extern-tls-init -fopenmp -pthread -I. \
+SIM_CXXFLAGS := -std=c++17 -O2 -g -DCUDA_SIM -fno-extern-tls-init -fstack-clash-protection -fopenmp -pthread -I. \
                 -isystem $(CUDA_HOME)/include $(SIM_MPI_CFLAGS) -DOMPI_SKIP_MPICXX -DMPICH_SKIP_MPICXX -Wall -Wno-unused-parameter -Wno-unused-function
 SIM_HARNESS_OBJS := $(patsubst %.cpp,$(SIM)/%.o,$(wildcard tests/cuda_sim/*.cpp))
 SIM_KERNEL_OBJS  := $(patsubst %.cu,$(SIM)/%.o,$(wildcard kernels/cuda/*.cu))
