@@ -131,18 +131,21 @@ SIM_CXX      ?= g++
 SIM_ENABLED  := $(if $(wildcard $(CUDA_HOME)/include/cuda_runtime_api.h),1,)
 SIM_MPI_CFLAGS := $(shell mpicc --showme:compile 2>/dev/null)
 SIM_MPI_LIBS   := $(shell mpicc --showme:link 2>/dev/null)
-SIM_CXXFLAGS := -std=c++17 -O2 -g -DCUDA_SIM -fno-extern-tls-init -fstack-clash-protection -fopenmp -pthread -I. \
+SIM_CXXFLAGS := -std=c++17 -O2 -march=native -g -DCUDA_SIM -fno-extern-tls-init -fstack-clash-protection -fopenmp -pthread -I. \
                 -isystem $(CUDA_HOME)/include $(SIM_MPI_CFLAGS) -DOMPI_SKIP_MPICXX -DMPICH_SKIP_MPICXX -Wall -Wno-unused-parameter -Wno-unused-function
 SIM_HARNESS_OBJS := $(patsubst %.cpp,$(SIM)/%.o,$(wildcard tests/cuda_sim/*.cpp))
 SIM_KERNEL_OBJS  := $(patsubst %.cu,$(SIM)/%.o,$(wildcard kernels/cuda/*.cu))
 SIM_SELF_TESTS   := $(patsubst tests/cuda_sim/%.cu,$(SIM)/bin/%,$(wildcard tests/cuda_sim/test_*.cu))
 SIM_GPU_TESTS    := $(patsubst tests/gpu/%.c,$(SIM)/bin/gpu_%,$(wildcard tests/gpu/test_*.c))
-SIM_TESTS        := $(if $(SIM_ENABLED),$(SIM_SELF_TESTS) $(SIM_GPU_TESTS),)
+# The GPU tests run twice: in order, and with every block's threads in a random order.
+SIM_GPU_RANDOM   := $(SIM_GPU_TESTS:%=%.random)
+SIM_SCRIPTS      := tests/cuda_sim/test_sim_train_gpt.sh
+SIM_TESTS        := $(if $(SIM_ENABLED),$(SIM_SELF_TESTS) $(SIM_GPU_TESTS) $(SIM_GPU_RANDOM) $(SIM_SCRIPTS),)
 SIM_LINK_LIBS    := $(SIM)/libkernels.a $(SIM)/libcudasim.a $(BUILD)/libtrain.a
 
 .PHONY: sim-tests
-sim-tests: $(SIM_TESTS)
-tests: $(SIM_TESTS)
+sim-tests: $(SIM_TESTS) $(if $(SIM_ENABLED),$(SIM)/train_gpt)
+tests: sim-tests
 
 $(SIM)/libcudasim.a: $(SIM_HARNESS_OBJS)
 	@rm -f $@
@@ -172,6 +175,21 @@ $(SIM)/bin/%: $(SIM)/tests/cuda_sim/%.o $(SIM_LINK_LIBS) tests/cuda_sim/gen_dyna
 	$(sim_link)
 $(SIM)/bin/gpu_%: $(SIM)/tests/gpu/%.o $(SIM_LINK_LIBS) tests/cuda_sim/gen_dynamic_smem.sh
 	$(sim_link)
+$(SIM)/bin/%.random: $(SIM)/bin/% tests/cuda_sim/random_schedule.sh
+	printf '#!/bin/sh\nexec $(CURDIR)/tests/cuda_sim/random_schedule.sh $(abspath $<) "$$@"\n' > $@
+	@chmod +x $@
+
+# train_gpt itself on the simulated GPU (--device auto picks it): main() as in
+# the CPU build, the backend's objects linked whole (libtrain.a refers to the
+# CUDA backend weakly, which would not pull them out of an archive).
+$(SIM)/train_gpt: $(SIM)/train.o $(SIM_KERNEL_OBJS) $(SIM)/libcudasim.a $(BUILD)/libtrain.a tests/cuda_sim/gen_dynamic_smem.sh
+	tests/cuda_sim/gen_dynamic_smem.sh $@.smem.cpp $(SIM_KERNEL_OBJS) $(SIM)/libcudasim.a
+	$(SIM_CXX) $(SIM_CXXFLAGS) -c $@.smem.cpp -o $@.smem.o
+	$(SIM_CXX) $(SIM_CXXFLAGS) -o $@ $(SIM)/train.o $@.smem.o $(SIM_KERNEL_OBJS) $(SIM)/libcudasim.a $(BUILD)/libtrain.a \
+		$(LDLIBS) $(SIM_MPI_LIBS) -ldl
+$(SIM)/train.o: train.cu
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -MMD -MP -x c -c $< -o $@
 # ---- CUDA kernels on the CPU: the tests/cuda_sim harness (end) ---------------------------------
 
 # ---- data, demo, benchmarks --------------------------------------------------------------------

@@ -188,6 +188,23 @@ template <typename T> inline void __stwt(T* p, T v) { *p = v; }
 // not the last bits of an approximation. __expf, __logf, __sinf, __cosf,
 // __powf, __exp10f, __tanf, __log2f and __log10f are declared by glibc's
 // <math.h> (and defined in math.cpp), so only the others are here.
+namespace cuda_sim {
+// A value the compiler must materialise: the explicitly rounded intrinsics
+// below are never contracted into fused multiply-adds, as on a GPU (where
+// plain a*b+c may be fused, like here: kernels compile with FMA contraction).
+template <typename T>
+inline T opaque(T x) {
+#if defined(__x86_64__) || defined(__i386__)
+    __asm__("" : "+x"(x));
+#elif defined(__aarch64__)
+    __asm__("" : "+w"(x));
+#else
+    volatile T v = x;
+    x = v;
+#endif
+    return x;
+}
+}  // namespace cuda_sim
 inline float __fdividef(float a, float b) { return a / b; }
 inline float __frcp_rn(float a) { return 1.0f / a; }
 inline float __fsqrt_rn(float a) { return sqrtf(a); }
@@ -195,15 +212,15 @@ inline float __frsqrt_rn(float a) { return 1.0f / sqrtf(a); }
 inline float rsqrtf(float a) { return 1.0f / sqrtf(a); }
 inline double rsqrt(double a) { return 1.0 / sqrt(a); }
 inline float __saturatef(float a) { return a > 0.0f ? (a < 1.0f ? a : 1.0f) : 0.0f; }  // NaN -> 0
-inline float __fadd_rn(float a, float b) { return a + b; }
-inline float __fsub_rn(float a, float b) { return a - b; }
-inline float __fmul_rn(float a, float b) { return a * b; }
+inline float __fadd_rn(float a, float b) { return ::cuda_sim::opaque(a) + ::cuda_sim::opaque(b); }
+inline float __fsub_rn(float a, float b) { return ::cuda_sim::opaque(a) - ::cuda_sim::opaque(b); }
+inline float __fmul_rn(float a, float b) { return ::cuda_sim::opaque(a * b); }
 inline float __fdiv_rn(float a, float b) { return a / b; }
 inline float __fmaf_rn(float a, float b, float c) { return fmaf(a, b, c); }
-inline float __fadd_rz(float a, float b) { return a + b; }
-inline float __fmul_rz(float a, float b) { return a * b; }
-inline double __dadd_rn(double a, double b) { return a + b; }
-inline double __dmul_rn(double a, double b) { return a * b; }
+inline float __fadd_rz(float a, float b) { return ::cuda_sim::opaque(a) + ::cuda_sim::opaque(b); }
+inline float __fmul_rz(float a, float b) { return ::cuda_sim::opaque(a * b); }
+inline double __dadd_rn(double a, double b) { return ::cuda_sim::opaque(a) + ::cuda_sim::opaque(b); }
+inline double __dmul_rn(double a, double b) { return ::cuda_sim::opaque(a * b); }
 inline double __fma_rn(double a, double b, double c) { return fma(a, b, c); }
 inline void __sincosf(float x, float* s, float* c) { *s = sinf(x); *c = cosf(x); }
 inline int __float2int_rn(float a) { return (int)nearbyintf(a); }
