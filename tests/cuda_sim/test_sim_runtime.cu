@@ -93,6 +93,31 @@ static void streams_and_events() {
     cudaFree(d);
 }
 
+// a*b+c where fusing changes the bits: the _rn intrinsics must round the
+// product first (as nvcc guarantees); fmaf must not.
+__global__ void rounding(const float* in, float* out) {
+    float a = in[0], b = in[1], c = in[2];
+    out[0] = __fadd_rn(__fmul_rn(a, b), c);
+    out[1] = __fadd_rn(a * b, c);
+    out[2] = fmaf(a, b, c);
+}
+
+static void rounded_intrinsics_are_not_fused() {
+    float h[3] = {1.0f + 1.0f / 4096, 1.0f + 1.0f / 4096, -1.0f}, r[3];
+    float* in = device_alloc<float>(3);
+    float* out = device_alloc<float>(3);
+    cudaMemcpy(in, h, sizeof h, cudaMemcpyHostToDevice);
+    LAUNCH(rounding, 1, 1, 0, 0, in, out);
+    cudaMemcpy(r, out, sizeof r, cudaMemcpyDeviceToHost);
+    volatile float prod = h[0] * h[1];
+    float unfused = prod + h[2], fused = (float)((double)h[0] * h[1] + h[2]);
+    CHECK(unfused != fused, "the inputs must tell fused from unfused");
+    CHECK(r[0] == unfused && r[1] == unfused && r[2] == fused, "got %a %a %a, unfused %a fused %a", r[0], r[1], r[2],
+          unfused, fused);
+    cudaFree(in);
+    cudaFree(out);
+}
+
 __global__ void write_at(float* p, int index) { p[index] = 1.0f; }
 
 __global__ void deep_stack(float* out) {
@@ -131,6 +156,7 @@ int main() {
     RUN(memory_is_accounted);
     RUN(copies_are_checked);
     RUN(streams_and_events);
+    RUN(rounded_intrinsics_are_not_fused);
     RUN(faults_name_the_kernel);
     return TESTS_DONE();
 }
