@@ -1,11 +1,11 @@
 // device_utils.cuh: the small device-side vocabulary every kernel file of the
 // CUDA backend shares: the two storage types (float and bf16) with their
-// conversions, 16-byte packed loads and stores, warp and block reductions,
+// conversions, 16-byte packed loads and stores, the warp sum,
 // the counter-based RNG of llm/rng.h on the device, and alignment tests.
 //
 // Only what the CPU execution harness (tests/cuda_sim/, CUDA_SIM) provides is
 // used here: plain C-style device code, small templates over the storage
-// type, __shfl_xor_sync, static shared arrays, __syncthreads.
+// type, __shfl_xor_sync.
 #pragma once
 
 #include <stdint.h>
@@ -28,10 +28,7 @@ typedef __nv_bfloat16 bf16;
 #define WARP_SIZE 32
 #define FULL_MASK 0xffffffffu
 
-static inline int imin(int a, int b) { return a < b ? a : b; }
-static inline int imax(int a, int b) { return a > b ? a : b; }
 __device__ inline int dmin(int a, int b) { return a < b ? a : b; }
-__device__ inline int dmax(int a, int b) { return a > b ? a : b; }
 
 // ---- storage types ------------------------------------------------------------------------------
 // Kernels are templated on the element type T of their activation buffers
@@ -78,31 +75,11 @@ __device__ inline void store_pack(T* p, const float in[V]) {
 static inline int aligned_to(const void* p, size_t bytes) { return ((uintptr_t)p % bytes) == 0; }
 
 // ---- reductions -----------------------------------------------------------------------------------
-// Butterfly reductions: partners add the same two values, so every lane ends
+// Butterfly sum: partners add the same two values, so every lane ends
 // with bit-identical results and the order is fixed (deterministic).
 __device__ inline float warp_sum(float v) {
     for (int o = WARP_SIZE / 2; o > 0; o >>= 1) v += __shfl_xor_sync(FULL_MASK, v, o);
     return v;
-}
-
-__device__ inline float warp_max(float v) {
-    for (int o = WARP_SIZE / 2; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(FULL_MASK, v, o));
-    return v;
-}
-
-// Sum over the block (blockDim.x a multiple of 32, at most 1024); every thread
-// gets the result. `scratch` holds 32 floats of shared memory; the function
-// ends with a barrier, so scratch can be reused right away.
-__device__ inline float block_sum(float v, float* scratch) {
-    int lane = threadIdx.x % WARP_SIZE, warp = threadIdx.x / WARP_SIZE;
-    int warps = blockDim.x / WARP_SIZE;
-    v = warp_sum(v);
-    if (lane == 0) scratch[warp] = v;
-    __syncthreads();
-    float t = lane < warps ? scratch[lane] : 0.0f;
-    t = warp_sum(t);
-    __syncthreads();
-    return t;
 }
 
 // ---- counter-based random numbers (the device twin of llm/rng.h) --------------------------------------
