@@ -580,6 +580,12 @@ static void test_sums(void) {
         CHECK_CLOSE(got[0], r_out[0], 1e-6 * sqrt((double)n), 1e-6, what);
         snprintf(what, sizeof what, "sum of squares n=%zu", n);
         CHECK_CLOSE(got[1], r_out[1], 0, 1e-6, what);
+        if (n > 1) {  // from the second element: not 16-byte aligned, the scalar path
+            ref->sum_squares(ref, &r_out[1], r_x + 1, n - 1, 0);
+            gpu->sum_squares(gpu, &g_out[1], (char*)gx + gsize(), n - 1, 0);
+            gpu->to_host(gpu, got, g_out, sizeof got);
+            CHECK_CLOSE(got[1], r_out[1], 0, 1e-6, "sum of squares, unaligned");
+        }
         gpu->free(gpu, gx32);
         gpu->free(gpu, gx);
         gpu->free(gpu, g_out);
@@ -624,6 +630,18 @@ static void test_adamw(void) {
         CHECK(same_bits(hw, r_w, n * 4), "FP32 AdamW parameters differ from the CPU's bits (rel err %.3g)",
               rel_error(hw, r_w, n));
         CHECK(same_bits(hm, r_m, n * 4) && same_bits(hv, r_v, n * 4), "FP32 AdamW moments differ from the CPU's bits");
+        // With a separate FP32 master copy the parameters receive the master's values.
+        float *g_w2 = gpu_nan_f32(n), *g_master = gpu_from_f32(w, n), *g_m2 = gpu_from_f32(m, n), *g_v2 = gpu_from_f32(v, n);
+        gpu->adamw(gpu, g_w2, g_master, g_g, g_m2, g_v2, n, &p);
+        float *hw2 = gpu_read_f32(g_w2, n), *hmaster = gpu_read_f32(g_master, n);
+        CHECK(same_bits(hw2, r_w, n * 4) && same_bits(hmaster, r_w, n * 4),
+              "FP32 AdamW with a master copy differs from the CPU's bits");
+        free(hw2);
+        free(hmaster);
+        gpu->free(gpu, g_w2);
+        gpu->free(gpu, g_master);
+        gpu->free(gpu, g_m2);
+        gpu->free(gpu, g_v2);
         free(hw);
         free(hm);
         free(hv);
