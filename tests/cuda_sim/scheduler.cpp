@@ -604,6 +604,9 @@ void fatal(const char* fmt, ...) {
 
 void launch_grid(const LaunchSpec& spec) {
     if (tls_worker) fatal("kernel '%s' launched from device code (dynamic parallelism is not simulated)", spec.name);
+    // Launches from several host threads take turns: the pool runs one grid at a time.
+    static std::mutex launch_mutex;
+    std::lock_guard<std::mutex> one_grid_at_a_time(launch_mutex);
     dim3 g = spec.grid, b = spec.block;
     uint64_t nthreads = (uint64_t)b.x * b.y * b.z;
     const char* problem = nullptr;

@@ -1,6 +1,9 @@
 // test_sim_sync.cu: the harness's block model: indices, barriers, shared
 // memory (static and dynamic), random scheduling exposing a missing barrier,
 // and the errors for barriers not all threads reach and bad launches.
+#include <thread>
+#include <vector>
+
 #include "tests/cuda_sim/sim_test.h"
 
 // Each thread publishes its value in shared memory and reads its left
@@ -243,6 +246,34 @@ static void bad_launch_configurations() {
     cudaFree(d);
 }
 
+__global__ void add_one(int* p, int n) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) p[i] += 1;
+}
+
+// Two host threads launching at once: the launches take turns.
+static void launches_from_two_host_threads() {
+    const int n = 1000, rounds = 20;
+    int* a = device_alloc<int>(n);
+    int* b = device_alloc<int>(n);
+    cudaMemset(a, 0, n * 4);
+    cudaMemset(b, 0, n * 4);
+    auto work = [&](int* p) {
+        for (int r = 0; r < rounds; r++) LAUNCH(add_one, (n + 127) / 128, 128, 0, 0, p, n);
+    };
+    std::thread t1(work, a), t2(work, b);
+    t1.join();
+    t2.join();
+    std::vector<int> ha(n), hb(n);
+    cudaMemcpy(ha.data(), a, n * 4, cudaMemcpyDeviceToHost);
+    cudaMemcpy(hb.data(), b, n * 4, cudaMemcpyDeviceToHost);
+    int bad = 0;
+    for (int i = 0; i < n; i++) bad += ha[i] != rounds || hb[i] != rounds;
+    CHECK(bad == 0, "%d elements missed an increment", bad);
+    cudaFree(a);
+    cudaFree(b);
+}
+
 int main() {
     RUN(missing_barrier_fails_only_under_random_schedule);
     RUN(indices_cover_grid_and_block);
@@ -251,5 +282,6 @@ int main() {
     RUN(dynamic_shared_memory_sizes);
     RUN(errors_name_the_kernel);
     RUN(bad_launch_configurations);
+    RUN(launches_from_two_host_threads);
     return TESTS_DONE();
 }
