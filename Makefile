@@ -121,7 +121,7 @@ $(BUILD)/gpu/%: tests/gpu/%.c tests/gpu/gpu_test.h tests/testlib.h $(BUILD)/libt
 	$(CC) $(CFLAGS) -o $@ $< $(CUDA_OBJS) $(BUILD)/libtrain.a $(CUDA_LIBS) $(LDLIBS)
 
 # ---- CUDA kernels on the CPU: the tests/cuda_sim harness (begin) -------------------------------
-# The CUDA backend's sources (kernels/cuda/*.cu) compiled by the host C++
+# The CUDA backend's sources (kernels/cuda/*.cu, llm/*.cu) compiled by the host C++
 # compiler with -DCUDA_SIM into $(SIM)/ and linked with the harness
 # (tests/cuda_sim: CUDA's execution model, the runtime, cuBLASLt and NCCL on
 # the CPU) and libtrain.a, so that `make test` runs every kernel and the GPU
@@ -134,7 +134,7 @@ SIM_MPI_LIBS   := $(shell mpicc --showme:link 2>/dev/null)
 SIM_CXXFLAGS := -std=c++17 -O2 -march=native -g -DCUDA_SIM -fno-extern-tls-init -fstack-clash-protection -fopenmp -pthread -I. \
                 -isystem $(CUDA_HOME)/include $(SIM_MPI_CFLAGS) -DOMPI_SKIP_MPICXX -DMPICH_SKIP_MPICXX -Wall -Wno-unused-parameter -Wno-unused-function
 SIM_HARNESS_OBJS := $(patsubst %.cpp,$(SIM)/%.o,$(wildcard tests/cuda_sim/*.cpp))
-SIM_KERNEL_OBJS  := $(patsubst %.cu,$(SIM)/%.o,$(wildcard kernels/cuda/*.cu))
+SIM_KERNEL_OBJS  := $(patsubst %.cu,$(SIM)/%.o,$(wildcard kernels/cuda/*.cu llm/*.cu))
 SIM_SELF_TESTS   := $(patsubst tests/cuda_sim/%.cu,$(SIM)/bin/%,$(wildcard tests/cuda_sim/test_*.cu))
 SIM_GPU_TESTS    := $(patsubst tests/gpu/%.c,$(SIM)/bin/gpu_%,$(wildcard tests/gpu/test_*.c))
 # The GPU tests run twice: in order, and with every block's threads in a random order.
