@@ -125,7 +125,7 @@ $(BUILD)/gpu/%: tests/gpu/%.c tests/gpu/gpu_test.h tests/testlib.h $(BUILD)/libt
 # compiler with -DCUDA_SIM into $(SIM)/ and linked with the harness
 # (tests/cuda_sim: CUDA's execution model, the runtime, cuBLASLt and NCCL on
 # the CPU) and libtrain.a, so that `make test` runs every kernel and the GPU
-# test suite (tests/gpu/test_*.c) without a GPU. Needs the CUDA headers only.
+# test suite (tests/gpu/test_*.c, test_*.cu) without a GPU. Needs the CUDA headers only.
 SIM          := $(BUILD)/sim
 SIM_CXX      ?= g++
 SIM_ENABLED  := $(if $(wildcard $(CUDA_HOME)/include/cuda_runtime_api.h),1,)
@@ -136,10 +136,10 @@ SIM_CXXFLAGS := -std=c++17 -O2 -march=native -g -DCUDA_SIM -fno-extern-tls-init 
 SIM_HARNESS_OBJS := $(patsubst %.cpp,$(SIM)/%.o,$(wildcard tests/cuda_sim/*.cpp))
 SIM_KERNEL_OBJS  := $(patsubst %.cu,$(SIM)/%.o,$(wildcard kernels/cuda/*.cu llm/*.cu))
 SIM_SELF_TESTS   := $(patsubst tests/cuda_sim/%.cu,$(SIM)/bin/%,$(wildcard tests/cuda_sim/test_*.cu))
-SIM_GPU_TESTS    := $(patsubst tests/gpu/%.c,$(SIM)/bin/gpu_%,$(wildcard tests/gpu/test_*.c))
+SIM_GPU_TESTS    := $(patsubst tests/gpu/%,$(SIM)/bin/gpu_%,$(basename $(wildcard tests/gpu/test_*.c tests/gpu/test_*.cu)))
 # The GPU tests run twice: in order, and with every block's threads in a random order.
 SIM_GPU_RANDOM   := $(SIM_GPU_TESTS:%=%.random)
-SIM_SCRIPTS      := tests/cuda_sim/test_sim_train_gpt.sh
+SIM_SCRIPTS      := tests/cuda_sim/test_sim_train_gpt.sh tests/cuda_sim/test_sim_zero_nccl.sh
 SIM_TESTS        := $(if $(SIM_ENABLED),$(SIM_SELF_TESTS) $(SIM_GPU_TESTS) $(SIM_GPU_RANDOM) $(SIM_SCRIPTS),)
 SIM_LINK_LIBS    := $(SIM)/libkernels.a $(SIM)/libcudasim.a $(BUILD)/libtrain.a
 
@@ -164,12 +164,15 @@ $(SIM)/tests/gpu/%.o: tests/gpu/%.c
 	$(CC) $(CFLAGS) -DCUDA_SIM -MMD -MP -c $< -o $@
 
 # A test program: its object, the extern __shared__ arrays its objects use
-# (gen_dynamic_smem.sh), the kernels, the harness and the CPU library.
+# (gen_dynamic_smem.sh), the kernels (whole: libtrain.a refers to parts of
+# the CUDA backend weakly, which does not pull them out of an archive), the
+# harness and the CPU library.
 define sim_link
 	@mkdir -p $(dir $@)
 	tests/cuda_sim/gen_dynamic_smem.sh $@.smem.cpp $< $(SIM_LINK_LIBS)
 	$(SIM_CXX) $(SIM_CXXFLAGS) -c $@.smem.cpp -o $@.smem.o
-	$(SIM_CXX) $(SIM_CXXFLAGS) -o $@ $< $@.smem.o $(SIM_LINK_LIBS) $(LDLIBS) $(SIM_MPI_LIBS) -ldl
+	$(SIM_CXX) $(SIM_CXXFLAGS) -o $@ $< $@.smem.o -Wl,--whole-archive $(SIM)/libkernels.a -Wl,--no-whole-archive \
+		$(SIM)/libcudasim.a $(BUILD)/libtrain.a $(LDLIBS) $(SIM_MPI_LIBS) -ldl
 endef
 $(SIM)/bin/%: $(SIM)/tests/cuda_sim/%.o $(SIM_LINK_LIBS) tests/cuda_sim/gen_dynamic_smem.sh
 	$(sim_link)
