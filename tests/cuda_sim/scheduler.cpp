@@ -17,7 +17,6 @@
 // TLS block, which is filled with 0xFF before every block (reading shared
 // memory no thread of the block wrote gives NaN). The bytes just past the
 // dynamic shared memory a launch asked for are checked after every block.
-#include <dlfcn.h>
 #include <link.h>
 #include <pthread.h>
 #include <signal.h>

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <vector>
 
+#include "tests/cuda_sim/sim_internal.h"
 #include "tests/cuda_sim/sim_test.h"
 
 __global__ void tickets(unsigned* counter, unsigned* ticket_of_thread) {
@@ -204,10 +205,48 @@ static void last_block_reduction_and_float_atomics() {
     for (void* p : {(void*)in, (void*)part, (void*)done, (void*)total, (void*)bt}) cudaFree(p);
 }
 
+// CUDA_SIM_WORKERS=2: blocks run on two OS threads at once, each with its own
+// shared memory; atomics and block-local results stay right.
+static void two_workers() {
+    std::string err;
+    int status = run_in_child([] {
+        cuda_sim::options().workers = 2;  // the child starts its own workers
+        const int B = 64, T = 128, N = B * T;
+        unsigned* counter = device_alloc<unsigned>(1);
+        unsigned* tk = device_alloc<unsigned>(N);
+        cudaMemset(counter, 0, 4);
+        LAUNCH(tickets, B, T, 0, 0, counter, tk);
+        std::vector<unsigned> h(N);
+        cudaMemcpy(h.data(), tk, N * 4, cudaMemcpyDeviceToHost);
+        std::sort(h.begin(), h.end());
+        for (int i = 0; i < N; i++)
+            if (h[i] != (unsigned)i) _exit(3);
+        const int n = 3000;
+        std::vector<float> x(n);
+        double want = 0;
+        for (int i = 0; i < n; i++) want += x[i] = (float)(i % 7);
+        float* in = device_alloc<float>(n);
+        float* part = device_alloc<float>(7);
+        unsigned* done = device_alloc<unsigned>(1);
+        float* total = device_alloc<float>(2);
+        __nv_bfloat16* bt = device_alloc<__nv_bfloat16>(1);
+        cudaMemcpy(in, x.data(), n * 4, cudaMemcpyHostToDevice);
+        cudaMemset(done, 0, 4);
+        cudaMemset(total, 0, 8);
+        cudaMemset(bt, 0, 2);
+        LAUNCH(last_block_sum, 7, 128, 0, 0, in, n, part, done, total, bt);
+        float r[2];
+        cudaMemcpy(r, total, 8, cudaMemcpyDeviceToHost);
+        _exit(r[0] == want && r[1] == want ? 0 : 4);
+    }, &err);
+    CHECK(status == 0, "with 2 workers: status %d (3: tickets, 4: reduction); %s", status, err.c_str());
+}
+
 int main() {
     RUN(counter_tickets_are_a_permutation);
     RUN(histogram_min_max_cas);
     RUN(wrapping_increment_and_exchange);
     RUN(last_block_reduction_and_float_atomics);
+    RUN(two_workers);
     return TESTS_DONE();
 }
