@@ -143,6 +143,8 @@ SIM_SCRIPTS      := tests/cuda_sim/test_sim_train_gpt.sh tests/cuda_sim/test_sim
 SIM_TESTS        := $(if $(SIM_ENABLED),$(SIM_SELF_TESTS) $(SIM_GPU_TESTS) $(SIM_GPU_RANDOM) $(SIM_SCRIPTS),)
 SIM_LINK_LIBS    := $(SIM)/libkernels.a $(SIM)/libcudasim.a $(BUILD)/libtrain.a
 
+# Keep the test programs' objects (make would delete them as intermediates).
+.PRECIOUS: $(SIM)/tests/cuda_sim/%.o $(SIM)/tests/gpu/%.o
 .PHONY: sim-tests
 sim-tests: $(SIM_TESTS) $(if $(SIM_ENABLED),$(SIM)/train_gpt)
 tests: sim-tests
