@@ -19,7 +19,8 @@
 // barrier shows up as a wrong result; a barrier or warp collective that not
 // all threads reach is reported as an error naming the kernel.
 //
-// Not linked into train_gpt: only the test programs under build/sim use it.
+// Never linked into ./train_gpt: only the programs under build/sim/ use it
+// (the tests, and build/sim/train_gpt, the trainer on the simulated GPU).
 // What this proves and what it does not: README.md, "CUDA kernels on the CPU".
 #pragma once
 
