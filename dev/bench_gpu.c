@@ -234,15 +234,15 @@ typedef struct {
 
 static void op_ln_fwd(void* p) {
     MemCtx* c = (MemCtx*)p;
-    be->residual_layernorm_forward(be, c->res, c->out, c->mean, c->rstd, c->a, c->b, c->w, c->bias, c->N, c->C);
+    be->residual_layernorm_forward(be, c->res, c->out, c->mean, c->rstd, c->a, c->b, c->w, c->bias, c->N, c->C, NULL);
 }
 static void op_ln_bwd(void* p) {
     MemCtx* c = (MemCtx*)p;
-    be->layernorm_backward(be, c->dinp, c->dw, c->db, c->out, c->res, c->w, c->mean, c->rstd, c->N, c->C);
+    be->layernorm_backward(be, c->dinp, c->dw, c->db, c->out, c->res, c->w, c->mean, c->rstd, c->N, c->C, NULL);
 }
 static void op_gelu_bwd(void* p) {
     MemCtx* c = (MemCtx*)p;
-    be->gelu_backward(be, c->a, c->b, c->a, (size_t)c->N * c->C);
+    be->gelu_backward(be, c->a, c->b, c->a, (size_t)c->N * c->C, NULL);
 }
 static void op_ce(void* p) {
     MemCtx* c = (MemCtx*)p;
@@ -258,7 +258,7 @@ static void op_enc_bwd(void* p) {
 }
 static void op_adamw(void* p) {
     MemCtx* c = (MemCtx*)p;
-    AdamWParams a = {1e-4f, 0.9f, 0.95f, 1e-8f, 0.1f, 1.0f, 1, 7, 0};
+    AdamWParams a = {1e-4f, 0.9f, 0.95f, 1e-8f, 0.1f, 1.0f, 1, 7, 0, NULL};
     be->adamw(be, c->a, c->master, c->b, c->m, c->v, c->n, &a);
 }
 static void op_norm(void* p) {
