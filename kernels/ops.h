@@ -181,6 +181,9 @@ struct Backend {
     // *amax = max(*amax, max |x[i]|), i < n, over an activation-dtype buffer
     // (for tensors whose producer does not compute it).
     void (*amax)(Backend* be, float* amax, const void* x, size_t n);
+    // acc[i] = max(acc[i], amax[i]), i < n, over FP32 amaxes (NaN stays NaN):
+    // a pass's amaxes folded into a step's (delayed scaling).
+    void (*fp8_amax_fold)(Backend* be, float* acc, const float* amax, size_t n);
     // q (rows, cols) and/or qt (cols, rows), either may be NULL, = FP8 (type
     // fmt) of x (rows, cols; activation dtype) * s: the product in FP32,
     // rounded to nearest even, saturating at +-max (fp8_quantize_value). With

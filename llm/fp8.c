@@ -207,28 +207,32 @@ int fp8_gemm_on(const Fp8State* s, int l, Fp8Gemm g, int N) {
 
 float* fp8_amax_slot(Fp8State* s, int l, Fp8Gemm g, Fp8Role role) {
     if (!s || l < 0 || l >= s->L || (s->skip[l] & (1 << g))) return NULL;
-    int t = tensor_index(s, l, g, role);
-    // Delayed scaling: activations and gradients accumulate the step's amax
-    // straight into its history row; the weights' come from AdamW (or one
-    // pass after loading) into amax[], and enter the history at fp8_end_step.
-    if (s->history && role != FP8_WEIGHT) return &s->history[(size_t)s->pos * s->n + t];
-    return &s->amax[t];
+    return &s->amax[tensor_index(s, l, g, role)];
 }
 
-// Current scaling: the amaxes of one pass start from zero (the inputs' in
-// forward, the gradients' in backward; the weights' belong to the update).
-void fp8_begin_forward(Fp8State* s) {
-    if (s && !s->history) s->be->zero(s->be, &s->amax[tensor_index(s, 0, 0, FP8_INPUT)], (size_t)4 * s->L * sizeof(float));
+// The amaxes of one pass start from zero: the inputs' in forward, the
+// gradients' in backward (the weights' belong to the update). A tensor's own
+// amax is then that of this micro-batch alone, whatever the ranks and
+// micro-batches; delayed scaling folds each pass's into the step's history
+// row when the pass ends.
+static void pass_begins(Fp8State* s, Fp8Role role) {
+    if (s) s->be->zero(s->be, &s->amax[tensor_index(s, 0, 0, role)], (size_t)4 * s->L * sizeof(float));
 }
-void fp8_begin_backward(Fp8State* s) {
-    if (s && !s->history) s->be->zero(s->be, &s->amax[tensor_index(s, 0, 0, FP8_GRAD)], (size_t)4 * s->L * sizeof(float));
+static void pass_ends(Fp8State* s, Fp8Role role) {
+    if (!s || !s->history) return;
+    size_t t = (size_t)tensor_index(s, 0, 0, role);
+    s->be->fp8_amax_fold(s->be, &s->history[(size_t)s->pos * s->n + t], &s->amax[t], (size_t)4 * s->L);
 }
+void fp8_begin_forward(Fp8State* s) { pass_begins(s, FP8_INPUT); }
+void fp8_end_forward(Fp8State* s) { pass_ends(s, FP8_INPUT); }
+void fp8_begin_backward(Fp8State* s) { pass_begins(s, FP8_GRAD); }
+void fp8_end_backward(Fp8State* s) { pass_ends(s, FP8_GRAD); }
 
 // The amax a quantisation derives its scale from, or NULL to use the stored
 // scale: current scaling always; delayed scaling until its first step is in.
 static const float* scale_source(Fp8State* s, int l, Fp8Gemm g, Fp8Role role) {
     if (s->history && s->steps_recorded > 0) return NULL;
-    return fp8_amax_slot(s, l, g, role);
+    return &s->amax[tensor_index(s, l, g, role)];
 }
 
 static void quantize(Fp8State* s, int l, Fp8Gemm g, Fp8Role role, void* q, void* qt, const void* x, int rows,
@@ -384,7 +388,6 @@ void fp8_end_step(Fp8State* s, Comm* comm) {
     float* row = &s->history[(size_t)s->pos * s->n];
     be->copy(be, row + w0, s->amax + w0, nw * sizeof(float));  // the new weights' amaxes join this step's
     if (comm) {
-        comm_wait_compute(comm);
         comm_all_reduce_max(comm, COMM_WORLD, row, (size_t)s->n);
         comm_all_reduce_max(comm, COMM_WORLD, s->amax + w0, nw);
         comm_compute_wait_all(comm);

@@ -22,11 +22,12 @@
 //            history of --fp8-amax-history steps; after every applied step
 //            scale = max * 2^-margin / max(history) (the previous scale kept
 //            when the history holds no finite non-zero amax), used for the
-//            next step. Until the first step is recorded a tensor is scaled
-//            from its own amax, as in current scaling (no guessed first
-//            scale). The amaxes are reduced (max) over all ranks first, so
-//            every rank holds the same scales and the run does not depend on
-//            how the batch is split among ranks.
+//            next step; a step's amax is the max over its micro-batches.
+//            Until the first step is recorded a tensor is scaled from its
+//            own amax, as in current scaling (no guessed first scale). The
+//            amaxes are reduced (max) over all ranks first, so every rank
+//            holds the same scales and the run does not depend on how the
+//            batch is split among ranks.
 // Where the amaxes come from, without extra passes over the data:
 //   X:  the kernel that writes the GEMM input: LayerNorm forward (qkv, fc
 //       inputs), GELU forward (fc projection input); the attention output
@@ -100,7 +101,7 @@ typedef struct Fp8State {
     Backend* be;
     int L, C, n;             // n = 12 L tensors, ordered role-major: [role][layer][gemm]
     int tn_only;             // the backend wants transposed copies
-    float* amax;             // (n) the current pass's amaxes (current recipe) and the weights'
+    float* amax;             // (n) the current pass's amaxes, and the weights' (from the update)
     float* scale;            // (n)
     float* scale_inv;        // (n)
     float* history;          // (history, n) delayed recipe, else NULL
@@ -133,9 +134,12 @@ int fp8_gemm_on(const Fp8State* s, int l, Fp8Gemm g, int N);
 // The amax the producer of tensor (l, g, role) accumulates into, or NULL when
 // that GEMM does not run in FP8.
 float* fp8_amax_slot(Fp8State* s, int l, Fp8Gemm g, Fp8Role role);
-// The start of a forward / backward pass (current scaling starts its amaxes afresh).
+// The start and end of a forward / backward pass: its amaxes start from zero,
+// and delayed scaling folds them into the step's history row at the end.
 void fp8_begin_forward(Fp8State* s);
+void fp8_end_forward(Fp8State* s);
 void fp8_begin_backward(Fp8State* s);
+void fp8_end_backward(Fp8State* s);
 // The linear layer in FP8 (kernels/ops.h's matmul_forward/backward
 // semantics; weight is the 16-bit weight of (l, g)). With pre_gelu, out =
 // gelu(pre_gelu) and its amax goes to out_amax. dinp may be the buffer inp

@@ -616,6 +616,7 @@ void gpt_forward(GPT* m, const int32_t* inputs, const int32_t* targets, int B, i
     // LM head tied to the token embedding.
     be->matmul_forward(be, act(m, A_LOGITS), NULL, act(m, A_LNF), wte, NULL, N, C, Vp);
     unit_release(m, gpt_embed_unit(), 0);
+    fp8_end_forward(m->fp8);
     if (targets) be->cross_entropy(be, (float*)act(m, A_LOSSES), act(m, A_LOGITS), targets, N, V, Vp, dloss);
 }
 
@@ -702,6 +703,7 @@ void gpt_backward(GPT* m, const int32_t* inputs, int B, int T) {
         unit_backward_done(m, u);
         unit_release(m, u, 1);
     }
+    fp8_end_backward(m->fp8);
     be->encoder_backward(be, gpt_tensor_in_unit(m, dembed, P_WTE, -1), gpt_tensor_in_unit(m, dembed, P_WPE, -1), dres,
                          inputs, B, T, C);
     unit_backward_done(m, gpt_embed_unit());

@@ -260,8 +260,14 @@ static void delayed_scaling_hand_computed(void) {
     float want_grad[] = {14336, 14336, 14336, 114688, 114688, 114688, 114688};  // 57344 / window
     for (int step = 0; step < 7; step++) {
         fp8_begin_step(&s, step);
-        *fp8_amax_slot(&s, 0, FP8_QKV, FP8_INPUT) = qkv_in[step];
-        *fp8_amax_slot(&s, 1, FP8_ATTPROJ, FP8_GRAD) = grad[step];
+        for (int pass = 0; pass < 2; pass++) {  // two micro-batches: the step's amax is the larger
+            fp8_begin_forward(&s);
+            *fp8_amax_slot(&s, 0, FP8_QKV, FP8_INPUT) = pass ? qkv_in[step] : qkv_in[step] / 2;
+            fp8_end_forward(&s);
+            fp8_begin_backward(&s);
+            *fp8_amax_slot(&s, 1, FP8_ATTPROJ, FP8_GRAD) = pass ? grad[step] / 4 : grad[step];
+            fp8_end_backward(&s);
+        }
         fp8_before_update(&s);  // weights' amaxes stay 0 here: no AdamW
         fp8_end_step(&s, NULL);
         int t_in = (0 * s.L + 0) * FP8_NUM_GEMMS + FP8_QKV;
@@ -279,7 +285,9 @@ static void delayed_scaling_hand_computed(void) {
     o.margin = 2;
     fp8_create(&s, &m, &o);
     fp8_begin_step(&s, 0);
+    fp8_begin_forward(&s);
     *fp8_amax_slot(&s, 0, FP8_QKV, FP8_INPUT) = 2.0f;
+    fp8_end_forward(&s);
     fp8_before_update(&s);
     fp8_end_step(&s, NULL);
     CHECK(s.scale[FP8_QKV] == 56.0f, "margin 2: scale %g, want 448/4/2 = 56", s.scale[FP8_QKV]);

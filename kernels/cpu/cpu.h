@@ -127,6 +127,7 @@ void cpu_adamw(Backend* be, void* params, float* master, const void* grads, floa
                size_t n, const AdamWParams* p);
 
 void cpu_amax(Backend* be, float* amax, const void* x, size_t n);
+void cpu_fp8_amax_fold(Backend* be, float* acc, const float* amax, size_t n);
 void cpu_fp8_quantize(Backend* be, void* q, void* qt, DType fmt, const void* x, int rows, int cols,
                       const float* amax, float* scale, float* scale_inv);
 void cpu_fp8_update_scales(Backend* be, float* scale, float* scale_inv, float* history, int len, size_t ld,

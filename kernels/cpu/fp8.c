@@ -40,6 +40,11 @@ void cpu_amax(Backend* be, float* amax, const void* x_, size_t n) {
     cpu_amax_commit(amax, mx);
 }
 
+void cpu_fp8_amax_fold(Backend* be, float* acc, const float* amax, size_t n) {
+    for (size_t i = 0; i < n; i++)
+        if (fp8_abs_bits(amax[i]) > fp8_abs_bits(acc[i])) acc[i] = amax[i];
+}
+
 #define TRANSPOSE_TILE 32
 
 void cpu_fp8_quantize(Backend* be, void* q_, void* qt_, DType fmt, const void* x_, int rows, int cols,

@@ -222,6 +222,7 @@ extern "C" Backend* cuda_backend_create(DType dtype) {
     be->adamw = cuda_adamw;
     be->fp8_support = cuda_fp8_support_for(prop.major, prop.minor);
     be->amax = cuda_amax;
+    be->fp8_amax_fold = cuda_fp8_amax_fold;
     be->fp8_quantize = cuda_fp8_quantize;
     be->fp8_update_scales = cuda_fp8_update_scales;
     be->fp8_matmul_forward = cuda_fp8_matmul_forward;

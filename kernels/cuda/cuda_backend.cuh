@@ -120,6 +120,7 @@ void cuda_adamw(Backend* be, void* params, float* master, const void* grads, flo
 
 // FP8 (fp8.cu; the GEMMs in matmul.cu).
 void cuda_amax(Backend* be, float* amax, const void* x, size_t n);
+void cuda_fp8_amax_fold(Backend* be, float* acc, const float* amax, size_t n);
 void cuda_fp8_quantize(Backend* be, void* q, void* qt, DType fmt, const void* x, int rows, int cols,
                        const float* amax, float* scale, float* scale_inv);
 void cuda_fp8_update_scales(Backend* be, float* scale, float* scale_inv, float* history, int len, size_t ld,

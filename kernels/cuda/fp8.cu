@@ -39,6 +39,17 @@ void cuda_amax(Backend* be, float* amax, const void* x, size_t n) {
     CUDA_CHECK_LAUNCH();
 }
 
+__global__ void amax_fold_kernel(float* acc, const float* amax, size_t n) {
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n && fp8_abs_bits(amax[i]) > fp8_abs_bits(acc[i])) acc[i] = amax[i];
+}
+
+void cuda_fp8_amax_fold(Backend* be, float* acc, const float* amax, size_t n) {
+    if (n == 0) return;
+    LAUNCH(amax_fold_kernel, (unsigned)ceil_div(n, 256), 256, 0, cuda_stream(be), acc, amax, n);
+    CUDA_CHECK_LAUNCH();
+}
+
 // ---- the cast -----------------------------------------------------------------------------------------
 
 __device__ inline uint8_t fp8_cast(float x, float s, bool e4m3) {
