@@ -24,7 +24,7 @@ BIN      ?= train_gpt
 WARN     := -Wall -Wextra -Wshadow -Wno-unused-parameter -Wno-sign-compare
 CFLAGS   ?= -O3 -march=native -g
 CFLAGS   += -std=c11 -fopenmp -D_GNU_SOURCE -I. $(WARN)
-LDLIBS   := -lopenblas -lzstd -lm
+LDLIBS   := -lopenblas -lzstd -lxxhash -lpthread -lm
 
 # Everything except main() lives in a static library that tests link too.
 LIB_SRCS := $(wildcard llm/*.c data/*.c kernels/*.c kernels/cpu/*.c)

@@ -1,0 +1,37 @@
+// ckpt_comm.h: the few collectives checkpointing needs, as a small table so
+// that the checkpoint code does not depend on how ranks talk to each other.
+//
+// A single process uses ckpt_comm_single(); multi-rank runs fill the table
+// from the communication module (MPI). Every call is collective: all ranks
+// make it, in the same order, from the main thread (background checkpoint
+// writers never communicate).
+#pragma once
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "llm/util.h"
+
+EXTERN_C_BEGIN
+
+typedef struct {
+    int rank, world;
+    void* ctx;
+    void (*barrier)(void* ctx);
+    // v[i] = max over ranks of v[i], for n values.
+    void (*allreduce_max)(void* ctx, int64_t* v, int n);
+    // Rank 0's `bytes` bytes at buf are copied to buf on every rank.
+    void (*broadcast)(void* ctx, void* buf, size_t bytes);
+    // Rank 0 receives every rank's `bytes` bytes, in rank order, at recv
+    // (world * bytes); recv is ignored on other ranks.
+    void (*gather)(void* ctx, const void* send, size_t bytes, void* recv);
+} CkptComm;
+
+// One rank: barrier and reductions are identities, gather is a copy.
+const CkptComm* ckpt_comm_single(void);
+
+// Broadcasts a malloc'ed string from rank 0 (its length first); other ranks
+// get a new malloc'ed copy. Returns the string on every rank.
+char* ckpt_broadcast_string(const CkptComm* comm, char* s);
+
+EXTERN_C_END
