@@ -27,6 +27,7 @@ struct Checkpointer {
     char* model_dir;        // NULL: no final weights
     int steps_done;         // optimizer steps completed so far
     int last_saved_step;    // newest complete checkpoint of this lineage in dir, or -1
+    int last_started_step;  // newest save started (complete or in flight), or -1
     int stop_signal;        // the signal that stopped the run, once all ranks agreed
     Manifest layout;        // the model's layout; every save fills in the rest
     CkptSnapshot snap;      // the state being written
@@ -88,7 +89,7 @@ Checkpointer* checkpointer_create(const TrainConfig* cfg, Trainer* tr) {
     ck->dir = resolve_checkpoint_dir(cfg->checkpoint_dir);
     ck->model_dir = resolve_model_dir(cfg->model_dir);
     ck->steps_done = tr->first_step;
-    ck->last_saved_step = -1;
+    ck->last_saved_step = ck->last_started_step = -1;
     atomic_init(&ck->worker_done, 0);
     manifest_describe(&ck->layout, &tr->model);
     manifest_set_config(&ck->layout, cfg);
@@ -147,7 +148,9 @@ static int check_checkpoint(Checkpointer* ck, const char* dir, int expect_step, 
     comm->broadcast(comm->ctx, state, sizeof state);
     *had_manifest = (int)state[0];
     if (!state[1]) {
-        if (!state[0]) snprintf(why, whysize, "%s: missing (the save of this checkpoint did not finish)", path);
+        if (!state[0])
+            snprintf(why, whysize, "%s: missing (%s)", path,
+                     expect_step >= 0 ? "the save of this checkpoint did not finish" : "not a complete checkpoint");
         char* w = ckpt_broadcast_string(comm, comm->rank == 0 ? xstrdup(why) : NULL);
         snprintf(why, whysize, "%s", w);
         free(w);
@@ -223,7 +226,7 @@ static void load_checkpoint(Checkpointer* ck, const char* dir, const Manifest* m
     ck->steps_done = man->step;
     if (ck->dir) {
         char* own = ckpt_step_dir(ck->dir, man->step);
-        if (same_dir(dir, own)) ck->last_saved_step = man->step;
+        if (same_dir(dir, own)) ck->last_saved_step = ck->last_started_step = man->step;
         free(own);
     }
     if (ck->comm->rank != 0) return;
@@ -383,13 +386,18 @@ static void prune(Checkpointer* ck, int newest) {
 static void commit_save(Checkpointer* ck) {
     const CkptComm* comm = ck->comm;
     int step = ck->pending_step;
-    if (ck->threaded) pthread_join(ck->thread, NULL);
+    int threaded = ck->threaded;
+    if (threaded) pthread_join(ck->thread, NULL);
     ck->in_flight = ck->threaded = 0;
 
     int64_t failed = ck->err != 0;
     comm->allreduce_max(comm->ctx, &failed, 1);
     if (failed) {
         ckpt_remove_dir(ck->pending_dir);  // an abandoned save leaves nothing to upload
+        if (ck->err == ENOSPC)
+            fatal("checkpoint of step %d: %s; older checkpoints are intact (a save needs room for one checkpoint "
+                  "more than --keep-last %d keeps)",
+                  step, ck->msg, ck->cfg->keep_last);
         if (ck->err) fatal("checkpoint of step %d: %s; older checkpoints are intact", step, ck->msg);
         fatal("checkpoint of step %d: writing failed on another rank; older checkpoints are intact", step);
     }
@@ -453,7 +461,7 @@ static void commit_save(Checkpointer* ck) {
     if (comm->rank == 0) {
         printf("ckpt      | step %d saved to %s | %.1f MiB | training paused %.3f s", step, ck->pending_dir,
                mib(total_bytes), ck->pause_seconds);
-        if (ck->cfg->async_checkpoint) printf(" | written in the background in %.3f s", ck->write_seconds);
+        if (threaded) printf(" | written in the background in %.3f s", ck->write_seconds);
         printf("\n");
         fflush(stdout);
     }
@@ -483,7 +491,7 @@ static void prepare_dir(Checkpointer* ck, const char* dir) {
 static void start_save(Checkpointer* ck, int step, int background) {
     wait_for_save(ck);
     double t0 = now_seconds();
-    ck->pending_step = step;
+    ck->pending_step = ck->last_started_step = step;
     ck->pending_dir = ckpt_step_dir(ck->dir, step);
     prepare_dir(ck, ck->pending_dir);
     ckpt_snapshot_take(&ck->snap, &ck->tr->model, ck->comm, step, dataloader_position(&ck->tr->train));
@@ -509,6 +517,8 @@ static void start_save(Checkpointer* ck, int step, int background) {
     commit_save(ck);
 }
 
+static const char* signal_name(int sig) { return sig == SIGTERM ? "SIGTERM" : sig == SIGINT ? "SIGINT" : strsignal(sig); }
+
 int checkpoint_after_step(Checkpointer* ck, int steps_done) {
     const CkptComm* comm = ck->comm;
     ck->steps_done = steps_done;
@@ -519,22 +529,22 @@ int checkpoint_after_step(Checkpointer* ck, int steps_done) {
     if (ck->in_flight && v[1] == 0) commit_save(ck);
     int every = ck->cfg->checkpoint_every;
     int due = v[0] != 0 || (every > 0 && steps_done % every == 0);
-    if (ck->dir && due && steps_done != ck->last_saved_step) start_save(ck, steps_done, ck->cfg->async_checkpoint && !v[0]);
+    if (ck->dir && due && steps_done != ck->last_started_step) start_save(ck, steps_done, ck->cfg->async_checkpoint && !v[0]);
     if (!v[0]) return 0;
     ck->stop_signal = (int)v[0];
     wait_for_save(ck);
     if (comm->rank == 0) {
-        if (ck->dir) printf("stop      | %s after step %d: checkpoint in %s/step_%08d; exiting\n", strsignal(ck->stop_signal),
+        if (ck->dir) printf("stop      | %s after step %d: checkpoint in %s/step_%08d; exiting\n", signal_name(ck->stop_signal),
                             steps_done, ck->dir, ck->last_saved_step);
         else printf("stop      | %s after step %d: checkpoints are off (--checkpoint-dir ''); exiting without one\n",
-                    strsignal(ck->stop_signal), steps_done);
+                    signal_name(ck->stop_signal), steps_done);
         fflush(stdout);
     }
     return 1;
 }
 
 void checkpoint_end(Checkpointer* ck) {
-    if (ck->dir && ck->steps_done != ck->last_saved_step) start_save(ck, ck->steps_done, 0);
+    if (ck->dir && ck->steps_done != ck->last_started_step) start_save(ck, ck->steps_done, 0);
     wait_for_save(ck);
 }
 
