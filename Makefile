@@ -92,10 +92,16 @@ $(BUILD)/asan/test_data: tests/test_data.c $(ASAN_SRCS) tests/testlib.h
 	@mkdir -p $(dir $@)
 	$(CC) -std=c11 -fopenmp -D_GNU_SOURCE -I. $(WARN) $(ASAN_FLAGS) -DUNDER_ASAN -o $@ $< $(ASAN_SRCS) -lzstd -lm
 
-tests: train_gpt $(TEST_BINS) $(BUILD)/asan/test_data data
+# The checkpoint format tests (JSON and manifest readers, resharding) under the sanitizers too.
+$(BUILD)/asan/test_checkpoint: tests/test_checkpoint.c $(LIB_SRCS) $(wildcard llm/*.h) tests/testlib.h
+	@mkdir -p $(dir $@)
+	$(CC) -std=c11 -fopenmp -D_GNU_SOURCE -I. $(WARN) $(ASAN_FLAGS) -DUNDER_ASAN -o $@ $< $(LIB_SRCS) $(LDLIBS)
+ASAN_TESTS := $(BUILD)/asan/test_data $(BUILD)/asan/test_checkpoint
+
+tests: train_gpt $(TEST_BINS) $(ASAN_TESTS) data
 
 test: tests
-	@tests/run_tests.sh $(TEST_BINS) $(BUILD)/asan/test_data $(TEST_SCRIPTS)
+	@tests/run_tests.sh $(TEST_BINS) $(ASAN_TESTS) $(TEST_SCRIPTS)
 
 test-gpu: train_gpt
 	@tests/gpu/run_gpu_tests.sh

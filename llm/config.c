@@ -185,6 +185,15 @@ void config_flag_value(const TrainConfig* cfg, int i, char* buf, size_t size) {
     }
 }
 
+void config_free(TrainConfig* cfg) {
+    for (int i = 0; i < NUM_FLAGS; i++)
+        if (FLAGS[i].type == F_STRING) {
+            char** field = (char**)((char*)cfg + FLAGS[i].offset);
+            free(*field);
+            *field = NULL;
+        }
+}
+
 void config_parse(TrainConfig* cfg, int argc, char** argv) {
     set_defaults(cfg);
     for (int i = 1; i < argc; i++) {

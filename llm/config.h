@@ -71,5 +71,7 @@ int config_num_flags(void);
 const char* config_flag_name(int i);
 int config_flag_is_string(int i);
 void config_flag_value(const TrainConfig* cfg, int i, char* buf, size_t size);
+// Frees the text values (for programs that parse more than one config).
+void config_free(TrainConfig* cfg);
 
 EXTERN_C_END
