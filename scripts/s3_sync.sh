@@ -62,82 +62,105 @@ all_listed_present() {
   [ "$n" -gt 0 ]
 }
 
-# Uploads what is new in one step directory; prints the listing lines of
-# what it uploaded (for the manifest check without another listing).
-upload_step() {
-  local dir=$1 uri=$2 step=$3 listing=$4 f name size new=""
-  if [ ! -f "$dir/manifest.json" ] && { [ -f "$dir/model.bin" ] || compgen -G "$dir/shard_00000_of_*.bin" >/dev/null; }; then
-    return 0  # rank 0's directory without a manifest: not complete (yet)
-  fi
-  for f in "$dir"/*; do
-    [ -f "$f" ] || continue
-    name=${f##*/}
-    case $name in manifest.json | *.tmp.*) continue ;; esac
-    size=$(stat -c %s "$f")
-    grep -qxF "$size $step/$name" <<<"$listing" || new+="$size $step/$name"$'\n'
-  done
-  if [ -n "$new" ]; then
-    aws_s3 sync --only-show-errors --size-only --exclude 'manifest.json' --exclude '*.tmp.*' "$dir" "$uri/$step" >&2
-    printf '%s' "$new"
-  fi
+# Whether rank 0 writes into this directory and its manifest is not there
+# yet: the save is in progress or was interrupted.
+rank0_incomplete() {
+  [ ! -f "$1/manifest.json" ] && { [ -f "$1/model.bin" ] || compgen -G "$1/shard_00000_of_*.bin" >/dev/null; }
 }
 
+# One pass. The CLI costs about a second per call, so a pass makes at most
+# five: a listing, one sync for the data files, one for the manifests, and
+# two for deletions (manifests first).
 upload() {
-  local local_dir=$1 uri=$2 step newest="" listing added size
+  local local_dir=$1 uri=$2 step newest="" listing f name size
+  local data=() manifests=() ready="" pruned=()
   [ -d "$local_dir" ] || return 0
   listing=$(s3_listing "$uri")
   for step in $(local_steps "$local_dir"); do
-    added=$(upload_step "$local_dir/$step" "$uri" "$step" "$listing")
-    [ -n "$added" ] && listing+=$'\n'"$added"
+    rank0_incomplete "$local_dir/$step" && continue
+    for f in "$local_dir/$step"/*; do
+      [ -f "$f" ] || continue
+      name=${f##*/}
+      case $name in manifest.json | *.tmp.*) continue ;; esac
+      size=$(stat -c %s "$f")
+      grep -qxF "$size $step/$name" <<<"$listing" && continue
+      data+=(--include "$step/$name")
+      ready+="$size $step/$name"$'\n'  # in S3 once the sync below succeeds
+    done
+  done
+  if [ ${#data[@]} -gt 0 ]; then
+    aws_s3 sync --only-show-errors --size-only --exclude '*' "${data[@]}" "$local_dir" "$uri"
+    listing+=$'\n'"$ready"
+  fi
+  for step in $(local_steps "$local_dir"); do
     [ -f "$local_dir/$step/manifest.json" ] || continue
     newest=$step
     size=$(stat -c %s "$local_dir/$step/manifest.json")
     grep -qxF "$size $step/manifest.json" <<<"$listing" && continue
     if all_listed_present "$local_dir/$step/manifest.json" "$step" "$listing"; then
-      aws_s3 cp --only-show-errors "$local_dir/$step/manifest.json" "$uri/$step/manifest.json"
-      log "uploaded $step"
+      manifests+=(--include "$step/manifest.json")
+      log "uploading $step"
     else
       log "$step: waiting for other nodes' files before uploading its manifest"
     fi
   done
+  if [ ${#manifests[@]} -gt 0 ]; then
+    aws_s3 sync --only-show-errors --size-only --exclude '*' "${manifests[@]}" "$local_dir" "$uri"
+  fi
   [ -n "$newest" ] || return 0
   # Pruned locally: older than the newest complete checkpoint and gone from the disk.
   for step in $(listed_steps "$listing"); do
-    [[ "$step" < "$newest" ]] || continue
-    [ -d "$local_dir/$step" ] && continue
-    grep -qE " $step/manifest\.json$" <<<"$listing" && aws_s3 rm --only-show-errors "$uri/$step/manifest.json"
-    aws_s3 rm --only-show-errors --recursive "$uri/$step/"
-    log "deleted $step from S3 (pruned locally)"
+    [[ "$step" < "$newest" ]] && [ ! -d "$local_dir/$step" ] && pruned+=("$step")
   done
+  [ ${#pruned[@]} -gt 0 ] || return 0
+  local rm_manifests=() rm_all=()
+  for step in "${pruned[@]}"; do
+    rm_manifests+=(--include "$step/manifest.json")
+    rm_all+=(--include "$step/*")
+  done
+  aws_s3 rm --only-show-errors --recursive --exclude '*' "${rm_manifests[@]}" "$uri/"
+  aws_s3 rm --only-show-errors --recursive --exclude '*' "${rm_all[@]}" "$uri/"
+  log "deleted ${pruned[*]} from S3 (pruned locally)"
 }
 
 restore() {
-  local local_dir=$1 uri=$2 count=$3 step listing tmp n=0
+  local local_dir=$1 uri=$2 count=$3 step listing tmp n=0 wanted=() chosen=()
   mkdir -p "$local_dir"
-  tmp=$(mktemp)
+  tmp=$(mktemp -d)
   listing=$(s3_listing "$uri")
+  # The manifests of the newest steps (one call), then the data (one call).
+  for step in $(listed_steps "$listing" | sort -r); do
+    grep -qE " $step/manifest\.json$" <<<"$listing" && wanted+=(--include "$step/manifest.json")
+  done
+  [ ${#wanted[@]} -gt 0 ] && aws_s3 cp --only-show-errors --recursive --exclude '*' "${wanted[@]}" "$uri/" "$tmp/"
   for step in $(listed_steps "$listing" | sort -r); do
     [ "$n" -lt "$count" ] || break
-    grep -qE " $step/manifest\.json$" <<<"$listing" || continue
-    aws_s3 cp --only-show-errors "$uri/$step/manifest.json" "$tmp"
-    if ! all_listed_present "$tmp" "$step" "$listing"; then
+    [ -f "$tmp/$step/manifest.json" ] || continue
+    if ! all_listed_present "$tmp/$step/manifest.json" "$step" "$listing"; then
       log "$step: its manifest lists files missing from S3; skipped"
       continue
     fi
     n=$((n + 1))
-    if [ -f "$local_dir/$step/manifest.json" ] && cmp -s "$tmp" "$local_dir/$step/manifest.json"; then
+    if [ -f "$local_dir/$step/manifest.json" ] && cmp -s "$tmp/$step/manifest.json" "$local_dir/$step/manifest.json"; then
       log "$step is already here"
       continue
     fi
-    # The data files first, the manifest last: an interrupted restore leaves
-    # a directory train_gpt treats as incomplete.
     rm -f "$local_dir/$step/manifest.json"
-    aws_s3 cp --only-show-errors --recursive --exclude 'manifest.json' --exclude '*.tmp.*' "$uri/$step/" "$local_dir/$step/"
-    cp "$tmp" "$local_dir/$step/manifest.json.tmp.$$"
+    chosen+=("$step")
+  done
+  local data=() bytes name
+  for step in "${chosen[@]}"; do
+    while read -r bytes name; do data+=(--include "$step/$name"); done < <(manifest_files "$tmp/$step/manifest.json")
+  done
+  # The data files first, the manifests last: an interrupted restore leaves
+  # directories train_gpt treats as incomplete.
+  [ ${#data[@]} -gt 0 ] && aws_s3 cp --only-show-errors --recursive --exclude '*' "${data[@]}" "$uri/" "$local_dir/"
+  for step in "${chosen[@]}"; do
+    cp "$tmp/$step/manifest.json" "$local_dir/$step/manifest.json.tmp.$$"
     mv "$local_dir/$step/manifest.json.tmp.$$" "$local_dir/$step/manifest.json"
     log "restored $step"
   done
-  rm -f "$tmp"
+  rm -rf "$tmp"
   [ "$n" -gt 0 ] || log "no complete checkpoint in $uri: the run starts fresh"
 }
 
