@@ -12,7 +12,8 @@ static void single_gather(void* ctx, const void* send, size_t bytes, void* recv)
     if (recv != send) memmove(recv, send, bytes);
 }
 
-static const CkptComm SINGLE = {0, 1, NULL, single_barrier, single_allreduce_max, single_broadcast, single_gather};
+static const CkptComm SINGLE = {0, 1, 0, 1, 1, NULL, single_barrier, single_allreduce_max, single_broadcast,
+                                single_gather, single_gather};
 
 const CkptComm* ckpt_comm_single(void) { return &SINGLE; }
 

@@ -2,9 +2,14 @@
 // that the checkpoint code does not depend on how ranks talk to each other.
 //
 // A single process uses ckpt_comm_single(); multi-rank runs fill the table
-// from the communication module (MPI). Every call is collective: all ranks
-// make it, in the same order, from the main thread (background checkpoint
+// from the communication module. Every call is collective over all ranks of
+// the run, in the same order, from the main thread (background checkpoint
 // writers never communicate).
+//
+// The ranks one copy of the model is sharded over form the shard group
+// (the world, or with hybrid sharding one node); the first copy's ranks are
+// the writers: writer s writes shard s. Other copies hold the same state and
+// write nothing.
 #pragma once
 
 #include <stddef.h>
@@ -15,7 +20,9 @@
 EXTERN_C_BEGIN
 
 typedef struct {
-    int rank, world;
+    int rank, world;     // this rank in the run
+    int shard, shards;   // its place in its shard group (shards = the layout's world)
+    int writes;          // whether it writes its shard (it belongs to the first copy)
     void* ctx;
     void (*barrier)(void* ctx);
     // v[i] = max over ranks of v[i], for n values.
@@ -25,9 +32,12 @@ typedef struct {
     // Rank 0 receives every rank's `bytes` bytes, in rank order, at recv
     // (world * bytes); recv is ignored on other ranks.
     void (*gather)(void* ctx, const void* send, size_t bytes, void* recv);
+    // Rank 0 receives each writer's `bytes` bytes at recv + shard * bytes
+    // (shards * bytes); what other ranks pass is ignored.
+    void (*gather_shards)(void* ctx, const void* send, size_t bytes, void* recv);
 } CkptComm;
 
-// One rank: barrier and reductions are identities, gather is a copy.
+// One rank: barrier and reductions are identities, gathers are copies.
 const CkptComm* ckpt_comm_single(void);
 
 // Broadcasts a malloc'ed string from rank 0 (its length first); other ranks

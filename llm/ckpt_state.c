@@ -14,6 +14,10 @@
 // ---------------------------------------------------------------------------
 // snapshot
 
+// ZeRO-3 keeps only this rank's parameter pieces, at the optimizer state's
+// index (the same rule as the model's gpt_params_sharded).
+static int params_are_shards(const GPT* m) { return m->zero_stage >= 3; }
+
 // Where this rank's shard starts in unit u (flat index), and where that is in
 // the rank's optimizer-state arrays.
 static size_t shard_piece(const GPT* m, int shard, int u, size_t* state_index) {
@@ -30,17 +34,19 @@ static size_t shard_piece(const GPT* m, int shard, int u, size_t* state_index) {
 void ckpt_snapshot_take(CkptSnapshot* s, const GPT* m, const CkptComm* comm, int step, uint64_t data_position) {
     const ParamLayout* pl = &m->layout;
     Backend* be = m->be;
-    if (comm->world != pl->world || m->world != comm->world)
-        fatal("internal: checkpoints with a shard group (%d) smaller than the world (%d) are not implemented", pl->world,
-              comm->world);
+    if (comm->shards != pl->world || comm->shard != m->rank)
+        fatal("internal: checkpoint shard %d of %d, but the model is rank %d of %d", comm->shard, comm->shards, m->rank,
+              pl->world);
     int64_t elements = (int64_t)(pl->total / (size_t)pl->world);
-    if (!s->master || s->elements != elements) {
+    if (s->elements != elements) {
         ckpt_snapshot_free(s);
         s->elements = elements;
-        s->master = (float*)xmalloc((size_t)elements * sizeof(float));
-        s->adam_m = (float*)xmalloc((size_t)elements * sizeof(float));
-        s->adam_v = (float*)xmalloc((size_t)elements * sizeof(float));
-        if (m->dtype != DTYPE_F32) s->params16 = xmalloc((size_t)elements * dtype_size(m->dtype));
+        if (comm->writes) {
+            s->master = (float*)xmalloc((size_t)elements * sizeof(float));
+            s->adam_m = (float*)xmalloc((size_t)elements * sizeof(float));
+            s->adam_v = (float*)xmalloc((size_t)elements * sizeof(float));
+            if (m->dtype != DTYPE_F32) s->params16 = xmalloc((size_t)elements * dtype_size(m->dtype));
+        }
         if (comm->rank == 0) {
             s->weights_elements = llmc_num_elements(&m->config);
             s->weights = (float*)xmalloc(s->weights_elements * sizeof(float));
@@ -49,38 +55,40 @@ void ckpt_snapshot_take(CkptSnapshot* s, const GPT* m, const CkptComm* comm, int
     s->step = step;
     s->adam_step = m->adam_step;
     s->data_position = data_position;
-    s->shard = comm->rank;
+    s->shard = comm->writes ? comm->shard : -1;
     s->params16_dtype = m->dtype;
     s->model = m->config;
 
     size_t es = dtype_size(m->dtype), at = 0;
-    for (int u = 0; u < pl->num_units; u++) {
+    for (int u = 0; comm->writes && u < pl->num_units; u++) {
         size_t chunk = unit_chunk(pl, u), si;
         size_t x = shard_piece(m, s->shard, u, &si);
+        // ZeRO-3 keeps only the parameter shard, at the optimizer state's index.
+        size_t pi = params_are_shards(m) ? si : x;
         // FP32 runs have no separate masters: the parameters are the FP32 values.
         if (m->master) be->to_host(be, s->master + at, m->master + si, chunk * sizeof(float));
-        else be->to_host(be, s->master + at, (const char*)m->params + x * es, chunk * sizeof(float));
+        else be->to_host(be, s->master + at, (const char*)m->params + pi * es, chunk * sizeof(float));
         be->to_host(be, s->adam_m + at, m->adam_m + si, chunk * sizeof(float));
         be->to_host(be, s->adam_v + at, m->adam_v + si, chunk * sizeof(float));
-        if (s->params16) be->to_host(be, (char*)s->params16 + at * es, (const char*)m->params + x * es, chunk * es);
+        if (s->params16) be->to_host(be, (char*)s->params16 + at * es, (const char*)m->params + pi * es, chunk * es);
         at += chunk;
     }
 
-    // The FP32 weights for model.bin: the ranks' master chunks of each unit,
-    // gathered on rank 0, put in llm.c's order.
+    // The FP32 weights for model.bin: the writers' master chunks of each
+    // unit, gathered on rank 0 and put in llm.c's order.
     size_t* llmc_off = NULL;
     float* unit_buf = NULL;
+    size_t biggest = 0;
+    for (int u = 0; u < pl->num_units; u++) biggest = unit_size(pl, u) > biggest ? unit_size(pl, u) : biggest;
     if (comm->rank == 0) {
         llmc_off = (size_t*)xmalloc((size_t)pl->num_tensors * sizeof(size_t));
         llmc_tensor_offsets(m, llmc_off);
-        size_t biggest = 0;
-        for (int u = 0; u < pl->num_units; u++) biggest = unit_size(pl, u) > biggest ? unit_size(pl, u) : biggest;
         unit_buf = (float*)xmalloc(biggest * sizeof(float));
     }
     at = 0;
     for (int u = 0; u < pl->num_units; u++) {
         size_t chunk = unit_chunk(pl, u);
-        comm->gather(comm->ctx, s->master + at, chunk * sizeof(float), unit_buf);
+        comm->gather_shards(comm->ctx, comm->writes ? s->master + at : NULL, chunk * sizeof(float), unit_buf);
         at += chunk;
         if (comm->rank != 0) continue;
         for (int i = 0; i < pl->num_tensors; i++) {
@@ -266,10 +274,12 @@ void ckpt_restore(GPT* m, const Manifest* man, const char* dir) {
     float* buf = (float*)xmalloc(biggest * sizeof(float));
     float* staging = NULL;
 
-    // Parameters, whole (every rank holds all of them at ZeRO stages 0-2).
+    // Parameters: whole at ZeRO stages 0-2; at stage 3 the pieces this rank
+    // owns, at the optimizer state's index.
     for (int u = 0; u < pl->num_units; u++) {
-        size_t lo = pl->unit_begin[u], n = unit_size(pl, u);
-        void* dst = (char*)m->params + lo * es;
+        size_t lo = pl->unit_begin[u], n = unit_size(pl, u), off = lo;
+        if (params_are_shards(m)) n = gpt_owned_piece(m, u, &lo, &off);
+        void* dst = (char*)m->params + off * es;
         if (m->dtype == DTYPE_F32 || s_params >= 0) {
             // FP32: the masters are the parameters. 16-bit: the saved 16-bit values, exactly.
             read_range(&r, m, m->dtype == DTYPE_F32 ? s_master : s_params, u, lo, lo + n, buf);

@@ -191,7 +191,7 @@ static long check_model(const GPT* m, DType saved_dtype) {
 typedef struct {
     pthread_barrier_t barrier;
     const void* slot[MAX_RANKS];
-    int world;
+    int world, shards;  // ranks; ranks per copy of the model (consecutive ranks share one)
 } Shared;
 typedef struct {
     Shared* sh;
@@ -226,10 +226,19 @@ static void t_gather(void* ctx, const void* send, size_t bytes, void* recv) {
         for (int r = 0; r < c->sh->world; r++) memcpy((char*)recv + (size_t)r * bytes, c->sh->slot[r], bytes);
     t_barrier(ctx);
 }
+// The writers are ranks 0 .. shards-1 (the first copy); rank r is shard r % shards.
+static void t_gather_shards(void* ctx, const void* send, size_t bytes, void* recv) {
+    RankCtx* c = (RankCtx*)ctx;
+    c->sh->slot[c->rank] = send;
+    t_barrier(ctx);
+    if (c->rank == 0)
+        for (int r = 0; r < c->sh->shards; r++) memcpy((char*)recv + (size_t)r * bytes, c->sh->slot[r], bytes);
+    t_barrier(ctx);
+}
 
 typedef struct {
     Shared* sh;
-    int rank, world, stage;
+    int rank, stage;
     DType dtype;
     const char* dir;
 } SaveJob;
@@ -239,9 +248,11 @@ typedef struct {
 static void* save_rank(void* arg) {
     SaveJob* j = (SaveJob*)arg;
     RankCtx ctx = {j->sh, j->rank};
-    CkptComm comm = {j->rank, j->world, &ctx, t_barrier, t_allreduce_max, t_broadcast, t_gather};
+    int world = j->sh->world, shards = j->sh->shards;
+    CkptComm comm = {j->rank, world, j->rank % shards, shards, j->rank < shards, &ctx,
+                     t_barrier, t_allreduce_max, t_broadcast, t_gather, t_gather_shards};
     GPT m;
-    make_model(&m, j->world, j->rank, j->stage, j->dtype);
+    make_model(&m, shards, comm.shard, j->stage, j->dtype);
     fill_model(&m);
     CkptSnapshot snap;
     memset(&snap, 0, sizeof snap);
@@ -250,9 +261,9 @@ static void* save_rank(void* arg) {
     manifest_describe(&man, &m);
     CkptFileEntry mine[2];
     memset(mine, 0, sizeof mine);
+    mine[0].shard = mine[1].shard = -2;  // unused
     char msg[CKPT_MSG_SIZE];
-    if (ckpt_write_shard(&snap, &man, j->dir, &mine[0], msg, sizeof msg)) fatal("%s", msg);
-    mine[1].shard = -2;
+    if (comm.writes && ckpt_write_shard(&snap, &man, j->dir, &mine[0], msg, sizeof msg)) fatal("%s", msg);
     if (j->rank == 0 && ckpt_write_weights(&snap, j->dir, CKPT_WEIGHTS_NAME, DTYPE_F32, 5, &mine[1], msg, sizeof msg))
         fatal("%s", msg);
     CkptFileEntry all[2 * MAX_RANKS];
@@ -261,7 +272,8 @@ static void* save_rank(void* arg) {
         man.step = 5;
         man.adam_step = 17;
         man.data_position = 12345;
-        for (int i = 0; i < 2 * j->world; i++)
+        man.world = world;
+        for (int i = 0; i < 2 * world; i++)
             if (all[i].shard >= -1) manifest_add_file(&man, &all[i]);
         TrainConfig cfg;
         char* argv[] = {(char*)"test"};
@@ -281,21 +293,27 @@ static void* save_rank(void* arg) {
     return NULL;
 }
 
-static void save_checkpoint(const char* dir, int world, int stage, DType dtype) {
+// Saves from `world` ranks (threads), the model sharded over groups of `shards`.
+static void save_checkpoint_hybrid(const char* dir, int world, int shards, int stage, DType dtype) {
     int e = ckpt_mkdirs(dir);
     if (e) fatal("mkdir %s: %s", dir, strerror(e));
     Shared sh;
     memset(&sh, 0, sizeof sh);
     sh.world = world;
+    sh.shards = shards;
     pthread_barrier_init(&sh.barrier, NULL, (unsigned)world);
     pthread_t th[MAX_RANKS];
     SaveJob jobs[MAX_RANKS];
     for (int r = 0; r < world; r++) {
-        jobs[r] = (SaveJob){&sh, r, world, stage, dtype, dir};
+        jobs[r] = (SaveJob){&sh, r, stage, dtype, dir};
         pthread_create(&th[r], NULL, save_rank, &jobs[r]);
     }
     for (int r = 0; r < world; r++) pthread_join(th[r], NULL);
     pthread_barrier_destroy(&sh.barrier);
+}
+
+static void save_checkpoint(const char* dir, int world, int stage, DType dtype) {
+    save_checkpoint_hybrid(dir, world, world, stage, dtype);
 }
 
 static char* read_all(const char* path, size_t* len) {
@@ -574,6 +592,35 @@ static void verify_detects_damage(void) {
     CHECK(!file_exists(tmp), "temporary file left behind");
 }
 
+// Hybrid sharding: 4 ranks, two copies of the model each cut over 2 ranks.
+// Only the first copy writes; the checkpoint is a 2-shard one.
+static void reshard_from_hybrid_sharding(void) {
+    char dir[512];
+    snprintf(dir, sizeof dir, "%s/hybrid_4x2", tmp_root);
+    save_checkpoint_hybrid(dir, 4, 2, 1, DTYPE_F32);
+    char path[600];
+    snprintf(path, sizeof path, "%s/shard_00001_of_00002.bin", dir);
+    CHECK(file_exists(path), "shard 1 of 2 missing");
+    snprintf(path, sizeof path, "%s/shard_00002_of_00004.bin", dir);
+    CHECK(!file_exists(path), "a second copy wrote a shard");
+    size_t len;
+    snprintf(path, sizeof path, "%s/%s", dir, CKPT_MANIFEST_NAME);
+    char* text = read_all(path, &len);
+    Manifest man;
+    char why[1024];
+    CHECK(text && manifest_parse(text, len, &man, why, sizeof why), "manifest: %.300s", why);
+    if (text) {
+        CHECK(man.world == 4 && man.layout_world == 2 && man.num_files == 3, "world %d, layout world %d, %d files",
+              man.world, man.layout_world, man.num_files);
+        manifest_free(&man);
+    }
+    free(text);
+    long bad = restore_and_check(dir, 3, 1, DTYPE_F32, DTYPE_F32);
+    CHECK(bad == 0, "hybrid 4 (2 x 2) -> 3 ranks ZeRO 1: %ld values differ", bad);
+    bad = restore_and_check(dir, 1, 0, DTYPE_F32, DTYPE_F32);
+    CHECK(bad == 0, "hybrid 4 (2 x 2) -> 1 rank: %ld values differ", bad);
+}
+
 int main(void) {
     snprintf(tmp_root, sizeof tmp_root, "/tmp/test_checkpoint.XXXXXX");
     if (!mkdtemp(tmp_root)) fatal("mkdtemp failed");
@@ -585,6 +632,7 @@ int main(void) {
     RUN(verify_detects_damage);
     RUN(reshard_fp32_across_worlds_and_stages);
     RUN(reshard_16bit_and_precision_changes);
+    RUN(reshard_from_hybrid_sharding);
     char cmd[300];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmp_root);
     if (system(cmd) != 0) printf("# could not remove %s\n", tmp_root);
