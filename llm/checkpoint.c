@@ -476,7 +476,7 @@ static void wait_for_save(Checkpointer* ck) {
 
 // Makes step_S/ ready: a complete checkpoint of the same step (from another
 // run in this directory) stops being complete before any of its files is
-// replaced; each rank clears leftovers of an interrupted save of its files.
+// replaced; each rank clears what an interrupted save of its own files left.
 static void prepare_dir(Checkpointer* ck, const char* dir) {
     const CkptComm* comm = ck->comm;
     if (comm->rank == 0 && ckpt_has_manifest(dir)) {
@@ -486,6 +486,15 @@ static void prepare_dir(Checkpointer* ck, const char* dir) {
     comm->barrier(comm->ctx);
     int e = ckpt_mkdirs(dir);
     if (e) fatal("cannot create checkpoint directory '%s': %s", dir, strerror(e));
+    if (comm->writes) {
+        char name[64];
+        ckpt_shard_name(name, sizeof name, comm->shard, comm->shards);
+        ckpt_remove_stale_temps(dir, name);
+    }
+    if (comm->rank == 0) {
+        ckpt_remove_stale_temps(dir, CKPT_WEIGHTS_NAME);
+        ckpt_remove_stale_temps(dir, CKPT_MANIFEST_NAME);
+    }
 }
 
 static void start_save(Checkpointer* ck, int step, int background) {

@@ -220,6 +220,21 @@ int ckpt_remove_manifest(const char* dir) {
     return 0;
 }
 
+void ckpt_remove_stale_temps(const char* dir, const char* name) {
+    DIR* d = opendir(dir);
+    if (!d) return;
+    char prefix[256];
+    snprintf(prefix, sizeof prefix, "%s.tmp.", name);
+    struct dirent* de;
+    while ((de = readdir(d)) != NULL) {
+        if (strncmp(de->d_name, prefix, strlen(prefix)) != 0) continue;
+        char path[4096];
+        snprintf(path, sizeof path, "%s/%s", dir, de->d_name);
+        unlink(path);
+    }
+    closedir(d);
+}
+
 int ckpt_remove_dir(const char* dir) {
     DIR* d = opendir(dir);
     if (!d) return errno == ENOENT ? 0 : errno;

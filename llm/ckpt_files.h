@@ -52,5 +52,7 @@ int ckpt_verify_file(const char* dir, const CkptFileEntry* e, char* why, size_t 
 int ckpt_remove_dir(const char* dir);
 // Deletes dir/manifest.json and makes that durable; missing is fine.
 int ckpt_remove_manifest(const char* dir);
+// Deletes dir/NAME.tmp.* (what an interrupted write of NAME left).
+void ckpt_remove_stale_temps(const char* dir, const char* name);
 
 EXTERN_C_END

@@ -104,6 +104,17 @@ for case in mid-shard:10 before-manifest:10 mid-manifest:10 after-manifest:20 mi
     fail "crash_${stage}_resumes_from_complete" "crash rc $rc1, newest complete after crash '$after_crash', resume rc $rc2 from '$from' (want $want), left '$left'; $(grep -E 'error|warning' "$T/c2_$stage.log" | head -n 2)"
   fi
 done
+# A rerun that saves the same step again clears what the interrupted save left.
+rm -rf "$T/c_again"
+(TRAIN_GPT_CRASH_AT="mid-shard@20" "$TG" "${d1[@]}" --steps 20 --checkpoint-dir "$T/c_again" --checkpoint-every 10
+ exit $?) >/dev/null 2>&1
+had_temp=$(find "$T/c_again/step_00000020" -name '*.tmp.*' | wc -l)
+"$TG" "${d1[@]}" --steps 20 --checkpoint-dir "$T/c_again" --checkpoint-every 10 >/dev/null 2>&1
+if [ "$had_temp" -eq 1 ] && [ "$(cd "$T/c_again/step_00000020" && echo *)" = "manifest.json model.bin shard_00000_of_00001.bin" ]; then
+  ok crash_leftovers_cleared
+else
+  fail crash_leftovers_cleared "temporary files before: $had_temp; after: $(cd "$T/c_again/step_00000020" && echo *)"
+fi
 # The interrupted save is reported in one warning line naming its manifest.
 if grep -q 'warning: .*step_00000020/manifest.json: missing (the save of this checkpoint did not finish)' "$T/c2_mid-shard.log"; then
   ok crash_reported
