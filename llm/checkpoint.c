@@ -88,6 +88,24 @@ Checkpointer* checkpointer_create(const TrainConfig* cfg, Trainer* tr) {
     ck->comm = ckpt_comm_single();
     ck->dir = resolve_checkpoint_dir(cfg->checkpoint_dir);
     ck->model_dir = resolve_model_dir(cfg->model_dir);
+    // Saves are collective: every rank must agree that there are checkpoints
+    // (the defaults look at each node's disk and environment). Only rank 0
+    // writes the final weights, so its --model-dir decides.
+    const CkptComm* comm = ck->comm;
+    int64_t on_off[2] = {ck->dir != NULL, ck->dir == NULL};
+    comm->allreduce_max(comm->ctx, on_off, 2);
+    if (on_off[0] && on_off[1])
+        fatal("--checkpoint-dir %s resolves to a directory on some ranks and to none on others (their environment "
+              "or disks differ): pass --checkpoint-dir explicitly",
+              cfg->checkpoint_dir);
+    int64_t has_model_dir = ck->model_dir != NULL;
+    comm->broadcast(comm->ctx, &has_model_dir, sizeof has_model_dir);
+    if (!has_model_dir) {
+        free(ck->model_dir);
+        ck->model_dir = NULL;
+    } else if (!ck->model_dir) {
+        ck->model_dir = xstrdup("(rank 0's)");  // this rank takes part in gathering the weights only
+    }
     ck->steps_done = tr->first_step;
     ck->last_saved_step = ck->last_started_step = -1;
     atomic_init(&ck->worker_done, 0);
