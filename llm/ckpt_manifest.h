@@ -17,6 +17,12 @@
 // written by N ranks loads on M ranks at any ZeRO stage: every element is
 // mapped through (tensor, index within the tensor), never through a flat
 // offset whose padding depends on the world size.
+//
+// FP8 training (a later issue) adds its scaling state here: the per-tensor
+// scales and amax histories are small and the same on every rank, so they
+// belong in the manifest's "fp8" object (null until then); anything per rank
+// would be another named section of the shard files, which readers find by
+// name.
 #pragma once
 
 #include <stdint.h>
