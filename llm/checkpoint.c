@@ -504,6 +504,7 @@ static void prepare_dir(Checkpointer* ck, const char* dir) {
     comm->barrier(comm->ctx);
     int e = ckpt_mkdirs(dir);
     if (e) fatal("cannot create checkpoint directory '%s': %s", dir, strerror(e));
+    fsync_dir_of(dir);  // the new directory's entry in its parent, durable like the files in it
     if (comm->writes) {
         char name[64];
         ckpt_shard_name(name, sizeof name, comm->shard, comm->shards);

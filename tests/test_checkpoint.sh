@@ -263,6 +263,18 @@ if [ "$rc" -eq 0 ] && grep -qE '^stop +\| SIGINT after step' "$T/int.log" && [ -
 else
   fail sigint_checkpoints_and_exits_0 "rc $rc: $(grep -E '^stop|error' "$T/int.log")"
 fi
+# With background saves in flight: the stop waits for them, then saves its own step.
+run_until_steps "$T/term_async.log" 5 TERM "$TG" "${long[@]}" --steps 100000 --checkpoint-dir "$T/term_async" \
+  --checkpoint-every 2 --keep-last 2 --async-checkpoint 1
+wait "$pid"
+rc=$?
+S=$(grep -E '^stop ' "$T/term_async.log" | sed -E 's/.*after step ([0-9]+):.*/\1/')
+if [ "$rc" -eq 0 ] && [ -n "$S" ] && [ "$(newest_complete "$T/term_async")" = "$(printf 'step_%08d' "$S")" ] &&
+   [ -z "$(find "$T/term_async" -name '*.tmp.*')" ]; then
+  ok sigterm_with_background_saves
+else
+  fail sigterm_with_background_saves "rc $rc, stop after '$S', newest '$(newest_complete "$T/term_async")'"
+fi
 # A second signal exits at once, non-zero (128 + the signal), writing
 # nothing. The process is stopped while both arrive, so that the second is
 # sure to come before the first step ends (two pending SIGTERMs would merge
