@@ -16,7 +16,7 @@
 #include "llm/ckpt_manifest.h"
 #include "llm/ckpt_state.h"
 #include "llm/fault_inject.h"
-#include "llm/json.h"
+#include "llm/strbuf.h"
 #include "llm/signals.h"
 
 struct Checkpointer {

@@ -5,7 +5,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "llm/json.h"
+#include "llm/json_read.h"
+#include "llm/strbuf.h"
 
 void ckpt_shard_name(char* buf, size_t size, int shard, int shards) {
     snprintf(buf, size, "shard_%05d_of_%05d.bin", shard, shards);
@@ -368,7 +369,7 @@ int manifest_parse(const char* text, size_t len, Manifest* man, char* why, size_
             problem(&p, "'model' is incomplete");
         if (!p.bad && parse_layout(&p, root, man) && parse_sections_and_files(&p, root, man)) parse_config(&p, root, man);
     }
-    json_free(root);
+    json_value_free(root);
     if (p.bad) manifest_free(man);
     return !p.bad;
 }

@@ -14,8 +14,9 @@
 #include "llm/ckpt_manifest.h"
 #include "llm/ckpt_state.h"
 #include "llm/config.h"
-#include "llm/json.h"
+#include "llm/json_read.h"
 #include "llm/llmc_io.h"
+#include "llm/strbuf.h"
 #include "tests/testlib.h"
 
 static char tmp_root[256];
@@ -46,7 +47,7 @@ static void json_reads_values(void) {
           "literals");
     CHECK(json_get(json_get(v, "o"), "x")->type == JSON_OBJECT && json_get(json_get(v, "o"), "y")->count == 0, "nesting");
     CHECK(json_get(v, "missing") == NULL && json_get_string(v, "t") == NULL, "absent or mistyped members");
-    json_free(v);
+    json_value_free(v);
 }
 
 static void json_rejects_malformed(void) {
@@ -63,13 +64,13 @@ static void json_rejects_malformed(void) {
         JsonValue* v = json_parse(bad[k], strlen(bad[k]), err, sizeof err);
         CHECK(v == NULL, "accepted malformed JSON '%.20s'", bad[k]);
         CHECK(strncmp(err, "line ", 5) == 0, "message for '%.20s' does not name a line: '%s'", bad[k], err);
-        json_free(v);
+        json_value_free(v);
     }
     // The parser never reads past the length it is given.
     char err[256];
     JsonValue* v = json_parse("[1, 2]garbage", 6, err, sizeof err);
     CHECK(v && v->count == 2, "length-bounded parse");
-    json_free(v);
+    json_value_free(v);
 }
 
 static void json_writes_strings(void) {
@@ -79,7 +80,7 @@ static void json_writes_strings(void) {
     char err[256];
     JsonValue* v = json_parse(sb.data, sb.len, err, sizeof err);
     CHECK(v && v->type == JSON_STRING && strcmp(v->text, "a\"b\\c\nd\x01") == 0, "round trip");
-    json_free(v);
+    json_value_free(v);
     for (int i = 0; i < 2000; i++) sb_printf(&sb, "%d,", i);  // growth
     CHECK(sb.len == strlen(sb.data) && strstr(sb.data, "1999,") != NULL, "builder grows");
     sb_free(&sb);

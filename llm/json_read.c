@@ -1,9 +1,8 @@
-// json.c: a strict recursive-descent JSON parser and a string builder.
-#include "llm/json.h"
+// json_read.c: a strict recursive-descent JSON parser.
+#include "llm/json_read.h"
 
 #include <errno.h>
 #include <math.h>
-#include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -290,13 +289,13 @@ JsonValue* json_parse(const char* text, size_t len, char* err, size_t errsize) {
         if (ps.p != ps.end) fail(&ps, "text after the end of the value");
     }
     if (ps.failed) {
-        json_free(root);
+        json_value_free(root);
         return NULL;
     }
     return root;
 }
 
-void json_free(JsonValue* v) {
+void json_value_free(JsonValue* v) {
     if (!v) return;
     free_contents(v);
     free(v);
@@ -342,43 +341,4 @@ int json_get_int(const JsonValue* v, const char* key, int* out) {
 const char* json_get_string(const JsonValue* v, const char* key) {
     const JsonValue* s = json_get(v, key);
     return s && s->type == JSON_STRING ? s->text : NULL;
-}
-
-// ---------------------------------------------------------------------------
-// writing
-
-void sb_printf(StrBuf* sb, const char* fmt, ...) {
-    for (;;) {
-        size_t room = sb->cap - sb->len;
-        va_list ap;
-        va_start(ap, fmt);
-        int n = sb->data ? vsnprintf(sb->data + sb->len, room, fmt, ap) : -1;
-        va_end(ap);
-        if (n >= 0 && (size_t)n < room) {
-            sb->len += (size_t)n;
-            return;
-        }
-        size_t need = sb->len + (n > 0 ? (size_t)n : 0) + 1;
-        sb->cap = sb->cap * 2 > need ? sb->cap * 2 : need + 256;
-        sb->data = (char*)xrealloc(sb->data, sb->cap);
-        if (sb->len == 0) sb->data[0] = 0;
-    }
-}
-
-void sb_json_string(StrBuf* sb, const char* s) {
-    sb_printf(sb, "\"");
-    for (const unsigned char* p = (const unsigned char*)s; *p; p++) {
-        if (*p == '"' || *p == '\\') sb_printf(sb, "\\%c", *p);
-        else if (*p == '\n') sb_printf(sb, "\\n");
-        else if (*p == '\t') sb_printf(sb, "\\t");
-        else if (*p < 0x20) sb_printf(sb, "\\u%04x", *p);
-        else sb_printf(sb, "%c", *p);
-    }
-    sb_printf(sb, "\"");
-}
-
-void sb_free(StrBuf* sb) {
-    free(sb->data);
-    sb->data = NULL;
-    sb->len = sb->cap = 0;
 }

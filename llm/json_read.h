@@ -1,5 +1,5 @@
-// json.h: a small JSON reader (a tree of values) and a string builder for
-// writing JSON, enough for checkpoint manifests and config files.
+// json_read.h: a small JSON reader: text in, a tree of values out, enough
+// for checkpoint manifests and config files (json.h writes JSON lines).
 //
 // The reader keeps every number's literal text next to its double value, so
 // 64-bit integers (data positions, checksums) read back exactly. It rejects
@@ -31,7 +31,7 @@ struct JsonValue {
 // Parses `len` bytes of text. Returns NULL on malformed input and writes
 // "line N: <problem>" into err.
 JsonValue* json_parse(const char* text, size_t len, char* err, size_t errsize);
-void json_free(JsonValue* v);
+void json_value_free(JsonValue* v);
 
 // Member `key` of an object (the first one if repeated); NULL when v is not
 // an object or has no such member.
@@ -45,16 +45,5 @@ const char* json_get_string(const JsonValue* v, const char* key);  // NULL if no
 // The same for a value itself (an array element).
 int json_as_i64(const JsonValue* v, int64_t* out);
 int json_as_u64(const JsonValue* v, uint64_t* out);
-
-// A growing, always NUL-terminated string.
-typedef struct {
-    char* data;
-    size_t len, cap;
-} StrBuf;
-
-void sb_printf(StrBuf* sb, const char* fmt, ...) PRINTF_LIKE(2, 3);
-// Appends s as a JSON string literal (quoted, escaped).
-void sb_json_string(StrBuf* sb, const char* s);
-void sb_free(StrBuf* sb);
 
 EXTERN_C_END
