@@ -10,29 +10,42 @@
 #include <string.h>
 
 #include "llm/checkpoint.h"
+#include "llm/comm.h"
 #include "llm/config.h"
 #include "llm/device.h"
-#include "llm/llmc_io.h"
+#include "llm/plan_cli.h"
 #include "llm/report.h"
 #include "llm/trainer.h"
 
 int main(int argc, char** argv) {
+    // 0. The ranks: MPI tells this process who it is (a world of one without mpirun).
+    Comm* comm = comm_init(&argc, &argv);
+
     // 1. Configuration: flags with defaults that train the bundled demo.
     TrainConfig cfg;
     config_parse(&cfg, argc, argv);
+    // --plan: the memory bill and the recommended configuration; no data, no model.
+    if (cfg.plan) {
+        int status = plan_command(&cfg);
+        comm_finalize(comm);
+        return status;
+    }
+    // --auto: the recommendation fills in the settings not given explicitly.
+    if (cfg.auto_plan) plan_auto(&cfg);
 
-    // 2. The compute backend: a GPU when present, else the CPU reference.
-    Backend* be = backend_open(cfg.device, cfg.precision, cfg.threads);
+    // 2. The compute backend: a GPU when present (this rank's, by local rank), else the CPU reference.
+    Backend* be = backend_open(cfg.device, cfg.precision, cfg.threads, comm->local_rank, comm->local_world);
 
-    // 3. Model, data, tokenizer, batch geometry; print what we are about to do.
+    // 3. Sharding over the ranks, model, data, tokenizer, batch geometry; print what we are about to do.
     Trainer tr;
-    trainer_setup(&tr, &cfg, be);
-    report_run_summary(&tr);
+    trainer_setup(&tr, &cfg, be, comm);
 
     // 4. Checkpoints: continue from the newest complete one (--resume auto);
     //    SIGTERM/SIGINT from here on end the run with a checkpoint.
     Checkpointer* ck = checkpointer_create(&cfg, &tr);
     checkpoint_resume(ck);
+    report_open(&tr);
+    report_run_summary(&tr);
 
     // 5. The loop: evaluate and sample on schedule, then one optimizer step,
     //    then a checkpoint when one is due.
@@ -45,32 +58,33 @@ int main(int argc, char** argv) {
             free(text);
         }
         StepResult r = trainer_step(&tr, step);
-        if (step % cfg.log_every == 0 || step + 1 == cfg.steps) report_step(&tr, step, &r);
+        report_step(&tr, step, &r);
+        guard_stop_if_exhausted(&tr.guard, step + 1);  // too many skipped steps in a row: exit 1
         stopped = checkpoint_after_step(ck, step + 1);
     }
     checkpoint_end(ck);  // the last step's checkpoint; waits for background writes
-    if (stopped) {       // a stop signal: the checkpoint is what matters, and the clock is running
-        checkpointer_free(ck);
-        trainer_free(&tr);
-        be->destroy(be);
-        return 0;
+
+    // 6. Final validation and sample, then the weights for other tools;
+    //    after a stop signal only the checkpoint matters, and the clock runs.
+    if (!stopped) {
+        if (tr.has_val) report_validation(&tr, cfg.steps, trainer_validate(&tr));
+        if (cfg.sample_every > 0) {
+            char* text = trainer_sample(&tr, cfg.steps);
+            report_sample(&tr, cfg.steps, text);
+            free(text);
+        }
+        if (cfg.export_path[0]) {
+            trainer_export(&tr, cfg.export_path, strcmp(cfg.export_dtype, "bf16") == 0 ? DTYPE_BF16 : DTYPE_F32);
+            printf("exported weights to %s (llm.c format, %s)\n", cfg.export_path, cfg.export_dtype);
+        }
+        checkpoint_export_model_dir(ck);
+        report_memory_peak(&tr);
     }
 
-    // 6. Final validation and sample, then the weights for other tools.
-    if (tr.has_val) report_validation(&tr, cfg.steps, trainer_validate(&tr));
-    if (cfg.sample_every > 0) {
-        char* text = trainer_sample(&tr, cfg.steps);
-        report_sample(&tr, cfg.steps, text);
-        free(text);
-    }
-    if (cfg.export_path[0]) {
-        llmc_save_weights(&tr.model, cfg.export_path, strcmp(cfg.export_dtype, "bf16") == 0 ? DTYPE_BF16 : DTYPE_F32);
-        printf("exported weights to %s (llm.c format, %s)\n", cfg.export_path, cfg.export_dtype);
-    }
-    checkpoint_export_model_dir(ck);
-
+    report_close(&tr);
     checkpointer_free(ck);
     trainer_free(&tr);
+    comm_finalize(comm);
     be->destroy(be);
     return 0;
 }

@@ -22,7 +22,8 @@
 struct Checkpointer {
     const TrainConfig* cfg;
     Trainer* tr;
-    const CkptComm* comm;
+    const CkptComm* comm;   // points at comm_table, or the single-process table
+    CkptComm comm_table;
     char* dir;              // NULL: checkpoints are off
     char* model_dir;        // NULL: no final weights
     int steps_done;         // optimizer steps completed so far
@@ -78,14 +79,13 @@ Checkpointer* checkpointer_create(const TrainConfig* cfg, Trainer* tr) {
     if (!resume[0]) fatal("--resume must be auto, never, or a checkpoint directory");
     if (strcmp(resume, "auto") != 0 && strcmp(resume, "never") != 0 && !is_dir(resume))
         fatal("--resume '%s' is not auto, never, or an existing checkpoint directory", resume);
-    if (tr->world != 1)
-        fatal("internal: multi-rank checkpoints need the communication module (llm/comm.h), which this build lacks");
     fault_inject_init();
 
     Checkpointer* ck = (Checkpointer*)xcalloc(1, sizeof(Checkpointer));
     ck->cfg = cfg;
     ck->tr = tr;
-    ck->comm = ckpt_comm_single();
+    ck->comm_table = ckpt_comm_mpi(tr->comm);
+    ck->comm = &ck->comm_table;
     ck->dir = resolve_checkpoint_dir(cfg->checkpoint_dir);
     ck->model_dir = resolve_model_dir(cfg->model_dir);
     // Saves are collective: every rank must agree that there are checkpoints
@@ -240,6 +240,7 @@ static void load_checkpoint(Checkpointer* ck, const char* dir, const Manifest* m
     Trainer* tr = ck->tr;
     ckpt_restore(&tr->model, man, dir);
     dataloader_set_position(&tr->train, man->data_position);
+    manifest_restore_guard(man, &tr->guard);
     tr->first_step = man->step;
     ck->steps_done = man->step;
     if (ck->dir) {
@@ -523,6 +524,7 @@ static void start_save(Checkpointer* ck, int step, int background) {
     ck->pending_dir = ckpt_step_dir(ck->dir, step);
     prepare_dir(ck, ck->pending_dir);
     ckpt_snapshot_take(&ck->snap, &ck->tr->model, ck->comm, step, dataloader_position(&ck->tr->train));
+    manifest_set_guard(&ck->layout, &ck->tr->guard);  // also part of the state at this step
     ck->in_flight = 1;
     ck->threaded = 0;
     atomic_store(&ck->worker_done, 0);

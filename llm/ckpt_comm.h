@@ -1,8 +1,9 @@
 // ckpt_comm.h: the few collectives checkpointing needs, as a small table so
 // that the checkpoint code does not depend on how ranks talk to each other.
 //
-// A single process uses ckpt_comm_single(); multi-rank runs fill the table
-// from the communication module. Every call is collective over all ranks of
+// train_gpt fills the table from the communication module (ckpt_comm_mpi;
+// a single process is a world of one), the tests from threads standing in
+// for ranks. Every call is collective over all ranks of
 // the run, in the same order, from the main thread (background checkpoint
 // writers never communicate).
 //
@@ -37,8 +38,9 @@ typedef struct {
     void (*gather_shards)(void* ctx, const void* send, size_t bytes, void* recv);
 } CkptComm;
 
-// One rank: barrier and reductions are identities, gathers are copies.
-const CkptComm* ckpt_comm_single(void);
+// The run's ranks (llm/comm.h), in llm/ckpt_comm_mpi.c.
+struct Comm;
+CkptComm ckpt_comm_mpi(struct Comm* c);
 
 // Broadcasts a malloc'ed string from rank 0 (its length first); other ranks
 // get a new malloc'ed copy. Returns the string on every rank.

@@ -1,6 +1,7 @@
 // ckpt_manifest.c: building, writing and reading checkpoint manifests.
 #include "llm/ckpt_manifest.h"
 
+#include <math.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
@@ -74,7 +75,53 @@ void manifest_add_file(Manifest* man, const CkptFileEntry* e) {
     man->files[man->num_files++] = *e;
 }
 
+void manifest_set_guard(Manifest* man, const Guard* g) {
+    CkptGuard* c = &man->guard;
+    if (!c->history || c->window != g->spike_window) {
+        free(c->history);
+        c->history = (double*)xcalloc((size_t)g->spike_window, sizeof(double));
+    }
+    c->present = 1;
+    c->window = g->spike_window;
+    c->filled = g->filled;
+    c->next = g->next;
+    memcpy(c->history, g->history, (size_t)g->spike_window * sizeof(double));
+    c->bad_in_row = g->bad_in_row;
+    c->last_skipped_step = g->last_skipped_step;
+    c->last_action = (int)g->last_action;
+    c->skipped = g->skipped;
+    c->nonfinite = g->nonfinite;
+    c->spikes = g->spikes;
+}
+
+void manifest_restore_guard(const Manifest* man, Guard* g) {
+    const CkptGuard* c = &man->guard;
+    if (!c->present) return;
+    if (c->window == g->spike_window) {
+        // The same ring, slot for slot: the window's sums run in the same order.
+        memcpy(g->history, c->history, (size_t)c->window * sizeof(double));
+        g->filled = c->filled;
+        g->next = c->next;
+    } else {
+        // Another --spike-window: the newest losses, oldest first.
+        int k = c->filled < g->spike_window ? c->filled : g->spike_window;
+        for (int i = 0; i < k; i++) {
+            int age = k - 1 - i;  // 0: the newest
+            g->history[i] = c->history[((c->next - 1 - age) % c->window + c->window) % c->window];
+        }
+        g->filled = k;
+        g->next = k % g->spike_window;
+    }
+    g->bad_in_row = c->bad_in_row;
+    g->last_skipped_step = c->last_skipped_step;
+    g->last_action = (GuardAction)c->last_action;
+    g->skipped = c->skipped;
+    g->nonfinite = c->nonfinite;
+    g->spikes = c->spikes;
+}
+
 void manifest_free(Manifest* man) {
+    free(man->guard.history);
     free(man->unit_begin);
     free(man->tensors);
     free(man->files);
@@ -128,6 +175,19 @@ char* manifest_to_json(const Manifest* man) {
               "  \"model\": {\"layers\": %d, \"channels\": %d, \"heads\": %d, \"vocab_size\": %d, "
               "\"padded_vocab_size\": %d, \"max_seq_len\": %d},\n",
               c->num_layers, c->channels, c->num_heads, c->vocab_size, c->padded_vocab_size, c->max_seq_len);
+    if (man->guard.present) {
+        const CkptGuard* g = &man->guard;
+        sb_printf(&sb,
+                  "  \"guard\": {\"bad_in_row\": %d, \"skipped\": %ld, \"nonfinite\": %ld, \"spikes\": %ld, "
+                  "\"last_skipped_step\": %d, \"last_action\": %d, \"window\": %d, \"filled\": %d, \"next\": %d, "
+                  "\"history\": [",
+                  g->bad_in_row, g->skipped, g->nonfinite, g->spikes, g->last_skipped_step, g->last_action, g->window,
+                  g->filled, g->next);
+        // Every digit, so that the window's sums come back bit for bit.
+        for (int i = 0; i < g->window; i++)
+            sb_printf(&sb, "%s%.17g", i ? ", " : "", isfinite(g->history[i]) ? g->history[i] : 0.0);
+        sb_printf(&sb, "]},\n");
+    }
     sb_printf(&sb, "  \"layout\": {\n    \"unit_begin\": [");
     for (int u = 0; u <= man->num_units; u++) sb_printf(&sb, "%s%lld", u ? ", " : "", (long long)man->unit_begin[u]);
     sb_printf(&sb, "],\n    \"tensors\": [\n");
@@ -332,6 +392,32 @@ static int parse_config(Problem* p, const JsonValue* root, Manifest* man) {
     return 1;
 }
 
+// Optional (absent before the guard existed).
+static int parse_guard(Problem* p, const JsonValue* root, Manifest* man) {
+    const JsonValue* g = json_get(root, "guard");
+    if (!g || g->type == JSON_NULL) return 1;
+    CkptGuard* c = &man->guard;
+    int64_t skipped, nonfinite, spikes;
+    const JsonValue* h = json_get(g, "history");
+    if (!json_get_int(g, "bad_in_row", &c->bad_in_row) || !json_get_int(g, "last_skipped_step", &c->last_skipped_step) ||
+        !json_get_int(g, "last_action", &c->last_action) || !json_get_int(g, "window", &c->window) ||
+        !json_get_int(g, "filled", &c->filled) || !json_get_int(g, "next", &c->next) ||
+        !json_get_i64(g, "skipped", &skipped) || !json_get_i64(g, "nonfinite", &nonfinite) ||
+        !json_get_i64(g, "spikes", &spikes) || !h || h->type != JSON_ARRAY || c->window <= 0 || h->count != c->window ||
+        c->filled < 0 || c->filled > c->window || c->next < 0 || c->next >= c->window)
+        return problem(p, "'guard' is incomplete or inconsistent");
+    c->skipped = (long)skipped;
+    c->nonfinite = (long)nonfinite;
+    c->spikes = (long)spikes;
+    c->history = (double*)xcalloc((size_t)c->window, sizeof(double));
+    for (int i = 0; i < c->window; i++) {
+        if (h->items[i].type != JSON_NUMBER) return problem(p, "'guard.history' holds a non-number");
+        c->history[i] = h->items[i].number;
+    }
+    c->present = 1;
+    return 1;
+}
+
 int manifest_parse(const char* text, size_t len, Manifest* man, char* why, size_t whysize) {
     memset(man, 0, sizeof *man);
     Problem p = {why, whysize, 0};
@@ -367,7 +453,9 @@ int manifest_parse(const char* text, size_t len, Manifest* man, char* why, size_
                         get_int(&p, model, "padded_vocab_size", &c->padded_vocab_size, 2) &&
                         get_int(&p, model, "max_seq_len", &c->max_seq_len, 1)))
             problem(&p, "'model' is incomplete");
-        if (!p.bad && parse_layout(&p, root, man) && parse_sections_and_files(&p, root, man)) parse_config(&p, root, man);
+        if (!p.bad && parse_layout(&p, root, man) && parse_sections_and_files(&p, root, man) &&
+            parse_config(&p, root, man))
+            parse_guard(&p, root, man);
     }
     json_value_free(root);
     if (p.bad) manifest_free(man);

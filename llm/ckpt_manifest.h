@@ -30,6 +30,7 @@
 #include "kernels/ops.h"
 #include "llm/config.h"
 #include "llm/gpt.h"
+#include "llm/guard.h"
 
 EXTERN_C_BEGIN
 
@@ -71,6 +72,16 @@ typedef struct {
     int64_t elements;
 } CkptTensor;
 
+// The training guard's state (llm/guard.h): with --skip-spikes its loss
+// window decides which later updates happen, so a resume restores it.
+typedef struct {
+    int present;
+    int window, filled, next;  // the ring of the last losses of updated steps
+    double* history;           // (window)
+    int bad_in_row, last_skipped_step, last_action;
+    long skipped, nonfinite, spikes;
+} CkptGuard;
+
 typedef struct {
     int version;
     int step;              // optimizer steps completed; training resumes at this step
@@ -93,6 +104,7 @@ typedef struct {
     CkptSection sections[CKPT_MAX_SECTIONS];
     int num_files;
     CkptFileEntry* files;
+    CkptGuard guard;
     int num_flags;           // the whole config, as text
     char** flag_names;
     char** flag_values;
@@ -106,6 +118,11 @@ void manifest_describe(Manifest* man, const GPT* m);
 // Records the whole config (every flag, exact text).
 void manifest_set_config(Manifest* man, const TrainConfig* cfg);
 void manifest_add_file(Manifest* man, const CkptFileEntry* e);
+// Records the guard's state; restores it into a guard set up from this
+// run's flags (exactly when the window size is unchanged, else its newest
+// losses). Restoring from a manifest without guard state leaves g as it is.
+void manifest_set_guard(Manifest* man, const Guard* g);
+void manifest_restore_guard(const Manifest* man, Guard* g);
 void manifest_free(Manifest* man);
 
 // The manifest as JSON (malloc'ed).

@@ -14,10 +14,6 @@
 // ---------------------------------------------------------------------------
 // snapshot
 
-// ZeRO-3 keeps only this rank's parameter pieces, at the optimizer state's
-// index (the same rule as the model's gpt_params_sharded).
-static int params_are_shards(const GPT* m) { return m->zero_stage >= 3; }
-
 // Where this rank's shard starts in unit u (flat index), and where that is in
 // the rank's optimizer-state arrays.
 static size_t shard_piece(const GPT* m, int shard, int u, size_t* state_index) {
@@ -64,7 +60,7 @@ void ckpt_snapshot_take(CkptSnapshot* s, const GPT* m, const CkptComm* comm, int
         size_t chunk = unit_chunk(pl, u), si;
         size_t x = shard_piece(m, s->shard, u, &si);
         // ZeRO-3 keeps only the parameter shard, at the optimizer state's index.
-        size_t pi = params_are_shards(m) ? si : x;
+        size_t pi = gpt_params_sharded(m) ? si : x;
         // FP32 runs have no separate masters: the parameters are the FP32 values.
         if (m->master) be->to_host(be, s->master + at, m->master + si, chunk * sizeof(float));
         else be->to_host(be, s->master + at, (const char*)m->params + pi * es, chunk * sizeof(float));
@@ -278,7 +274,7 @@ void ckpt_restore(GPT* m, const Manifest* man, const char* dir) {
     // owns, at the optimizer state's index.
     for (int u = 0; u < pl->num_units; u++) {
         size_t lo = pl->unit_begin[u], n = unit_size(pl, u), off = lo;
-        if (params_are_shards(m)) n = gpt_owned_piece(m, u, &lo, &off);
+        if (gpt_params_sharded(m)) n = gpt_owned_piece(m, u, &lo, &off);
         void* dst = (char*)m->params + off * es;
         if (m->dtype == DTYPE_F32 || s_params >= 0) {
             // FP32: the masters are the parameters. 16-bit: the saved 16-bit values, exactly.

@@ -22,7 +22,7 @@ typedef struct {
 // The defaults train the bundled demo: `./train_gpt` alone trains a small
 // model on the King James Bible shards that `make data` writes.
 static const Flag FLAGS[] = {
-    {"model", F_STRING, OFF(model), "", "NAME", "preset: gpt2-124M, gpt2-350M, gpt2-774M, gpt2-1558M, or dN (same as --depth N)", "Model"},
+    {"model", F_STRING, OFF(model), "", "NAME", "preset: gpt2-124M, gpt2-350M, gpt2-774M, gpt2-1558M; gpt-1B, gpt-7B, gpt-13B, gpt-30B, gpt-64B (GPT-3 shapes, see README); or dN (same as --depth N)", "Model"},
     {"depth", F_INT, OFF(depth), "4", "D", "llm.c's -e dD: D layers, 64*D channels, D heads", NULL},
     {"layers", F_INT, OFF(layers), "0", "L", "number of layers (overrides --depth)", NULL},
     {"channels", F_INT, OFF(channels), "0", "C", "model width (overrides --depth)", NULL},
@@ -68,7 +68,27 @@ static const Flag FLAGS[] = {
 
     {"device", F_STRING, OFF(device), "auto", "auto|cpu|cuda", "compute backend; auto: the GPU when one is present", "Runtime"},
     {"precision", F_STRING, OFF(precision), "fp32", "fp32|bf16", "parameter and activation type (master weights and optimizer state are always fp32)", NULL},
-    {"threads", F_INT, OFF(threads), "0", "N", "CPU threads; 0: all cores (OMP_NUM_THREADS also works)", NULL},
+    {"threads", F_INT, OFF(threads), "0", "N", "CPU threads per rank; 0: the machine's cores divided by its ranks (OMP_NUM_THREADS also works)", NULL},
+
+    {"recompute", F_STRING, OFF(recompute), "none", "MODE", "activation recompute: none; selective (recompute layernorm and GELU outputs in backward); full (keep only each layer's input, re-run its forward in backward)", "Memory and planning"},
+    {"recompute-layers", F_INT, OFF(recompute_layers), "0", "N", "full recompute for the first N layers, the others as --recompute (none or selective)", NULL},
+    {"plan", F_BOOL, OFF(plan), "0", "", "print the memory bill and the recommended configuration for --gpu and --world-size, then exit: 0 when it fits, 2 when nothing fits (reads no data)", NULL},
+    {"auto", F_BOOL, OFF(auto_plan), "0", "", "train with the planner's recommendation (micro-batch, recompute, precision, ZeRO stage); explicitly set flags win", NULL},
+    {"gpu", F_STRING, OFF(gpu), "", "NAME", "GPU for --plan: h100, h200, b200 or a100 (default: the GPU present, else this CPU)", NULL},
+    {"gpu-mem", F_DOUBLE, OFF(gpu_mem), "0", "GiB", "memory per device for --plan/--auto in GiB (2^30 bytes), instead of --gpu's or the device's free memory", NULL},
+    {"world-size", F_INT, OFF(world_size), "0", "N", "ranks for --plan (default: the MPI world under mpirun, else 1)", NULL},
+    {"ranks-per-node", F_INT, OFF(ranks_per_node), "0", "N", "ranks per node for --plan (default: the MPI local size under mpirun, else 8)", NULL},
+    {"log-dir", F_STRING, OFF(log_dir), "", "DIR", "write DIR/metrics.jsonl: the config, one JSON object per step, validation, telemetry, a summary", "Metrics and fault tolerance"},
+    {"telemetry-every", F_INT, OFF(telemetry_every), "100", "N", "GPU telemetry (NVML: utilisation, memory, power, temperature, clocks, throttling) every N steps; 0 disables", NULL},
+    {"progress-every", F_DOUBLE, OFF(progress_every), "60", "SECONDS", "a progress line with elapsed time and ETA at most this often; 0 disables", NULL},
+    {"peak-tflops", F_DOUBLE, OFF(peak_tflops), "0", "X", "dense peak TFLOP/s of one device for MFU; 0: the GPU table, or the CPU's sgemm measured at start-up", NULL},
+    {"max-bad-steps", F_INT, OFF(max_bad_steps), "5", "N", "stop (exit 1) after N skipped steps in a row; 0: never stop", NULL},
+    {"spike-z", F_DOUBLE, OFF(spike_z), "5", "Z", "report a loss more than Z standard deviations above the last --spike-window losses; 0 disables", NULL},
+    {"spike-window", F_INT, OFF(spike_window), "100", "N", "steps in the loss-spike baseline", NULL},
+    {"skip-spikes", F_BOOL, OFF(skip_spikes), "0", "0|1", "also skip the update of a loss-spike step (non-finite steps are always skipped)", NULL},
+
+    {"zero", F_INT, OFF(zero_stage), "1", "0|1|2|3", "ZeRO stage: 0 replicates everything, 1 shards optimizer state, 2 also gradients, 3 also parameters", "Distributed (mpirun -np N ./train_gpt ...)"},
+    {"shard-scope", F_STRING, OFF(shard_scope), "world", "world|node", "shard over all ranks, or inside each node with gradients all-reduced across nodes (hybrid; ZeRO 1-3)", NULL},
 };
 #define NUM_FLAGS ((int)(sizeof FLAGS / sizeof FLAGS[0]))
 
@@ -143,12 +163,12 @@ void config_print_help(FILE* f) {
             "\n"
             "Trains a GPT-2 model. With no flags it trains a small model on the bundled\n"
             "King James Bible corpus (run `make data` once first) and prints samples.\n"
-            "Flags take a value as `--flag value` or `--flag=value`.\n");
+            "Flags take a value as `--flag value` or `--flag=value`; a 0|1 flag given alone means 1.\n");
     for (int i = 0; i < NUM_FLAGS; i++) {
         const Flag* fl = &FLAGS[i];
         if (fl->group) fprintf(f, "\n%s:\n", fl->group);
         char left[64];
-        snprintf(left, sizeof left, "--%s %s", fl->name, fl->metavar);
+        snprintf(left, sizeof left, fl->metavar[0] ? "--%s %s" : "--%s", fl->name, fl->metavar);
         fprintf(f, "  %-28s %s", left, fl->help);
         if (fl->def && fl->def[0] && strcmp(fl->def, "0") != 0) fprintf(f, " [%s]", fl->def);
         fprintf(f, "\n");
@@ -194,6 +214,20 @@ void config_free(TrainConfig* cfg) {
         }
 }
 
+void config_write_json(const TrainConfig* cfg, JsonWriter* j) {
+    for (int i = 0; i < NUM_FLAGS; i++) {
+        const Flag* fl = &FLAGS[i];
+        const char* field = (const char*)cfg + fl->offset;
+        switch (fl->type) {
+        case F_INT: json_int(j, fl->name, *(const int*)field); break;
+        case F_BOOL: json_bool(j, fl->name, *(const int*)field); break;
+        case F_LONG: json_int(j, fl->name, *(const long*)field); break;
+        case F_DOUBLE: json_number(j, fl->name, *(const double*)field); break;
+        case F_STRING: json_string(j, fl->name, *(char* const*)field); break;
+        }
+    }
+}
+
 void config_parse(TrainConfig* cfg, int argc, char** argv) {
     set_defaults(cfg);
     for (int i = 1; i < argc; i++) {
@@ -211,9 +245,15 @@ void config_parse(TrainConfig* cfg, int argc, char** argv) {
             value = eq + 1;
         } else {
             snprintf(name, sizeof name, "%s", arg + 2);
-            if (!find_flag(name)) fatal("unknown flag '%s' (see --help)", arg);
-            if (i + 1 >= argc) fatal("flag --%s needs a value", name);
-            value = argv[++i];
+            const Flag* f = find_flag(name);
+            if (!f) fatal("unknown flag '%s' (see --help)", arg);
+            int b;
+            if (f->type == F_BOOL && (i + 1 >= argc || !parse_bool(argv[i + 1], &b))) {
+                value = "1";  // a switch: `--plan` alone means on
+            } else {
+                if (i + 1 >= argc) fatal("flag --%s needs a value", name);
+                value = argv[++i];
+            }
         }
         if (!config_set(cfg, name, value, "")) fatal("unknown flag '--%s' (see --help)", name);
     }

@@ -8,6 +8,7 @@
 
 #include <stdint.h>
 
+#include "llm/json.h"
 #include "llm/util.h"
 
 EXTERN_C_BEGIN
@@ -48,7 +49,28 @@ typedef struct {
     // runtime
     char* device;         // auto|cpu|cuda
     char* precision;      // fp32|bf16
-    int threads;          // CPU threads; 0: all cores
+    // memory and planning
+    char* recompute;      // none|selective|full
+    int recompute_layers; // full recompute for the first N layers
+    int plan;             // --plan: print the plan and exit
+    int auto_plan;        // --auto: train with the plan's recommendation
+    char* gpu;            // h100|h200|b200|a100 for --plan ("": the device present)
+    double gpu_mem;       // GiB per device; 0: from --gpu or the device
+    int world_size;       // ranks for --plan; 0: the MPI world, else 1
+    int ranks_per_node;   // 0: the MPI local size, else 8
+    // metrics and fault tolerance
+    char* log_dir;        // metrics.jsonl goes here; "" for none
+    int telemetry_every;  // NVML sample every N steps; 0: off
+    double progress_every;  // seconds between progress lines; 0: off
+    double peak_tflops;   // dense peak per device for MFU; 0: from the table / measured
+    int max_bad_steps;    // stop after N skipped steps in a row; 0: never
+    double spike_z;       // loss z-score that counts as a spike; 0: off
+    int spike_window;     // steps in the spike baseline
+    int skip_spikes;      // skip the update on a spike
+    int threads;          // CPU threads; 0: all cores (shared by the ranks of a machine)
+    // distributed
+    int zero_stage;       // 0..3
+    char* shard_scope;    // world|node
 } TrainConfig;
 
 // Fills defaults, parses argv (`--flag value` or `--flag=value`), prints help
@@ -63,6 +85,9 @@ int config_is_set(const TrainConfig* cfg, const char* name);
 // Prints every flag and its value, one per line with a prefix.
 void config_print(const TrainConfig* cfg, FILE* f, const char* prefix);
 void config_print_help(FILE* f);
+// Every flag as a member of the open JSON object, with its type (number,
+// boolean or string), for the metrics log.
+void config_write_json(const TrainConfig* cfg, JsonWriter* j);
 
 // The flag table by index, for writers of the whole config (checkpoint
 // manifests): the flag's name, whether its value is text, and its value

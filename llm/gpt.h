@@ -22,6 +22,7 @@
 #include <stdint.h>
 
 #include "kernels/ops.h"
+#include "llm/recompute.h"
 
 EXTERN_C_BEGIN
 
@@ -86,7 +87,8 @@ typedef struct {
 } LayerTensors;
 
 // Activations of one micro-batch (B, T), carved from one arena. Per-layer
-// buffers are (L, B, T, ...) so layer l's slice is an offset.
+// kinds (ln1 .. residual3) are (slices, B, T, ...): which layers keep a
+// slice of their own depends on the recompute policy (llm/recompute.h).
 typedef enum {
     A_ENCODED, A_LN1, A_LN1_MEAN, A_LN1_RSTD, A_QKV, A_ATTY, A_ATT_LSE, A_RESIDUAL2,
     A_LN2, A_LN2_MEAN, A_LN2_RSTD, A_FCH, A_FCH_GELU, A_RESIDUAL3, A_LNF, A_LNF_MEAN,
@@ -101,11 +103,25 @@ typedef struct {
     DType dtype[NUM_ACT_KINDS];
     size_t offset[NUM_ACT_KINDS];  // bytes into the arena (aligned)
     size_t bytes;                  // arena size
+    // Per-layer kinds: layer slices in the buffer: first `stored` slices of
+    // the layers that keep the kind, then (slices > stored) one working slice
+    // that fully recomputed layers share. 0 for the other kinds, and for a
+    // per-layer kind that lives in backward scratch under this policy.
+    int slices[NUM_ACT_KINDS];
+    int stored[NUM_ACT_KINDS];
+    RecomputePolicy recompute;
 } ActLayout;
 
-// The activation bill for micro-batch B and sequence length T.
-void act_layout_build(ActLayout* al, const GPTConfig* c, int B, int T, DType dtype);
+// The activation bill for micro-batch B and sequence length T under a
+// recompute policy (NULL: none). Pure arithmetic: the planner calls it for
+// models it never allocates.
+void act_layout_build(ActLayout* al, const GPTConfig* c, int B, int T, DType dtype, const RecomputePolicy* recompute);
 const char* act_kind_name(ActKind k);
+// Bytes of kind k in the arena, alignment padding included.
+size_t act_kind_bytes(const ActLayout* al, ActKind k);
+// Whether k has one slice per layer (ln1 .. residual3).
+int act_kind_is_per_layer(ActKind k);
+
 
 typedef struct GPT GPT;
 
@@ -114,7 +130,9 @@ typedef struct GPT GPT;
 // 3 install hooks that gather a unit's parameters before use, give it a
 // gradient buffer, and reduce-scatter that buffer when the unit's backward is
 // done. Units are used in this order: forward 0, 1..L, L+1, 0 (the LM head);
-// backward 0 (LM head), L+1, L..1, 0 (the embeddings).
+// backward 0 (LM head), L+1, L..1, 0 (the embeddings). A fully recomputed
+// layer re-runs its forward inside its backward with the parameters that
+// unit_params(u, backward = 1) returned: recompute adds no hook calls.
 typedef struct {
     void* ctx;
     // Base of unit u's full parameters, ready for compute.
@@ -134,19 +152,24 @@ struct GPT {
     DType dtype;          // parameters, gradients, activations
     size_t num_params;    // unpadded count
 
-    void* params;         // (total) dtype
-    void* grads;          // (total) dtype
+    void* params;         // (params_size) dtype: the flat parameters, or (ZeRO-3) shard + staging
+    void* grads;          // (grads_size) dtype: the flat gradients, or (ZeRO-2/3) shard + staging
     // Data parallelism. With zero_stage 0 every rank holds the whole
     // optimizer state; from stage 1 on, rank r holds chunk r of every unit,
-    // concatenated in unit order (opt_size = total / world elements).
+    // concatenated in unit order (opt_size = total / world elements): its
+    // shard. Stage 2 keeps only the gradient shard, stage 3 also only the
+    // parameter shard; such a buffer is the shard followed by full-unit
+    // staging (gpt_staging) that the ZeRO hooks (llm/zero.c) fill and reuse.
     int world, rank, zero_stage;
+    size_t params_size;   // elements of params
+    size_t grads_size;    // elements of grads
     size_t opt_size;      // elements of master / adam_m / adam_v on this rank
     float* master;        // (opt_size) FP32 master weights; NULL when dtype is FP32
     float* adam_m;        // (opt_size) FP32
     float* adam_v;        // (opt_size) FP32
 
     int B, T;             // the micro-batch the arena was sized for
-    ActLayout acts;
+    ActLayout acts;       // includes the recompute policy
     void* arena;          // activations
     int32_t* inputs;      // (B, T) on the backend
     int32_t* targets;     // (B, T) on the backend
@@ -159,6 +182,33 @@ struct GPT {
 // micro-batches up to (B, T) on rank `rank` of `world` at a ZeRO stage.
 // Parameters are left zero.
 void gpt_create(GPT* m, const GPTConfig* c, Backend* be, int B, int T, int world, int rank, int zero_stage);
+// The same with a recompute policy for the activations (NULL: none).
+void gpt_create_recompute(GPT* m, const GPTConfig* c, Backend* be, int B, int T, int world, int rank,
+                          int zero_stage, const RecomputePolicy* recompute);
+
+// Model-state bytes per rank for `world` ranks sharing the shards at a ZeRO
+// stage, without allocating (gpt_create allocates exactly these). With
+// es = bytes of dtype, N = the padded flat size for `world`, S = N / world,
+// E, F = the sizes of the first (embeddings) and last (final norm) units and
+// Lmax = the largest layer unit:
+//   stage 0: params N*es, grads N*es, master N*4 (16-bit dtypes), adam 2*N*4
+//   stage 1: params N*es, grads N*es, master S*4, adam 2*S*4
+//   stage 2: params N*es, grads (S + E + F + 2*Lmax)*es, master S*4, adam 2*S*4
+//   stage 3: params and grads (S + E + F + 2*Lmax)*es, master S*4, adam 2*S*4
+// The staging holds the embeddings' and final norm's full units for the step
+// and two layer units (one in use while the other is communicated).
+typedef struct {
+    size_t params, grads, master, adam;  // adam: both moments
+} StateBytes;
+StateBytes gpt_state_bytes(const GPTConfig* c, DType dtype, int world, int zero_stage);
+
+// Full-unit staging after the shard in a sharded buffer (ZeRO-2 gradients,
+// ZeRO-3 parameters): the embeddings unit, the final unit, two layer slots.
+typedef enum { STAGING_EMBED, STAGING_FINAL, STAGING_LAYER_A, STAGING_LAYER_B, NUM_STAGING } StagingSlot;
+void* gpt_staging(const GPT* m, void* sharded, StagingSlot slot);
+// Whether m->grads / m->params hold only this rank's shard (plus staging).
+static inline int gpt_grads_sharded(const GPT* m) { return m->zero_stage >= 2; }
+static inline int gpt_params_sharded(const GPT* m) { return m->zero_stage >= 3; }
 
 // The flat range [*lo, *lo + return value) of unit u whose optimizer state
 // this rank holds, and where it starts in master / adam_m / adam_v.
@@ -170,9 +220,12 @@ void gpt_free(GPT* m);
 // value is a function of (seed, tensor, layer, index) only.
 void gpt_init_random(GPT* m, uint64_t seed);
 
-// Copies FP32 host values in the flat layout into the model (params and master).
+// Copies FP32 host values in the flat layout into the model (params and
+// master; with ZeRO-3 only this rank's owned pieces are read).
 void gpt_set_params_f32(GPT* m, const float* host_flat);
-// Reads the model's parameters as FP32 (from master when it exists) in the flat layout.
+// Reads the model's parameters as FP32 (from master when it exists) in the
+// flat layout. With ZeRO-3 only the owned pieces are written (zero.h's
+// zero_gather_params_f32 assembles the whole model from every rank).
 void gpt_get_params_f32(const GPT* m, float* host_flat);
 
 // Forward over inputs (B, T) already on the backend. With targets, computes
@@ -184,11 +237,12 @@ void gpt_backward(GPT* m, const int32_t* inputs, int B, int T);
 void gpt_zero_grads(GPT* m);
 // Adds the sum of the last forward's per-token losses into scalars[0] (or sets it).
 void gpt_accumulate_loss(GPT* m, int B, int T, int accumulate);
-// Squared L2 norm of the gradients over the flat range [lo, hi) into scalars[1].
+// Squared L2 norm of m->grads over the element range [lo, hi) into scalars[1].
 void gpt_grad_norm_squared(GPT* m, size_t lo, size_t hi);
 
-// One AdamW step over the pieces whose optimizer state this rank holds.
-// Weight decay applies to the 2-D tensors only.
+// One AdamW step over the pieces whose optimizer state this rank holds,
+// reading the reduced gradients of those pieces. Weight decay applies to the
+// 2-D tensors only.
 void gpt_update(GPT* m, float lr, float beta1, float beta2, float eps, float weight_decay,
                 float grad_scale, uint64_t seed);
 

@@ -164,15 +164,19 @@ void llmc_header(const GPTConfig* c, DType dtype, int32_t h[256]) {
 }
 
 void llmc_save_weights(const GPT* m, const char* path, DType dtype) {
+    float* flat = (float*)xmalloc(m->layout.total * sizeof(float));
+    gpt_get_params_f32(m, flat);
+    llmc_write_weights(m, flat, path, dtype);
+    free(flat);
+}
+
+void llmc_write_weights(const GPT* m, const float* flat, const char* path, DType dtype) {
     const GPTConfig* c = &m->config;
     int32_t h[256];
     llmc_header(c, dtype, h);
     size_t n = llmc_num_elements(c);
-    float* flat = (float*)xmalloc(m->layout.total * sizeof(float));
-    gpt_get_params_f32(m, flat);
     float* vals = (float*)xmalloc(n * sizeof(float));
     llmc_from_flat(m, flat, vals);
-    free(flat);
 
     AtomicFile af;
     atomic_file_open(&af, path);

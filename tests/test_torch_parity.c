@@ -144,27 +144,33 @@ static void test_forward_logits_and_loss(void) {
     free(logits);
 }
 
-static void test_gradients(void) {
-    gpt_zero_grads(&model);
-    gpt_forward(&model, model.inputs, model.targets, B, T, 1.0f / (B * T));
-    gpt_backward(&model, model.inputs, B, T);
+// Compares a flat-layout host buffer with the reference's values (llm.c
+// order), tensor kind by tensor kind, each against the tensor's largest entry.
+static void check_against_reference(const float* flat, const float* ref, double tol, const char* what) {
     size_t P = (size_t)ex.h[6];
-    float* flat = (float*)xmalloc(model.layout.total * 4);
     float* ours = (float*)xmalloc(P * 4);
-    be->to_host(be, flat, model.grads, model.layout.total * 4);
     llmc_from_flat(&model, flat, ours);
-    // Tensor by tensor, in llm.c's order.
     size_t off = 0;
     for (int k = 0; k < NUM_PARAM_KINDS; k++) {
         int layers = param_kind_is_per_layer((ParamKind)k) ? model.config.num_layers : 1;
         size_t n = model.layout.tensors[param_tensor_index(&model.config, (ParamKind)k, 0)].count * layers;
-        double err = max_rel_err(ours + off, ex.grads + off, n);
-        CHECK(err < 2e-5, "gradient of %s: max error %.3g relative to its largest entry", param_kind_name((ParamKind)k), err);
+        double err = max_rel_err(ours + off, ref + off, n);
+        CHECK(err < tol, "%s of %s: max error %.3g relative to its largest entry", what,
+              param_kind_name((ParamKind)k), err);
         off += n;
     }
-    CHECK(off == P, "walked %zu of %zu gradient values", off, P);
-    free(flat);
+    CHECK(off == P, "walked %zu of %zu values", off, P);
     free(ours);
+}
+
+static void test_gradients(void) {
+    gpt_zero_grads(&model);
+    gpt_forward(&model, model.inputs, model.targets, B, T, 1.0f / (B * T));
+    gpt_backward(&model, model.inputs, B, T);
+    float* flat = (float*)xmalloc(model.layout.total * 4);
+    be->to_host(be, flat, model.grads, model.layout.total * 4);
+    check_against_reference(flat, ex.grads, 2e-5, "gradient");
+    free(flat);
 }
 
 static void test_ten_adamw_steps(void) {
@@ -186,23 +192,13 @@ static void test_ten_adamw_steps(void) {
         gpt_update(&model, (float)lr_at(&s, step), 0.9f, 0.95f, 1e-8f, (float)WD, (float)scale, 0);
     }
     CHECK(clipped > 0, "clipping never engaged; the test would not cover it");
-    size_t P = (size_t)ex.h[6];
     float* flat = (float*)xmalloc(model.layout.total * 4);
-    float* ours = (float*)xmalloc(P * 4);
     gpt_get_params_f32(&model, flat);
-    llmc_from_flat(&model, flat, ours);
-    size_t off = 0;
-    for (int k = 0; k < NUM_PARAM_KINDS; k++) {
-        int layers = param_kind_is_per_layer((ParamKind)k) ? model.config.num_layers : 1;
-        size_t n = model.layout.tensors[param_tensor_index(&model.config, (ParamKind)k, 0)].count * layers;
-        double err = max_rel_err(ours + off, ex.params + off, n);
-        CHECK(err < 1e-4, "parameters %s after %d steps: max error %.3g relative to the largest", 
-              param_kind_name((ParamKind)k), STEPS, err);
-        off += n;
-    }
+    // AdamW divides by sqrt(v): where a gradient is tiny its FP32 rounding
+    // moves the update a little, hence a looser bound than the gradients'.
+    check_against_reference(flat, ex.params, 1e-4, "parameters after 10 steps");
     CHECK(ex.losses[STEPS - 1] < ex.losses[0], "reference loss did not fall");
     free(flat);
-    free(ours);
 }
 
 int main(void) {
