@@ -1,8 +1,8 @@
 // test_checkpoint.c: the checkpoint format below the binary: the JSON
-// reader, manifests (round trip and every consistency check), and
-// resharding: state saved by N ranks at ZeRO stage s (ranks run as threads
-// with real collectives) restored on M ranks at stage s', in FP32 and with
-// 16-bit parameters, compared element by element with what was saved.
+// reader, manifests (round trip and every consistency check, the guard's
+// state), and resharding: state saved by N ranks at ZeRO stage s (ranks run
+// as threads with real collectives) restored on M ranks at stage s', in FP32
+// and with 16-bit parameters, compared element by element with what was saved.
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
@@ -139,11 +139,14 @@ static void fill_model(GPT* m) {
     const ParamLayout* pl = &m->layout;
     float* arr[4];
     for (int a = 0; a < 4; a++) arr[a] = canonical_flat(pl, a);
-    if (m->dtype == DTYPE_F32) {
-        memcpy(m->params, arr[0], pl->total * sizeof(float));
-    } else {
-        uint16_t* p = (uint16_t*)m->params;
-        for (size_t x = 0; x < pl->total; x++) p[x] = f32_to_bf16(arr[3][x]);
+    // Parameters: every element, or (ZeRO-3) the owned pieces at the state index.
+    for (int u = 0; u < pl->num_units; u++) {
+        size_t lo = pl->unit_begin[u], off = lo, len = unit_size(pl, u);
+        if (gpt_params_sharded(m)) len = gpt_owned_piece(m, u, &lo, &off);
+        for (size_t k = 0; k < len; k++) {
+            if (m->dtype == DTYPE_F32) ((float*)m->params)[off + k] = arr[0][lo + k];
+            else ((uint16_t*)m->params)[off + k] = f32_to_bf16(arr[3][lo + k]);
+        }
     }
     for (int u = 0; u < pl->num_units; u++) {
         size_t lo, off, len = gpt_owned_piece(m, u, &lo, &off);
@@ -162,14 +165,19 @@ static long check_model(const GPT* m, DType saved_dtype) {
     float* arr[4];
     for (int a = 0; a < 4; a++) arr[a] = canonical_flat(pl, a);
     long bad = 0;
-    for (size_t x = 0; x < pl->total; x++) {
-        if (m->dtype == DTYPE_F32) {
-            bad += ((float*)m->params)[x] != arr[0][x];  // the masters are the parameters
-        } else {
-            // 16-bit parameters saved as such come back exactly; from an FP32
-            // checkpoint they are rounded from the masters.
-            float want = saved_dtype == m->dtype ? arr[3][x] : arr[0][x];
-            bad += ((uint16_t*)m->params)[x] != f32_to_bf16(want);
+    for (int u = 0; u < pl->num_units; u++) {
+        size_t lo = pl->unit_begin[u], off = lo, len = unit_size(pl, u);
+        if (gpt_params_sharded(m)) len = gpt_owned_piece(m, u, &lo, &off);
+        for (size_t k = 0; k < len; k++) {
+            size_t x = lo + k;
+            if (m->dtype == DTYPE_F32) {
+                bad += ((float*)m->params)[off + k] != arr[0][x];  // the masters are the parameters
+            } else {
+                // 16-bit parameters saved as such come back exactly; from an FP32
+                // checkpoint they are rounded from the masters.
+                float want = saved_dtype == m->dtype ? arr[3][x] : arr[0][x];
+                bad += ((uint16_t*)m->params)[off + k] != f32_to_bf16(want);
+            }
         }
     }
     for (int u = 0; u < pl->num_units; u++) {
@@ -377,8 +385,8 @@ static int files_equal(const char* a, const char* b) {
 // resharding
 
 static void reshard_fp32_across_worlds_and_stages(void) {
-    struct { int n, s; } saves[] = {{1, 0}, {2, 1}, {3, 0}, {4, 1}};
-    struct { int m, s; } loads[] = {{1, 0}, {2, 1}, {3, 1}, {3, 0}, {5, 1}};
+    struct { int n, s; } saves[] = {{1, 0}, {2, 1}, {3, 0}, {4, 1}, {2, 3}, {3, 2}};
+    struct { int m, s; } loads[] = {{1, 0}, {2, 1}, {3, 1}, {3, 0}, {5, 1}, {3, 3}, {2, 2}};
     char first_weights[600] = "";
     for (size_t i = 0; i < sizeof saves / sizeof saves[0]; i++) {
         char dir[512];
@@ -419,6 +427,16 @@ static void reshard_16bit_and_precision_changes(void) {
     CHECK(bad == 0, "bf16 checkpoint into an fp32 run (parameters = masters): %ld values differ", bad);
     bad = restore_and_check(dir32, 2, 1, DTYPE_BF16, DTYPE_F32);
     CHECK(bad == 0, "fp32 checkpoint into a bf16 run (parameters rounded from masters): %ld values differ", bad);
+    // ZeRO-3 keeps only its parameter pieces, 16-bit ones included.
+    char dir16z3[512];
+    snprintf(dir16z3, sizeof dir16z3, "%s/bf16_n3_z3", tmp_root);
+    save_checkpoint(dir16z3, 3, 3, DTYPE_BF16);
+    bad = restore_and_check(dir16z3, 2, 3, DTYPE_BF16, DTYPE_BF16);
+    CHECK(bad == 0, "bf16 3 ranks ZeRO 3 -> 2 ranks ZeRO 3: %ld values differ", bad);
+    bad = restore_and_check(dir16z3, 2, 1, DTYPE_BF16, DTYPE_BF16);
+    CHECK(bad == 0, "bf16 3 ranks ZeRO 3 -> 2 ranks ZeRO 1: %ld values differ", bad);
+    bad = restore_and_check(dir32, 4, 3, DTYPE_BF16, DTYPE_F32);
+    CHECK(bad == 0, "fp32 ZeRO 1 checkpoint into a bf16 ZeRO 3 run: %ld values differ", bad);
 }
 
 // ---------------------------------------------------------------------------
@@ -622,6 +640,61 @@ static void reshard_from_hybrid_sharding(void) {
     CHECK(bad == 0, "hybrid 4 (2 x 2) -> 1 rank: %ld values differ", bad);
 }
 
+// The guard's loss window and counters survive a manifest: exactly with the
+// same --spike-window, the newest losses with a smaller one.
+static void manifest_guard_state(void) {
+    TrainConfig cfg;
+    char* argv[] = {(char*)"test", (char*)"--spike-window", (char*)"4"};
+    config_parse(&cfg, 3, argv);
+    Guard g;
+    guard_init(&g, &cfg);
+    double losses[] = {5.25, 4.125, 0.1 + 0.2, 3.0 / 7.0, 2.5, 1e-300};  // six into a ring of 4
+    for (int i = 0; i < 6; i++) guard_check(&g, i + 1, losses[i], 1.0);
+    GPT m;
+    make_model(&m, 1, 0, 0, DTYPE_F32);
+    Manifest a;
+    manifest_describe(&a, &m);
+    CkptFileEntry e;
+    memset(&e, 0, sizeof e);
+    ckpt_shard_name(e.name, sizeof e.name, 0, 1);
+    e.bytes = manifest_shard_bytes(&a);
+    manifest_add_file(&a, &e);
+    snprintf(e.name, sizeof e.name, "%s", CKPT_WEIGHTS_NAME);
+    e.shard = -1;
+    manifest_add_file(&a, &e);
+    manifest_set_config(&a, &cfg);
+    manifest_set_guard(&a, &g);
+    char* json = manifest_to_json(&a);
+    Manifest b;
+    char why[1024] = "";
+    CHECK(manifest_parse(json, strlen(json), &b, why, sizeof why), "parse: %.300s", why);
+    Guard same;
+    guard_init(&same, &cfg);
+    manifest_restore_guard(&b, &same);
+    CHECK(same.filled == g.filled && same.next == g.next && memcmp(same.history, g.history, 4 * sizeof(double)) == 0,
+          "same window: ring restored slot for slot");
+    CHECK(same.skipped == g.skipped && same.bad_in_row == g.bad_in_row && same.spikes == g.spikes, "counters");
+    char* argv3[] = {(char*)"test", (char*)"--spike-window", (char*)"3"};
+    TrainConfig cfg3;
+    config_parse(&cfg3, 3, argv3);
+    Guard small;
+    guard_init(&small, &cfg3);
+    manifest_restore_guard(&b, &small);
+    CHECK(small.filled == 3 && small.next == 0 && small.history[0] == 3.0 / 7.0 && small.history[1] == 2.5 &&
+              small.history[2] == 1e-300,
+          "smaller window: the newest 3 losses, oldest first (%g %g %g)", small.history[0], small.history[1],
+          small.history[2]);
+    guard_free(&g);
+    guard_free(&same);
+    guard_free(&small);
+    config_free(&cfg);
+    config_free(&cfg3);
+    manifest_free(&b);
+    manifest_free(&a);
+    free(json);
+    free_model(&m);
+}
+
 int main(void) {
     snprintf(tmp_root, sizeof tmp_root, "/tmp/test_checkpoint.XXXXXX");
     if (!mkdtemp(tmp_root)) fatal("mkdtemp failed");
@@ -630,6 +703,7 @@ int main(void) {
     RUN(json_writes_strings);
     RUN(manifest_round_trip);
     RUN(manifest_rejects_inconsistent);
+    RUN(manifest_guard_state);
     RUN(verify_detects_damage);
     RUN(reshard_fp32_across_worlds_and_stages);
     RUN(reshard_16bit_and_precision_changes);
