@@ -11,7 +11,8 @@ cd "$(dirname "$0")/.." || exit 1
 
 T=$TEST_TMP
 # Tiny models: depth 2 where per-layer units matter, depth 1 elsewhere.
-common=(--device cpu --seq-len 32 --micro-batch 2 --sample-every 0 --threads 1)
+# (--peak-tflops: no sgemm measurement at start-up, a quarter of a tiny run's time)
+common=(--device cpu --seq-len 32 --micro-batch 2 --sample-every 0 --threads 1 --peak-tflops 1)
 d1=("${common[@]}" --depth 1 --val-every 0)
 d2=("${common[@]}" --depth 2 --val-every 5 --val-batches 2)
 
@@ -126,7 +127,7 @@ fi
 # 6. Damaged checkpoints: each problem is reported in one warning line that
 # names the file, and the previous checkpoint is used.
 "$TG" "${d1[@]}" --steps 20 --checkpoint-dir "$T/base" --checkpoint-every 10 --keep-last 0 >/dev/null 2>&1
-"$TG" --device cpu --seq-len 32 --micro-batch 2 --depth 2 --val-every 0 --sample-every 0 --steps 1 \
+"$TG" "${common[@]}" --depth 2 --val-every 0 --steps 1 \
   --checkpoint-dir "$T/other" >/dev/null 2>&1
 damage() {  # damage NAME: a fresh copy of the base checkpoints with step 20 broken in one way
   rm -rf "$T/dmg" && cp -r "$T/base" "$T/dmg"

@@ -16,7 +16,7 @@ MPI=(mpirun --allow-run-as-root --oversubscribe --bind-to none --mca btl_vader_s
 # 12 windows per step: 1 x 12 micro-steps, 2 x 6, 3 x 4, 4 x 3. No clipping:
 # the global norm's summation order depends on the rank count.
 small=(--device cpu --depth 1 --seq-len 32 --micro-batch 1 --batch-tokens 384 --steps 20 --val-every 0
-       --sample-every 0 --threads 1 --grad-clip 0)
+       --sample-every 0 --threads 1 --grad-clip 0 --peak-tflops 1)
 
 lines_after() { grep -E '^(step|val) ' "$1" | sed -E 's/^(step .* \| lr [^ ]+) \|.*/\1/' |
   awk -v s="$2" '{ split($2, a, "/"); if (a[1] + 0 > s) print }'; }

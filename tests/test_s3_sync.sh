@@ -67,7 +67,7 @@ EOF
 s3py mb
 s3_tree() { s3py tree "$1"; }
 
-d1=(--device cpu --depth 1 --seq-len 32 --micro-batch 2 --val-every 0 --sample-every 0 --threads 1)
+d1=(--device cpu --depth 1 --seq-len 32 --micro-batch 2 --val-every 0 --sample-every 0 --threads 1 --peak-tflops 1)
 
 # 1. Upload: complete checkpoints only, no temporary files, no interrupted save.
 "$TG" "${d1[@]}" --steps 20 --checkpoint-dir "$T/L1" --checkpoint-every 10 --keep-last 0 >/dev/null 2>&1
