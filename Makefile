@@ -193,7 +193,8 @@ SIM_SELF_TESTS   := $(patsubst tests/cuda_sim/%.cu,$(SIM)/bin/%,$(filter-out $(S
 SIM_GPU_TESTS    := $(patsubst tests/gpu/%,$(SIM)/bin/gpu_%,$(basename $(filter-out $(SIM_NO_NCCL),$(wildcard tests/gpu/test_*.c tests/gpu/test_*.cu))))
 # The GPU tests run twice: in order, and with every block's threads in a random order.
 SIM_GPU_RANDOM   := $(SIM_GPU_TESTS:%=%.random)
-SIM_SCRIPTS      := $(filter-out $(SIM_NO_NCCL),tests/cuda_sim/test_sim_train_gpt.sh tests/cuda_sim/test_sim_zero_nccl.sh)
+SIM_SCRIPTS      := $(filter-out $(SIM_NO_NCCL),tests/cuda_sim/test_sim_train_gpt.sh tests/cuda_sim/test_sim_zero_nccl.sh \
+                               tests/cuda_sim/test_sim_checkpoint.sh)
 SIM_TESTS        := $(if $(SIM_ENABLED),$(SIM_SELF_TESTS) $(SIM_GPU_TESTS) $(SIM_GPU_RANDOM) $(SIM_SCRIPTS),)
 SIM_LINK_LIBS    := $(SIM)/libkernels.a $(SIM)/libcudasim.a $(BUILD)/libtrain.a
 
