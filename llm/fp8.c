@@ -1,6 +1,7 @@
 // fp8.c: FP8 training state and the FP8 linear layer (see fp8.h).
 #include "llm/fp8.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -405,55 +406,60 @@ void fp8_end_step(Fp8State* s, Comm* comm) {
 // ---------------------------------------------------------------------------
 // checkpoints
 
-#define FP8_STATE_MAGIC 0x53385046u  // "FP8S"
-#define FP8_STATE_VERSION 1
-
-typedef struct {
-    uint32_t magic, version;
-    int32_t recipe, history, margin, tensors, pos, steps_recorded;
-} Fp8StateHeader;
-
-void* fp8_state_save(const Fp8State* s, size_t* bytes) {
-    Fp8StateHeader h;
-    memset(&h, 0, sizeof h);
-    h.magic = FP8_STATE_MAGIC;
-    h.version = FP8_STATE_VERSION;
-    h.recipe = s->opt.recipe;
-    h.history = s->history ? s->opt.history : 0;
-    h.margin = s->opt.margin;
-    h.tensors = s->n;
-    h.pos = s->pos;
-    h.steps_recorded = s->steps_recorded;
-    size_t floats = s->history ? (size_t)s->n * (2 + (size_t)s->opt.history) : 0;
-    *bytes = sizeof h + floats * sizeof(float);
-    char* out = (char*)xmalloc(*bytes);
-    memcpy(out, &h, sizeof h);
-    // scale, scale_inv and history are contiguous in the state allocation.
-    if (floats) s->be->to_host(s->be, out + sizeof h, s->scale, floats * sizeof(float));
-    return out;
+void fp8_snapshot_take(const Fp8State* s, Fp8Snapshot* out) {
+    memset(out, 0, sizeof *out);
+    out->recipe = s->opt.recipe;
+    out->margin = s->opt.margin;
+    out->tensors = s->n;
+    if (!s->history) return;  // current scaling: nothing outlives a step but the weights' amaxes (see fp8.h)
+    out->history = s->opt.history;
+    out->pos = s->pos;
+    out->steps_recorded = s->steps_recorded;
+    size_t n = (size_t)s->n, h = (size_t)s->opt.history;
+    out->scale = (float*)xmalloc(n * sizeof(float));
+    out->scale_inv = (float*)xmalloc(n * sizeof(float));
+    out->amax_history = (float*)xmalloc(h * n * sizeof(float));
+    s->be->to_host(s->be, out->scale, s->scale, n * sizeof(float));
+    s->be->to_host(s->be, out->scale_inv, s->scale_inv, n * sizeof(float));
+    s->be->to_host(s->be, out->amax_history, s->history, h * n * sizeof(float));
 }
 
-void fp8_state_restore(Fp8State* s, const void* data, size_t bytes, const char* source) {
-    Fp8StateHeader h;
-    if (bytes < sizeof h) fatal("%s: the FP8 scaling state is truncated (%zu bytes)", source, bytes);
-    memcpy(&h, data, sizeof h);
-    if (h.magic != FP8_STATE_MAGIC || h.version != FP8_STATE_VERSION)
-        fatal("%s: not an FP8 scaling state of version %d", source, FP8_STATE_VERSION);
-    if (h.recipe != (int)s->opt.recipe)
-        fatal("%s: the FP8 state is for --fp8-recipe %s, this run uses %s", source, fp8_recipe_name((Fp8Recipe)h.recipe),
-              fp8_recipe_name(s->opt.recipe));
-    if (s->history && h.history != s->opt.history)
-        fatal("%s: the FP8 state has an amax history of %d steps, this run --fp8-amax-history %d", source, h.history,
-              s->opt.history);
-    if (h.margin != s->opt.margin)
-        fatal("%s: the FP8 state is for --fp8-margin %d, this run uses %d", source, h.margin, s->opt.margin);
-    if (h.tensors != s->n) fatal("%s: the FP8 state has %d scaled tensors, this model %d", source, h.tensors, s->n);
-    size_t floats = s->history ? (size_t)s->n * (2 + (size_t)s->opt.history) : 0;
-    if (bytes != sizeof h + floats * sizeof(float))
-        fatal("%s: the FP8 scaling state has %zu bytes, expected %zu", source, bytes, sizeof h + floats * sizeof(float));
-    if (h.pos < 0 || (s->history && h.pos >= s->opt.history) || h.steps_recorded < 0)
-        fatal("%s: the FP8 scaling state is corrupt (history position %d)", source, h.pos);
-    s->pos = h.pos;
-    s->steps_recorded = h.steps_recorded;
-    if (floats) s->be->to_device(s->be, s->scale, (const char*)data + sizeof h, floats * sizeof(float));
+int fp8_snapshot_restore(Fp8State* s, const Fp8Snapshot* snap, char* why, size_t whysize) {
+    if (snap->recipe != s->opt.recipe) {
+        snprintf(why, whysize, "it is for --fp8-recipe %s, this run uses %s", fp8_recipe_name(snap->recipe),
+                 fp8_recipe_name(s->opt.recipe));
+        return 0;
+    }
+    if (snap->margin != s->opt.margin) {
+        snprintf(why, whysize, "it is for --fp8-margin %d, this run uses %d", snap->margin, s->opt.margin);
+        return 0;
+    }
+    if (snap->tensors != s->n) {
+        snprintf(why, whysize, "it has %d scaled tensors, this model %d", snap->tensors, s->n);
+        return 0;
+    }
+    if (!s->history) return 1;
+    if (snap->history != s->opt.history || !snap->amax_history) {
+        snprintf(why, whysize, "its amax history has %d steps, this run's --fp8-amax-history %d", snap->history,
+                 s->opt.history);
+        return 0;
+    }
+    if (snap->pos < 0 || snap->pos >= snap->history || snap->steps_recorded < 0) {
+        snprintf(why, whysize, "its history position %d is outside 0..%d", snap->pos, snap->history - 1);
+        return 0;
+    }
+    size_t n = (size_t)s->n, h = (size_t)s->opt.history;
+    s->pos = snap->pos;
+    s->steps_recorded = snap->steps_recorded;
+    s->be->to_device(s->be, s->scale, snap->scale, n * sizeof(float));
+    s->be->to_device(s->be, s->scale_inv, snap->scale_inv, n * sizeof(float));
+    s->be->to_device(s->be, s->history, snap->amax_history, h * n * sizeof(float));
+    return 1;
+}
+
+void fp8_snapshot_free(Fp8Snapshot* snap) {
+    free(snap->scale);
+    free(snap->scale_inv);
+    free(snap->amax_history);
+    memset(snap, 0, sizeof *snap);
 }

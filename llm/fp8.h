@@ -164,12 +164,27 @@ void fp8_begin_step(Fp8State* s, int step);
 void fp8_end_step(Fp8State* s, Comm* comm);
 
 // ---- checkpoints ---------------------------------------------------------------------
-// The scaling state as bytes (malloc'ed; *bytes set): recipe, history length,
-// margin and tensor count, then for delayed scaling the history position,
-// recorded steps, scales and histories. Current scaling has no state beyond
-// its settings. Restoring checks that the settings match (fatal naming the
-// one that differs, `source` naming the file).
-void* fp8_state_save(const Fp8State* s, size_t* bytes);
-void fp8_state_restore(Fp8State* s, const void* data, size_t bytes, const char* source);
+// The scaling state a checkpoint keeps (llm/ckpt_manifest.c writes it into
+// the manifest): the settings, and for delayed scaling the history position,
+// the recorded steps, the scales and the amax histories (host copies). That
+// is everything: current scaling's scales come from each tensor's own amax,
+// and the weights' amaxes are measured again from the loaded weights (the
+// values AdamW measured when it wrote them).
+typedef struct {
+    Fp8Recipe recipe;
+    int margin;
+    int tensors;             // 12 L
+    int history;             // delayed: the history length; 0 for current scaling
+    int pos, steps_recorded; // delayed
+    float* scale;            // (tensors) delayed, else NULL
+    float* scale_inv;        // (tensors)
+    float* amax_history;     // (history, tensors): row r holds the amaxes of one step
+} Fp8Snapshot;
+
+void fp8_snapshot_take(const Fp8State* s, Fp8Snapshot* out);
+// Restores a snapshot taken with the same recipe, margin, history length and
+// model; returns 0 (state unchanged) with the difference in `why` otherwise.
+int fp8_snapshot_restore(Fp8State* s, const Fp8Snapshot* snap, char* why, size_t whysize);
+void fp8_snapshot_free(Fp8Snapshot* snap);
 
 EXTERN_C_END

@@ -336,11 +336,12 @@ static void state_save_restore(void) {
         fp8_before_update(&s);
         fp8_end_step(&s, NULL);
     }
-    size_t bytes;
-    void* blob = fp8_state_save(&s, &bytes);
+    Fp8Snapshot snap;
+    char why[256] = "";
+    fp8_snapshot_take(&s, &snap);
     fp8_free(&s);
     fp8_create(&t, &m, &o);
-    fp8_state_restore(&t, blob, bytes, "test");
+    CHECK(fp8_snapshot_restore(&t, &snap, why, sizeof why), "restore refused: %s", why);
     fp8_create(&s, &m, &o);  // a second run of the same 5 steps, for comparison
     for (int step = 0; step < 5; step++) {
         fp8_begin_step(&s, step);
@@ -352,21 +353,22 @@ static void state_save_restore(void) {
     CHECK(!memcmp(t.scale, s.scale, 2 * (size_t)s.n * 4) && !memcmp(t.history, s.history, 4 * (size_t)s.n * 4),
           "scales and histories restored");
     fp8_free(&s);
-    fflush(stdout);
-    pid_t pid = fork();
-    if (pid == 0) {
-        freopen("/dev/null", "w", stderr);
-        Fp8Options other = o;
-        other.history = 8;
+    // Another history length, recipe or margin: refused, the state untouched.
+    Fp8Options others[3] = {o, o, o};
+    others[0].history = 8;
+    others[1].recipe = FP8_CURRENT;
+    others[2].margin = 0;
+    const char* want[3] = {"amax history has 4 steps", "--fp8-recipe delayed", "--fp8-margin 1"};
+    for (int k = 0; k < 3; k++) {
         Fp8State u;
-        fp8_create(&u, &m, &other);
-        fp8_state_restore(&u, blob, bytes, "test");
-        _exit(0);
+        fp8_create(&u, &m, &others[k]);
+        int pos = u.pos;
+        why[0] = 0;
+        CHECK(!fp8_snapshot_restore(&u, &snap, why, sizeof why) && strstr(why, want[k]) && u.pos == pos,
+              "mismatch %d: restored, or the reason '%s' lacks '%s'", k, why, want[k]);
+        fp8_free(&u);
     }
-    int status = 0;
-    waitpid(pid, &status, 0);
-    CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 1, "restoring into another history length must fail");
-    free(blob);
+    fp8_snapshot_free(&snap);
     fp8_free(&t);
     gpt_free(&m);
 }
@@ -499,13 +501,14 @@ static void resume_bit_for_bit(void) {
     gpt_free(&m);
     train_fp8(&first, &POLICIES[0], &o, 3, &m, &s, 0);
     // The checkpoint: parameters, AdamW moments and step, the FP8 state.
-    size_t n = m.layout.total, bytes;
+    size_t n = m.layout.total;
     float* adam_m = (float*)xmalloc(n * 4);
     float* adam_v = (float*)xmalloc(n * 4);
     memcpy(adam_m, m.adam_m, n * 4);
     memcpy(adam_v, m.adam_v, n * 4);
     int adam_step = m.adam_step;
-    void* state = fp8_state_save(&s, &bytes);
+    Fp8Snapshot state;
+    fp8_snapshot_take(&s, &state);
     fp8_free(&s);
     gpt_free(&m);
     // A new process, as it were.
@@ -517,7 +520,8 @@ static void resume_bit_for_bit(void) {
     memcpy(m.adam_m, adam_m, n * 4);
     memcpy(m.adam_v, adam_v, n * 4);
     m.adam_step = adam_step;
-    fp8_state_restore(&s, state, bytes, "test checkpoint");
+    char why[256] = "";
+    CHECK(fp8_snapshot_restore(&s, &state, why, sizeof why), "restore refused: %s", why);
     train_fp8(&second, &POLICIES[0], &o, 3, &m, &s, 3);
     CHECK(!memcmp(second.loss, straight.loss + 3, 3 * sizeof(float)), "resumed losses %.9g %.9g %.9g vs %.9g %.9g %.9g",
           second.loss[0], second.loss[1], second.loss[2], straight.loss[3], straight.loss[4], straight.loss[5]);
@@ -526,7 +530,7 @@ static void resume_bit_for_bit(void) {
     gpt_free(&m);
     free(adam_m);
     free(adam_v);
-    free(state);
+    fp8_snapshot_free(&state);
     free_run(&straight);
     free_run(&first);
     free_run(&second);

@@ -12,6 +12,9 @@
 #   - FP8 runs are deterministic, and the same with 1 and 2 threads;
 #   - 2 ranks at ZeRO-2 and ZeRO-3 give the bits of 1 rank accumulating the
 #     same micro-batches (the amaxes are maximised over the ranks);
+#   - checkpoints: resumed FP8 runs (delayed and current scaling) continue
+#     bit for bit; the manifest holds the scaling state, and without it a
+#     delayed run would not;
 #   - --precision auto's choice and message; every bad FP8 flag.
 # The runs use one thread each and run two at a time (2 cores).
 set -u
@@ -103,7 +106,57 @@ for z in 2 3; do
   fi
 done
 
-# 5. --precision auto, and the errors.
+# 5. Checkpoints: a resumed FP8 run continues bit for bit. Delayed scaling
+# (history 4, so the window wraps before the save at step 6; two micro-batches
+# a step) needs its scales and amax histories from the manifest: resuming
+# from a copy whose "fp8" is null starts scaling afresh and must differ.
+# Current scaling keeps no state.
+ck=("${model[@]}" --micro-batch 4 --batch-tokens 256 --steps 12 --val-every 0 --peak-tflops 1 --precision fp8 --keep-last 0)
+lines_after() { grep -E '^step ' "$1" | sed -E 's/^(step .* \| lr [^ ]+) \|.*/\1/' |
+  awk -v s="$2" '{ split($2, a, "/"); if (a[1] + 0 > s) print }'; }
+for recipe in delayed current; do
+  "$TG" "${ck[@]}" --fp8-recipe $recipe --fp8-amax-history 4 --checkpoint-dir "$T/ck_$recipe" --checkpoint-every 6 \
+    --export "$T/straight_$recipe.bin" >"$T/ck1_$recipe.log" 2>&1 &
+done
+wait
+for recipe in delayed current; do
+  "$TG" "${ck[@]}" --fp8-recipe $recipe --fp8-amax-history 4 --checkpoint-dir "$T/ck_${recipe}_r" \
+    --resume "$T/ck_$recipe/step_00000006" --export "$T/resumed_$recipe.bin" >"$T/ck2_$recipe.log" 2>&1 &
+done
+wait
+for recipe in delayed current; do
+  if [ "$(lines_after "$T/ck1_$recipe.log" 6 | wc -l)" -eq 6 ] &&
+     [ "$(lines_after "$T/ck1_$recipe.log" 6)" = "$(lines_after "$T/ck2_$recipe.log" 6)" ] &&
+     grep -q '^resume .*step 6 of 12' "$T/ck2_$recipe.log" && cmp -s "$T/straight_$recipe.bin" "$T/resumed_$recipe.bin" &&
+     ! grep -q 'FP8 scaling starts afresh' "$T/ck2_$recipe.log"; then
+    ok "fp8_${recipe}_resume_bit_for_bit"
+  else
+    fail "fp8_${recipe}_resume_bit_for_bit" "$(diff <(lines_after "$T/ck1_$recipe.log" 6) <(lines_after "$T/ck2_$recipe.log" 6) | head -n 4; grep -E '^(resume|train_gpt)' "$T/ck2_$recipe.log")"
+  fi
+done
+man=$T/ck_delayed/step_00000006/manifest.json
+if "$PY" - "$man" 2>"$T/manifest_check.txt" <<'EOF2'
+import json, sys
+f = json.load(open(sys.argv[1]))["fp8"]
+assert f["recipe"] == "delayed" and f["margin"] == 0 and f["tensors"] == 24, f
+assert f["amax_history_len"] == 4 and f["position"] == 6 % 4 and f["steps_recorded"] == 6, f
+assert len(f["scale"]) == 24 and len(f["amax_history"]) == 4 * 24
+assert all(isinstance(s, (int, float)) and s > 0 for s in f["scale"]), f["scale"]
+assert all(abs(a * b - 1) < 1e-6 for a, b in zip(f["scale"], f["scale_inv"]))
+assert sum(1 for a in f["amax_history"] if a > 0) >= 3 * 24, "the history rows are not filled"
+EOF2
+then ok fp8_manifest_holds_scaling_state; else fail fp8_manifest_holds_scaling_state "$(tail -n 1 "$T/manifest_check.txt")"; fi
+cp -r "$T/ck_delayed/step_00000006" "$T/nofp8"
+"$PY" -c 'import json, sys; p = sys.argv[1]; m = json.load(open(p)); m["fp8"] = None; json.dump(m, open(p, "w"))' "$T/nofp8/manifest.json"
+"$TG" "${ck[@]}" --fp8-recipe delayed --fp8-amax-history 4 --checkpoint-dir "$T/ck_nofp8" --resume "$T/nofp8" >"$T/ck3.log" 2>&1
+if grep -q "^resume .*FP8 scaling starts afresh: the checkpoint's run did not train in FP8" "$T/ck3.log" &&
+   [ "$(lines_after "$T/ck3.log" 6 | wc -l)" -eq 6 ] && [ "$(lines_after "$T/ck1_delayed.log" 6)" != "$(lines_after "$T/ck3.log" 6)" ]; then
+  ok fp8_resume_without_scaling_state_differs
+else
+  fail fp8_resume_without_scaling_state_differs "$(grep -E '^(resume|train_gpt)' "$T/ck3.log")"
+fi
+
+# 6. --precision auto, and the errors.
 if "$TG" --device cpu --steps 1 --val-every 0 --sample-every 0 --layers 1 --channels 32 --heads 1 --seq-len 16 \
      --micro-batch 2 2>&1 | grep -q '^precision | auto: fp32: the CPU backend computes in FP32'; then ok precision_auto_cpu_says_why
 else fail precision_auto_cpu_says_why "no auto line"; fi
