@@ -588,6 +588,31 @@ static void planned_equals_allocated(void) {
     }
 }
 
+// --precision auto's rule (precision_for_model, also --plan's and --auto's):
+// BF16 under PLAN_FP8_FROM_PARAMS, FP8 from there on GPUs with FP8, FP32 on
+// the CPU; the presets on either side of it.
+static void precision_auto_rule(void) {
+    CHECK(precision_for_model(6.49e9, 1, 1) == PREC_BF16, "6.49B on an FP8 GPU must be bf16");
+    CHECK(precision_for_model(6.5e9, 1, 1) == PREC_FP8, "6.5B on an FP8 GPU must be fp8");
+    CHECK(precision_for_model(70e9, 1, 0) == PREC_BF16, "70B on a GPU without FP8 must be bf16");
+    CHECK(precision_for_model(70e9, 0, 0) == PREC_FP32, "the CPU computes in fp32");
+    PlanDevice h200, a100;
+    CHECK(plan_device_gpu(&h200, "h200") && plan_device_gpu(&a100, "a100"), "h200 and a100 are known GPUs");
+    struct { int L, C, NH; Precision h200, a100; } cases[] = {
+        {24, 2048, 16, PREC_BF16, PREC_BF16},  // gpt-1B
+        {32, 4096, 32, PREC_FP8, PREC_BF16},   // gpt-7B (6.7B)
+        {40, 5120, 40, PREC_FP8, PREC_BF16},   // gpt-13B
+    };
+    for (int i = 0; i < 3; i++) {
+        GPTConfig c = {.max_seq_len = 2048, .vocab_size = 50257, .num_layers = cases[i].L,
+                       .num_heads = cases[i].NH, .channels = cases[i].C};
+        gpt_config_finish(&c);
+        Precision ph = plan_default_precision(&c, &h200), pa = plan_default_precision(&c, &a100);
+        CHECK(ph == cases[i].h200 && pa == cases[i].a100, "%.2fB parameters: h200 %s, a100 %s",
+              gpt_num_params(&c) / 1e9, precision_name(ph), precision_name(pa));
+    }
+}
+
 int main(void) {
     be = cpu_backend_create(DTYPE_F32, 0);
     RUN(cast_codes_and_scales);
@@ -601,6 +626,7 @@ int main(void) {
     RUN(fp8_changes_results_boundedly);
     RUN(resume_bit_for_bit);
     RUN(planned_equals_allocated);
+    RUN(precision_auto_rule);
     be->destroy(be);
     return TESTS_DONE();
 }
