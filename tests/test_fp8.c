@@ -14,7 +14,10 @@
 //     recipes, with some GEMMs skipped);
 //   - a delayed-scaling run stopped, its FP8 state saved and restored into a
 //     fresh model, continues bit for bit;
-//   - the planner bills exactly what an FP8 run allocates (peak bytes).
+//   - the planner bills exactly what an FP8 run allocates (peak bytes);
+//   - the checkpoint manifest's "fp8" object round-trips every float exactly
+//     (non-finite amaxes included) and refuses a short history;
+//   - --precision auto's rule at its threshold and for the presets.
 #include <omp.h>
 #include <stdlib.h>
 #include <string.h>
@@ -22,6 +25,7 @@
 #include <unistd.h>
 
 #include "kernels/cpu/cpu.h"
+#include "llm/ckpt_manifest.h"
 #include "llm/fp8.h"
 #include "llm/planner.h"
 #include "llm/rng.h"
@@ -588,6 +592,65 @@ static void planned_equals_allocated(void) {
     }
 }
 
+// The manifest's "fp8" object: written and parsed back, every float exact
+// (the extremes and the non-finite amaxes a history may hold included), and
+// restored into a fresh state; a history of the wrong length is refused.
+static void manifest_fp8_round_trip(void) {
+    GPTConfig c = tiny_config(2);
+    GPT m;
+    gpt_create(&m, &c, be, 2, 16, 1, 0, 0);
+    Fp8State s, t;
+    Fp8Options o = {.recipe = FP8_DELAYED, .history = 3, .margin = 2, .skip = NULL};
+    fp8_create(&s, &m, &o);
+    size_t hn = (size_t)3 * s.n;
+    for (size_t i = 0; i < hn; i++) s.history[i] = (float)rng_normal(5, i) * 100.0f;
+    float special[] = {NAN, INFINITY, -INFINITY, 0.0f, -0.0f, 1e-45f, 3.4028235e38f, 0.1f};
+    for (int i = 0; i < 8; i++) s.history[7 * i] = special[i];
+    for (int i = 0; i < s.n; i++) s.scale[i] = 1.0f / (float)(i + 3), s.scale_inv[i] = (float)(i + 3);
+    s.pos = 2;
+    s.steps_recorded = 17;
+    Manifest a, b;
+    manifest_describe(&a, &m);
+    CkptFileEntry e[2];
+    memset(e, 0, sizeof e);
+    ckpt_shard_name(e[0].name, sizeof e[0].name, 0, 1);
+    e[0].bytes = manifest_shard_bytes(&a);
+    snprintf(e[1].name, sizeof e[1].name, "%s", CKPT_WEIGHTS_NAME);
+    e[1].shard = -1;
+    e[1].bytes = 1;
+    manifest_add_file(&a, &e[0]);
+    manifest_add_file(&a, &e[1]);
+    manifest_set_fp8(&a, &s);
+    char* json = manifest_to_json(&a);
+    char why[512] = "";
+    int ok = manifest_parse(json, strlen(json), &b, why, sizeof why);
+    CHECK(ok && b.fp8_present, "the manifest did not parse back with its fp8 object: %s", why);
+    if (ok) {
+        fp8_create(&t, &m, &o);
+        CHECK(manifest_restore_fp8(&b, &t, why, sizeof why), "restore refused: %s", why);
+        int same = t.pos == 2 && t.steps_recorded == 17 && !memcmp(t.scale, s.scale, 2 * (size_t)s.n * 4);
+        for (size_t i = 0; i < hn; i++)
+            same &= isnan(s.history[i]) ? isnan(t.history[i]) : !memcmp(&s.history[i], &t.history[i], 4);
+        CHECK(same, "the restored scales, histories or position differ");
+        fp8_free(&t);
+        manifest_free(&b);
+    }
+    // A history one value short.
+    char* cut = strstr(json, "\"amax_history\": [");
+    char* comma = cut ? strchr(cut, ',') : NULL;
+    if (comma) {
+        char* end = strchr(comma + 1, ',');
+        memmove(comma, end, strlen(end) + 1);
+        CHECK(!manifest_parse(json, strlen(json), &b, why, sizeof why) && strstr(why, "amax_history"),
+              "a short history was not refused: '%s'", why);
+    }
+    CHECK(comma != NULL, "no amax_history in the manifest");
+    free(json);
+    manifest_free(&a);
+    fp8_free(&s);
+    gpt_free(&m);
+}
+
 // --precision auto's rule (precision_for_model, also --plan's and --auto's):
 // BF16 under PLAN_FP8_FROM_PARAMS, FP8 from there on GPUs with FP8, FP32 on
 // the CPU; the presets on either side of it.
@@ -626,6 +689,7 @@ int main(void) {
     RUN(fp8_changes_results_boundedly);
     RUN(resume_bit_for_bit);
     RUN(planned_equals_allocated);
+    RUN(manifest_fp8_round_trip);
     RUN(precision_auto_rule);
     be->destroy(be);
     return TESTS_DONE();
