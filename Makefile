@@ -125,6 +125,18 @@ $(BUILD)/tests/gpu/%: tests/gpu/%.cu $(BUILD)/libtrain.a $(CUDA_OBJS) tests/test
 	$(NVCC) $(NVCCFLAGS) -MMD -MP -c $< -o $@.o
 	$(CC) $(CFLAGS) -o $@ $@.o $(CUDA_OBJS) $(BUILD)/libtrain.a $(CUDA_LIBS) $(LDLIBS)
 
+# ---- FP8 (begin) ------------------------------------------------------------------------------
+# test_fp8_format compares llm/fp8_format.h with CUDA's own host conversion
+# (cuda_fp8.h, which also compiles as C) when the toolkit's headers are present.
+ifneq ($(wildcard $(CUDA_HOME)/include/cuda_fp8.h),)
+$(BUILD)/tests/test_fp8_format: private CFLAGS += -isystem $(CUDA_HOME)/include -DHAVE_CUDA_FP8_H
+endif
+# All 2^32 float inputs against CUDA's conversion (about 3 minutes on 2 cores; not in make test).
+.PHONY: test-fp8-exhaustive
+test-fp8-exhaustive: $(BUILD)/tests/test_fp8_format
+	$(BUILD)/tests/test_fp8_format --exhaustive
+# ---- FP8 (end) --------------------------------------------------------------------------------
+
 # The data and checkpoint readers again, under AddressSanitizer and UBSan.
 ASAN_FLAGS := -O1 -g -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=all
 ASAN_SRCS  := $(wildcard data/*.c) llm/util.c

@@ -14,6 +14,7 @@
 #include "llm/config.h"
 #include "llm/device.h"
 #include "llm/plan_cli.h"
+#include "llm/precision.h"
 #include "llm/report.h"
 #include "llm/trainer.h"
 
@@ -32,6 +33,8 @@ int main(int argc, char** argv) {
     }
     // --auto: the recommendation fills in the settings not given explicitly.
     if (cfg.auto_plan) plan_auto(&cfg);
+    // --precision auto: bf16 or fp8 by model size on GPUs, fp32 on the CPU.
+    precision_resolve(&cfg);
 
     // 2. The compute backend: a GPU when present (this rank's, by local rank), else the CPU reference.
     Backend* be = backend_open(cfg.device, cfg.precision, cfg.threads, comm->local_rank, comm->local_world);

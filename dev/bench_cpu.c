@@ -5,11 +5,17 @@
 // norm, AdamW) of two GPT-2 shapes at micro-batch 4, sequence 64, GPT-2
 // vocabulary. Prints ms/step, tokens/s and effective GFLOP/s (6 * params *
 // tokens), and that figure as a fraction of the sgemm ceiling measured here.
+// Then FP8 against the 16/32-bit path at hidden 2048, 4096 and 8192 (128
+// tokens, H -> H): the CPU has no BF16 or FP8 arithmetic, so --precision
+// bf16 is not offered here and FP8 is an exact emulation (cast the input,
+// decode both operands to FP32, the same sgemm); the ratio shows what the
+// emulation costs, not what FP8 gains on a GPU (dev/bench_gpu.c).
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "llm/fp8.h"
 #include "llm/gpt.h"
 #include "llm/rng.h"
 
@@ -80,6 +86,51 @@ static BenchResult bench_model(Backend* be, const char* name, int L, int C, int 
     return r;
 }
 
+// FP32 GEMM against the emulated FP8 one (input cast with current scaling
+// each call; the weight cast once, as training does per optimizer step).
+static void bench_fp8_gemm(Backend* be, int H) {
+    const int N = 128;
+    size_t nx = (size_t)N * H, nw = (size_t)H * H;
+    float* host = (float*)xmalloc(nw * sizeof(float));
+    for (size_t i = 0; i < nw; i++) host[i] = rng_normal(7, i);
+    float* x = (float*)be->alloc(be, nx * 4, "bench x");
+    float* w = (float*)be->alloc(be, nw * 4, "bench w");
+    float* out = (float*)be->alloc(be, (size_t)N * H * 4, "bench out");
+    uint8_t* xq = (uint8_t*)be->alloc(be, nx, "bench x e4m3");
+    uint8_t* wq = (uint8_t*)be->alloc(be, nw, "bench w e4m3");
+    float* sc = (float*)be->alloc(be, 6 * sizeof(float), "bench scales");
+    memcpy(x, host, nx * 4);
+    memcpy(w, host, nw * 4);
+    memset(sc, 0, 6 * sizeof(float));
+    be->amax(be, &sc[3], w, nw);
+    be->fp8_quantize(be, wq, NULL, DTYPE_FP8_E4M3, w, H, H, &sc[3], &sc[4], &sc[5]);
+    Fp8Tensor xt = {xq, NULL, DTYPE_FP8_E4M3, &sc[2]}, wt = {wq, NULL, DTYPE_FP8_E4M3, &sc[5]};
+    double best[2] = {1e30, 1e30};
+    for (int rep = 0; rep < 3; rep++) {  // rep 0 warms up
+        double t0 = now_seconds();
+        be->matmul_forward(be, out, NULL, x, w, NULL, N, H, H);
+        double t1 = now_seconds();
+        sc[0] = 0;
+        be->amax(be, &sc[0], x, nx);
+        be->fp8_quantize(be, xq, NULL, DTYPE_FP8_E4M3, x, N, H, &sc[0], &sc[1], &sc[2]);
+        be->fp8_matmul_forward(be, out, &xt, &wt, NULL, N, H, H);
+        double t2 = now_seconds();
+        if (rep && t1 - t0 < best[0]) best[0] = t1 - t0;
+        if (rep && t2 - t1 < best[1]) best[1] = t2 - t1;
+    }
+    double flops = 2.0 * N * H * H;
+    printf("gemm hidden %-5d %d x %d -> %d | fp32 %6.1f GFLOP/s | fp8 emulated %6.1f GFLOP/s | fp8/fp32 %.2fx\n", H, N, H,
+           H, flops / best[0] / 1e9, flops / best[1] / 1e9, best[0] / best[1]);
+    fflush(stdout);
+    be->free(be, x);
+    be->free(be, w);
+    be->free(be, out);
+    be->free(be, xq);
+    be->free(be, wq);
+    be->free(be, sc);
+    free(host);
+}
+
 int main(void) {
     Backend* be = cpu_backend_create(DTYPE_F32, 0);
     printf("CPU backend benchmark (micro-batch 4, sequence 64, GPT-2 vocabulary 50257)\n");
@@ -92,6 +143,10 @@ int main(void) {
     printf("llm.c's train_gpt2.c on a 2-core machine of this kind (notes, not measured here): ~500 ms/step and\n"
            "~3000 ms/step for these two shapes; here: %.0f ms and %.0f ms (%.1fx and %.1fx faster)\n",
            small.ms, gpt2.ms, 500.0 / small.ms, 3000.0 / gpt2.ms);
+    printf("\nFP8 against FP32 GEMMs on the CPU (bf16 runs compute in fp32 here; FP8 is emulated exactly)\n");
+    bench_fp8_gemm(be, 2048);
+    bench_fp8_gemm(be, 4096);
+    bench_fp8_gemm(be, 8192);
     be->destroy(be);
     return 0;
 }

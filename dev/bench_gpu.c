@@ -9,6 +9,13 @@
 // of GPT-2 124M at T = 1024, a 24-layer 2048-channel model, and GPT-2 124M at
 // the largest micro-batch that fits; tokens/s and MFU, counting
 // 6 N + 12 L C T FLOPs per token (N parameters) over the dense BF16 peak.
+// Part 3, FP8 against BF16 (GPUs with FP8 tensor cores): the linear layer's
+// GEMMs at hidden 2048, 4096 and 8192 (8192 tokens, H -> 4H: forward, and
+// backward's dinp + dweight) on operands already cast, and again counting
+// the casts of the activations and gradients (the weights are cast once per
+// optimizer step in training); then training steps of a hidden-4096 model
+// (4 layers, T = 1024) in BF16 and in FP8 (current scaling), as tokens/s
+// and their ratio.
 // The last lines are the summary table.
 //
 //   bench_gpu [--quick]     --quick: fewer repetitions and only the first model
@@ -20,6 +27,7 @@
 #include <string.h>
 
 #include "kernels/ops.h"
+#include "llm/fp8.h"
 #include "llm/gpt.h"
 #include "llm/rng.h"
 #include "llm/trainer.h"
@@ -234,15 +242,15 @@ typedef struct {
 
 static void op_ln_fwd(void* p) {
     MemCtx* c = (MemCtx*)p;
-    be->residual_layernorm_forward(be, c->res, c->out, c->mean, c->rstd, c->a, c->b, c->w, c->bias, c->N, c->C);
+    be->residual_layernorm_forward(be, c->res, c->out, c->mean, c->rstd, c->a, c->b, c->w, c->bias, c->N, c->C, NULL);
 }
 static void op_ln_bwd(void* p) {
     MemCtx* c = (MemCtx*)p;
-    be->layernorm_backward(be, c->dinp, c->dw, c->db, c->out, c->res, c->w, c->mean, c->rstd, c->N, c->C);
+    be->layernorm_backward(be, c->dinp, c->dw, c->db, c->out, c->res, c->w, c->mean, c->rstd, c->N, c->C, NULL);
 }
 static void op_gelu_bwd(void* p) {
     MemCtx* c = (MemCtx*)p;
-    be->gelu_backward(be, c->a, c->b, c->a, (size_t)c->N * c->C);
+    be->gelu_backward(be, c->a, c->b, c->a, (size_t)c->N * c->C, NULL);
 }
 static void op_ce(void* p) {
     MemCtx* c = (MemCtx*)p;
@@ -258,7 +266,7 @@ static void op_enc_bwd(void* p) {
 }
 static void op_adamw(void* p) {
     MemCtx* c = (MemCtx*)p;
-    AdamWParams a = {1e-4f, 0.9f, 0.95f, 1e-8f, 0.1f, 1.0f, 1, 7, 0};
+    AdamWParams a = {1e-4f, 0.9f, 0.95f, 1e-8f, 0.1f, 1.0f, 1, 7, 0, NULL};
     be->adamw(be, c->a, c->master, c->b, c->m, c->v, c->n, &a);
 }
 static void op_norm(void* p) {
@@ -382,6 +390,147 @@ static void bench_model(const char* name, GPTConfig c, int B, int T, int steps) 
     gpt_free(&m);
 }
 
+// ---- FP8 against BF16 ----------------------------------------------------------------------------------
+
+typedef struct {
+    int N, C, OC, with_casts;
+    void *x, *w, *dy, *out, *dinp, *dw;  // BF16
+    uint8_t *xq, *xqt, *wq, *wqt, *dyq, *dyqt;
+    float* sc;  // amax, scale, scale_inv for x, w, dy (3 each)
+} Fp8Ctx;
+
+static Fp8Tensor op8(Fp8Ctx* c, int k, const void* q, const void* qt, DType t) {
+    Fp8Tensor f = {q, be->fp8_support == FP8_TN_ONLY ? qt : NULL, t, &c->sc[3 * k + 2]};
+    return f;
+}
+static void cast8(Fp8Ctx* c, int k, void* q, void* qt, DType t, const void* x, int nrows, int cols) {
+    be->zero(be, &c->sc[3 * k], sizeof(float));
+    be->amax(be, &c->sc[3 * k], x, (size_t)nrows * cols);
+    be->fp8_quantize(be, q, be->fp8_support == FP8_TN_ONLY ? qt : NULL, t, x, nrows, cols, &c->sc[3 * k],
+                     &c->sc[3 * k + 1], &c->sc[3 * k + 2]);
+}
+static void fp8_fwd(void* p) {
+    Fp8Ctx* c = (Fp8Ctx*)p;
+    if (c->with_casts) cast8(c, 0, c->xq, c->xqt, DTYPE_FP8_E4M3, c->x, c->N, c->C);
+    Fp8Tensor x = op8(c, 0, c->xq, c->xqt, DTYPE_FP8_E4M3), w = op8(c, 1, c->wq, c->wqt, DTYPE_FP8_E4M3);
+    be->fp8_matmul_forward(be, c->out, &x, &w, NULL, c->N, c->C, c->OC);
+}
+static void fp8_bwd(void* p) {
+    Fp8Ctx* c = (Fp8Ctx*)p;
+    if (c->with_casts) {
+        cast8(c, 2, c->dyq, c->dyqt, DTYPE_FP8_E5M2, c->dy, c->N, c->OC);
+        cast8(c, 0, c->xq, c->xqt, DTYPE_FP8_E4M3, c->x, c->N, c->C);
+    }
+    Fp8Tensor x = op8(c, 0, c->xq, c->xqt, DTYPE_FP8_E4M3), w = op8(c, 1, c->wq, c->wqt, DTYPE_FP8_E4M3),
+              dy = op8(c, 2, c->dyq, c->dyqt, DTYPE_FP8_E5M2);
+    be->fp8_matmul_backward(be, c->dinp, c->dw, &dy, &x, &w, c->N, c->C, c->OC);
+}
+static void bf16_fwd(void* p) {
+    Fp8Ctx* c = (Fp8Ctx*)p;
+    be->matmul_forward(be, c->out, NULL, c->x, c->w, NULL, c->N, c->C, c->OC);
+}
+static void bf16_bwd(void* p) {
+    Fp8Ctx* c = (Fp8Ctx*)p;
+    be->matmul_backward(be, c->dinp, c->dw, NULL, c->dy, c->x, c->w, c->N, c->C, c->OC);
+}
+
+static void bench_fp8_gemm(int H) {
+    Fp8Ctx c;
+    memset(&c, 0, sizeof c);
+    c.N = 8192;
+    c.C = H;
+    c.OC = 4 * H;
+    size_t nx = (size_t)c.N * c.C, nw = (size_t)c.OC * c.C, ny = (size_t)c.N * c.OC;
+    c.x = rand_buf(nx, 1);
+    c.w = rand_buf(nw, 0.02f);
+    c.dy = rand_buf(ny, 1e-3f);
+    c.out = rand_buf(ny, 1);
+    c.dinp = rand_buf(nx, 1);
+    c.dw = rand_buf(nw, 1);
+    c.xq = (uint8_t*)be->alloc(be, nx, "x e4m3");
+    c.xqt = (uint8_t*)be->alloc(be, nx, "x^T e4m3");
+    c.wq = (uint8_t*)be->alloc(be, nw, "w e4m3");
+    c.wqt = (uint8_t*)be->alloc(be, nw, "w^T e4m3");
+    c.dyq = (uint8_t*)be->alloc(be, ny, "dy e5m2");
+    c.dyqt = (uint8_t*)be->alloc(be, ny, "dy^T e5m2");
+    c.sc = (float*)be->alloc(be, 9 * sizeof(float), "scales");
+    cast8(&c, 0, c.xq, c.xqt, DTYPE_FP8_E4M3, c.x, c.N, c.C);
+    cast8(&c, 1, c.wq, c.wqt, DTYPE_FP8_E4M3, c.w, c.OC, c.C);
+    cast8(&c, 2, c.dyq, c.dyqt, DTYPE_FP8_E5M2, c.dy, c.N, c.OC);
+    double flops = 2.0 * c.N * c.C * c.OC;
+    char shape[64];
+    snprintf(shape, sizeof shape, "hidden %d: %d x %d -> %d", H, c.N, c.C, c.OC);
+    double bf = time_op(bf16_fwd, &c), bb = time_op(bf16_bwd, &c);
+    double ff = time_op(fp8_fwd, &c), fb = time_op(fp8_bwd, &c);
+    c.with_casts = 1;
+    double cf = time_op(fp8_fwd, &c), cb = time_op(fp8_bwd, &c);
+    report_flops("gemm fwd bf16", shape, bf, flops);
+    report_flops("gemm fwd fp8", shape, ff, flops);
+    report_flops("gemm fwd fp8 + cast", shape, cf, flops);
+    report_flops("gemm bwd bf16", shape, bb, 2 * flops);
+    report_flops("gemm bwd fp8", shape, fb, 2 * flops);
+    report_flops("gemm bwd fp8 + casts", shape, cb, 2 * flops);
+    add_row("fp8/bf16 hidden %-5d fwd %.2fx (%.2fx with cast) | bwd %.2fx (%.2fx with casts)", H, bf / ff, bf / cf,
+            bb / fb, bb / cb);
+    printf("%s\n", table[rows - 1]);
+    void* bufs[] = {c.x, c.w, c.dy, c.out, c.dinp, c.dw, c.xq, c.xqt, c.wq, c.wqt, c.dyq, c.dyqt, c.sc};
+    for (int i = 0; i < 13; i++) be->free(be, bufs[i]);
+}
+
+// Seconds per training step of model c (BF16, or FP8 with current scaling).
+static double model_step_seconds(GPTConfig c, int B, int T, int steps, int fp8) {
+    gpt_config_finish(&c);
+    GPT m;
+    Fp8State s;
+    gpt_create(&m, &c, be, B, T, 1, 0, 0);
+    if (fp8) {
+        Fp8Options o = {.recipe = FP8_CURRENT, .history = 1, .margin = 0, .skip = NULL};
+        fp8_create(&s, &m, &o);
+    }
+    gpt_init_random(&m, 1);
+    int32_t* in = (int32_t*)xmalloc((size_t)B * T * 4);
+    uint64_t key = rng_key(3, 3, 3);
+    for (size_t i = 0; i < (size_t)B * T; i++) in[i] = (int32_t)rng_below(key, i, (uint64_t)c.vocab_size);
+    be->to_device(be, m.inputs, in, (size_t)B * T * 4);
+    be->to_device(be, m.targets, in, (size_t)B * T * 4);
+    double t0 = 0;
+    for (int st = 0; st < steps + 2; st++) {
+        if (st == 2) {
+            be->synchronize(be);
+            t0 = now_seconds();
+        }
+        if (fp8) fp8_begin_step(&s, st);
+        gpt_zero_grads(&m);
+        gpt_forward(&m, m.inputs, m.targets, B, T, 1.0f / (float)(B * T));
+        gpt_backward(&m, m.inputs, B, T);
+        gpt_grad_norm_squared(&m, 0, m.layout.total);
+        float sc[2];
+        be->to_host(be, sc, m.scalars, sizeof sc);
+        gpt_update(&m, 1e-4f, 0.9f, 0.95f, 1e-8f, 0.1f, (float)grad_clip_scale(sqrt(sc[1]), 1.0), (uint64_t)st);
+        if (fp8) fp8_end_step(&s, NULL);
+    }
+    be->synchronize(be);
+    double sec = (now_seconds() - t0) / steps;
+    free(in);
+    if (fp8) fp8_free(&s);
+    gpt_free(&m);
+    return sec;
+}
+
+static void bench_fp8_model(int steps) {
+    GPTConfig c;
+    memset(&c, 0, sizeof c);
+    c.max_seq_len = 1024;
+    c.vocab_size = 50257;
+    c.num_layers = 4;
+    c.num_heads = 32;
+    c.channels = 4096;
+    int B = 4, T = 1024;
+    double b = model_step_seconds(c, B, T, steps, 0), f = model_step_seconds(c, B, T, steps, 1);
+    printf("model hidden 4096 (L=4 B=%d T=%d): bf16 %.0f tok/s, fp8 %.0f tok/s\n", B, T, B * T / b, B * T / f);
+    add_row("fp8/bf16 model hidden 4096 (L=4 B=%d T=%d): %.0f vs %.0f tok/s, %.2fx", B, T, B * T / f, B * T / b, b / f);
+}
+
 static GPTConfig gpt2(int L, int C, int NH, int V) {
     GPTConfig c;
     memset(&c, 0, sizeof c);
@@ -425,6 +574,16 @@ int main(int argc, char** argv) {
         int B = 16;
         while (model_bytes(&c, B + 8, 1024) < (size_t)(0.9 * free_b)) B += 8;
         bench_model("gpt2-124M max batch", g124, B, 1024, steps);
+    }
+
+    if (be->fp8_support != FP8_NONE) {
+        printf("---- FP8 against BF16 ----\n");
+        bench_fp8_gemm(2048);
+        bench_fp8_gemm(4096);
+        if (!quick) bench_fp8_gemm(8192);
+        bench_fp8_model(steps);
+    } else {
+        printf("---- FP8: this GPU has no FP8 tensor cores ----\n");
     }
 
     printf("---- summary (peak: %.0f TFLOP/s dense BF16, %.0f GB/s) ----\n", peak_tflops, peak_gbs);

@@ -18,6 +18,11 @@
 //   call (no reductions whose order depends on scheduling).
 // - An op may take temporary workspace through be->alloc; it counts toward
 //   the backend's peak bytes (the CPU attention keeps O(T) per thread).
+// - `float* amax` arguments (FP8 training, llm/fp8.h) may be NULL; otherwise
+//   the op also does *amax = max(*amax, max |y|) over the values y it writes
+//   to the named output, as stored (after rounding to the activation dtype),
+//   a NaN anywhere making it NaN. The maximum needs no order, so it costs
+//   no determinism.
 #pragma once
 
 #include <stddef.h>
@@ -48,9 +53,26 @@ typedef struct {
     uint64_t seed;       // stochastic rounding of 16-bit parameters: element i
     uint64_t index_base; // draws from (seed, index_base + i), the flat index, so
                          // the bits do not depend on how the range was split
+    float* amax;         // NULL, or the amax (see above) of the parameters written
 } AdamWParams;
 
+// An FP8 GEMM operand: FP8 codes of a row-major (rows, cols) matrix and/or
+// its transpose, and the multiplier that dequantises them (1 / the scale the
+// values were multiplied by before rounding, in backend memory).
+typedef struct {
+    const void* q;           // (rows, cols), or NULL where the op does not need it
+    const void* qt;          // (cols, rows), or NULL (only FP8_TN_ONLY backends need it)
+    DType type;              // DTYPE_FP8_E4M3 or DTYPE_FP8_E5M2
+    const float* scale_inv;  // one float
+} Fp8Tensor;
+
 typedef struct Backend Backend;
+
+// What a backend's FP8 GEMMs can do. Hopper and Ada take FP8 operands only in
+// the "TN" layout (A transposed, B not, in cuBLAS's column-major terms), so
+// two of a linear layer's three GEMMs need transposed copies; the CPU and
+// Blackwell read the plain layouts.
+typedef enum { FP8_NONE = 0, FP8_ANY_LAYOUT = 1, FP8_TN_ONLY = 2 } Fp8Support;
 
 struct Backend {
     const char* name;  // "cpu" or "cuda"
@@ -88,18 +110,20 @@ struct Backend {
     // ---- layernorm ------------------------------------------------------------
     // out = (inp - mean) * rstd * w + b over the last dimension; mean and rstd (N) saved.
     void (*layernorm_forward)(Backend* be, void* out, float* mean, float* rstd, const void* inp,
-                              const void* w, const void* b, int N, int C);
+                              const void* w, const void* b, int N, int C, float* amax);
     // residual = a + b; out = layernorm(residual). The residual stream and the
     // next layer's input in one pass. residual may alias a. out, mean and
     // rstd must be bit for bit what layernorm_forward gives for `residual`:
     // activation recompute (llm/recompute.h) redoes them that way.
+    // amax: of out.
     void (*residual_layernorm_forward)(Backend* be, void* residual, void* out, float* mean,
                                        float* rstd, const void* a, const void* b, const void* w,
-                                       const void* bias, int N, int C);
-    // dinp += ..., dw += ..., db += ... (dinp accumulates: it is the residual gradient)
+                                       const void* bias, int N, int C, float* amax);
+    // dinp += ..., dw += ..., db += ... (dinp accumulates: it is the residual gradient).
+    // amax: of dinp after the accumulation.
     void (*layernorm_backward)(Backend* be, void* dinp, void* dw, void* db, const void* dout,
                                const void* inp, const void* w, const float* mean,
-                               const float* rstd, int N, int C);
+                               const float* rstd, int N, int C, float* amax);
 
     // ---- matmul -----------------------------------------------------------------
     // out (N,OC) = inp (N,C) @ weight (OC,C)^T + bias (OC, may be NULL).
@@ -115,9 +139,9 @@ struct Backend {
                             const void* inp, const void* weight, int N, int C, int OC);
 
     // ---- gelu (tanh approximation) --------------------------------------------------
-    void (*gelu_forward)(Backend* be, void* out, const void* inp, size_t n);
+    void (*gelu_forward)(Backend* be, void* out, const void* inp, size_t n, float* amax);
     // dinp = dout * gelu'(inp); dinp may alias dout.
-    void (*gelu_backward)(Backend* be, void* dinp, const void* inp, const void* dout, size_t n);
+    void (*gelu_backward)(Backend* be, void* dinp, const void* inp, const void* dout, size_t n, float* amax);
 
     // ---- causal self-attention ---------------------------------------------------------
     // qkv (B,T,3,NH,HS) -> out (B,T,NH,HS); lse (B,NH,T) = log-sum-exp of each
@@ -148,6 +172,46 @@ struct Backend {
     // p->seed); with FP32 params master is NULL and params are updated in place.
     void (*adamw)(Backend* be, void* params, float* master, const void* grads, float* m, float* v,
                   size_t n, const AdamWParams* p);
+
+    // ---- FP8 (llm/fp8.h keeps the scaling state; formats, rounding and scale
+    // rules: llm/fp8_format.h) ------------------------------------------------------
+    // FP8_TN_ONLY: callers pass the transposed copies (Fp8Tensor.qt) that
+    // fp8_matmul_backward names. FP8_NONE: the FP8 ops must not be called.
+    Fp8Support fp8_support;
+    // *amax = max(*amax, max |x[i]|), i < n, over an activation-dtype buffer
+    // (for tensors whose producer does not compute it).
+    void (*amax)(Backend* be, float* amax, const void* x, size_t n);
+    // acc[i] = max(acc[i], amax[i]), i < n, over FP32 amaxes (NaN stays NaN):
+    // a pass's amaxes folded into a step's (delayed scaling).
+    void (*fp8_amax_fold)(Backend* be, float* acc, const float* amax, size_t n);
+    // q (rows, cols) and/or qt (cols, rows), either may be NULL, = FP8 (type
+    // fmt) of x (rows, cols; activation dtype) * s: the product in FP32,
+    // rounded to nearest even, saturating at +-max (fp8_quantize_value). With
+    // amax NULL, s = *scale (delayed scaling); otherwise s is
+    // fp8_scale_from_amax(*amax, max of fmt) (current scaling), stored to
+    // *scale and 1/s to *scale_inv.
+    void (*fp8_quantize)(Backend* be, void* q, void* qt, DType fmt, const void* x, int rows, int cols,
+                         const float* amax, float* scale, float* scale_inv);
+    // Delayed scaling after an applied optimizer step, for n tensors of format
+    // fmt: history is (len, ld) row-major, row `pos` this step's amaxes. Per
+    // tensor i: a non-finite history[pos][i] becomes 0; the window is the max
+    // of column i; scale[i] is updated by fp8_delayed_scale (kept when the
+    // window is 0) and scale_inv[i] = 1 / scale[i] with it.
+    void (*fp8_update_scales)(Backend* be, float* scale, float* scale_inv, float* history, int len, size_t ld,
+                              int pos, size_t n, DType fmt, int margin);
+    // out (N,OC) = inp (N,C) @ weight (OC,C)^T, dequantised (times both
+    // scale_inv), + bias (OC, activation dtype, may be NULL); out in the
+    // activation dtype; FP32 accumulation. inp and weight E4M3, plain layouts.
+    void (*fp8_matmul_forward)(Backend* be, void* out, const Fp8Tensor* inp, const Fp8Tensor* weight,
+                               const void* bias, int N, int C, int OC);
+    // dinp (N,C) = dout (N,OC) @ weight (OC,C) (skipped if dinp is NULL);
+    // dweight (OC,C) += dout^T @ inp (N,C) (skipped if NULL). dout E5M2,
+    // weight and inp E4M3. A backend with FP8_TN_ONLY reads weight->qt for
+    // dinp and dout->qt, inp->qt for dweight (dout->q for dinp); the others
+    // read the plain layouts. dinp may alias a buffer inp was quantised from.
+    // N, C and OC must be multiples of 16 (FP8 tensor-core GEMMs need it).
+    void (*fp8_matmul_backward)(Backend* be, void* dinp, void* dweight, const Fp8Tensor* dout,
+                                const Fp8Tensor* inp, const Fp8Tensor* weight, int N, int C, int OC);
 };
 
 // Backend constructors. Each exits with a clear error if its device is unusable.
@@ -155,6 +219,9 @@ Backend* cpu_backend_create(DType dtype, int num_threads);
 // The most scratch one CPU attention call allocates (backward's, which is
 // larger than forward's) with `threads` OpenMP threads: the planner bills it.
 size_t cpu_attention_scratch_bytes(int T, int C, int NH, int threads);
+// The most scratch one CPU FP8 GEMM call of a (N, C) -> (N, OC) linear layer
+// allocates (its operands decoded to FP32): the planner bills it.
+size_t cpu_fp8_matmul_scratch_bytes(int N, int C, int OC);
 // Defined only in builds with CUDA; returns the number of usable GPUs (0 without).
 int cuda_device_count(void);
 

@@ -22,3 +22,15 @@ static inline uint16_t f32_to_bf16(float f) {
     u += 0x7fffu + ((u >> 16) & 1u);
     return (uint16_t)(u >> 16);
 }
+
+// x rounded to BF16 stochastically with 16 random bits r (the low 16 of r):
+// adding r below the kept bits and truncating rounds away from the lower
+// neighbour with probability (dropped bits) / 65536, so the mean over draws
+// is x. Infinity and NaN round to nearest. The host twin of the CUDA AdamW's
+// rounding of BF16 parameters (kernels/cuda/adamw.cu).
+static inline uint16_t f32_to_bf16_stochastic(float f, uint32_t r) {
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    if ((u & 0x7f800000u) == 0x7f800000u) return f32_to_bf16(f);
+    return (uint16_t)((u + (r & 0xffffu)) >> 16);
+}

@@ -241,6 +241,8 @@ static void load_checkpoint(Checkpointer* ck, const char* dir, const Manifest* m
     ckpt_restore(&tr->model, man, dir);
     dataloader_set_position(&tr->train, man->data_position);
     manifest_restore_guard(man, &tr->guard);
+    char fp8_why[256] = "";
+    int fp8_restored = tr->model.fp8 && manifest_restore_fp8(man, tr->model.fp8, fp8_why, sizeof fp8_why);
     tr->first_step = man->step;
     ck->steps_done = man->step;
     if (ck->dir) {
@@ -259,6 +261,8 @@ static void load_checkpoint(Checkpointer* ck, const char* dir, const Manifest* m
         printf("resume    | the training data changed: %llu windows per epoch, the checkpoint's run had %llu\n",
                (unsigned long long)tr->train.windows_per_epoch, (unsigned long long)man->windows_per_epoch);
     report_changed_flags(man, ck->cfg);
+    if (tr->model.fp8 && tr->model.fp8->opt.recipe == FP8_DELAYED && !fp8_restored)
+        printf("resume    | FP8 scaling starts afresh: %s\n", fp8_why);
     if (man->step >= ck->cfg->steps)
         printf("resume    | the checkpoint is at step %d of --steps %d: nothing left to train\n", man->step,
                ck->cfg->steps);
@@ -525,6 +529,7 @@ static void start_save(Checkpointer* ck, int step, int background) {
     prepare_dir(ck, ck->pending_dir);
     ckpt_snapshot_take(&ck->snap, &ck->tr->model, ck->comm, step, dataloader_position(&ck->tr->train));
     manifest_set_guard(&ck->layout, &ck->tr->guard);  // also part of the state at this step
+    manifest_set_fp8(&ck->layout, ck->tr->model.fp8);  // and FP8's scales and amax histories
     ck->in_flight = 1;
     ck->threaded = 0;
     atomic_store(&ck->worker_done, 0);

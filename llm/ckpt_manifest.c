@@ -120,8 +120,23 @@ void manifest_restore_guard(const Manifest* man, Guard* g) {
     g->spikes = c->spikes;
 }
 
+void manifest_set_fp8(Manifest* man, const Fp8State* s) {
+    fp8_snapshot_free(&man->fp8);
+    man->fp8_present = s != NULL;
+    if (s) fp8_snapshot_take(s, &man->fp8);
+}
+
+int manifest_restore_fp8(const Manifest* man, Fp8State* s, char* why, size_t whysize) {
+    if (!man->fp8_present) {
+        snprintf(why, whysize, "the checkpoint's run did not train in FP8");
+        return 0;
+    }
+    return fp8_snapshot_restore(s, &man->fp8, why, whysize);
+}
+
 void manifest_free(Manifest* man) {
     free(man->guard.history);
+    fp8_snapshot_free(&man->fp8);
     free(man->unit_begin);
     free(man->tensors);
     free(man->files);
@@ -153,6 +168,38 @@ int64_t manifest_shard_bytes(const Manifest* man) {
 // ---------------------------------------------------------------------------
 // writing
 
+// A float array, every value exact (%.9g reads back to the same float);
+// the non-finite ones as strings.
+static void write_floats(StrBuf* sb, const char* name, const float* v, size_t n) {
+    sb_printf(sb, ", \"%s\": [", name);
+    for (size_t i = 0; i < n; i++) {
+        const char* sep = i ? "," : "";
+        if (isnan(v[i])) sb_printf(sb, "%s\"nan\"", sep);
+        else if (isinf(v[i])) sb_printf(sb, "%s\"%sinf\"", sep, v[i] < 0 ? "-" : "");
+        else sb_printf(sb, "%s%.9g", sep, (double)v[i]);
+    }
+    sb_printf(sb, "]");
+}
+
+static void write_fp8(StrBuf* sb, const Manifest* man) {
+    if (!man->fp8_present) {
+        sb_printf(sb, "  \"fp8\": null,\n");
+        return;
+    }
+    const Fp8Snapshot* f = &man->fp8;
+    sb_printf(sb, "  \"fp8\": {\"recipe\": \"%s\", \"formats\": \"e4m3 inputs and weights, e5m2 gradients\", "
+              "\"margin\": %d, \"tensors\": %d",
+              fp8_recipe_name(f->recipe), f->margin, f->tensors);
+    if (f->history > 0) {
+        sb_printf(sb, ", \"amax_history_len\": %d, \"position\": %d, \"steps_recorded\": %d", f->history, f->pos,
+                  f->steps_recorded);
+        write_floats(sb, "scale", f->scale, (size_t)f->tensors);
+        write_floats(sb, "scale_inv", f->scale_inv, (size_t)f->tensors);
+        write_floats(sb, "amax_history", f->amax_history, (size_t)f->history * f->tensors);
+    }
+    sb_printf(sb, "},\n");
+}
+
 char* manifest_to_json(const Manifest* man) {
     StrBuf sb = {0};
     const GPTConfig* c = &man->model;
@@ -161,8 +208,7 @@ char* manifest_to_json(const Manifest* man) {
     sb_printf(&sb, "  \"world\": %d,\n  \"layout_world\": %d,\n  \"zero_stage\": %d,\n", man->world,
               man->layout_world, man->zero_stage);
     sb_printf(&sb, "  \"precision\": \"%s\",\n", man->precision);
-    // Reserved for FP8 training: per-tensor scales and amax histories.
-    sb_printf(&sb, "  \"fp8\": null,\n");
+    write_fp8(&sb, man);
     sb_printf(&sb,
               "  \"rng\": {\"seed\": %llu, \"step\": %d, \"streams\": \"initialisation (seed, tensor kind, layer); "
               "data order (seed, epoch) and (seed, epoch, shard); AdamW rounding (seed, 0xADA3, step); "
@@ -418,6 +464,45 @@ static int parse_guard(Problem* p, const JsonValue* root, Manifest* man) {
     return 1;
 }
 
+static int read_floats(const JsonValue* a, float* out, size_t n) {
+    if (!a || a->type != JSON_ARRAY || (size_t)a->count != n) return 0;
+    for (size_t i = 0; i < n; i++) {
+        const JsonValue* v = &a->items[i];
+        if (v->type == JSON_NUMBER) out[i] = strtof(v->text, NULL);
+        else if (v->type == JSON_STRING && !strcmp(v->text, "nan")) out[i] = NAN;
+        else if (v->type == JSON_STRING && !strcmp(v->text, "inf")) out[i] = INFINITY;
+        else if (v->type == JSON_STRING && !strcmp(v->text, "-inf")) out[i] = -INFINITY;
+        else return 0;
+    }
+    return 1;
+}
+
+// Optional (null or absent without FP8).
+static int parse_fp8(Problem* p, const JsonValue* root, Manifest* man) {
+    const JsonValue* f = json_get(root, "fp8");
+    if (!f || f->type == JSON_NULL) return 1;
+    Fp8Snapshot* s = &man->fp8;
+    const char* recipe = json_get_string(f, "recipe");
+    if (!recipe || (strcmp(recipe, "current") && strcmp(recipe, "delayed")) || !json_get_int(f, "margin", &s->margin) ||
+        !json_get_int(f, "tensors", &s->tensors) || s->tensors <= 0)
+        return problem(p, "'fp8' lacks a known recipe, its margin or its tensor count");
+    s->recipe = fp8_parse_recipe(recipe);
+    man->fp8_present = 1;
+    if (s->recipe != FP8_DELAYED) return 1;
+    if (!json_get_int(f, "amax_history_len", &s->history) || !json_get_int(f, "position", &s->pos) ||
+        !json_get_int(f, "steps_recorded", &s->steps_recorded) || s->history <= 0 || s->pos < 0 || s->pos >= s->history)
+        return problem(p, "'fp8' (delayed scaling) lacks a valid amax_history_len, position or steps_recorded");
+    size_t n = (size_t)s->tensors, h = (size_t)s->history;
+    s->scale = (float*)xmalloc(n * sizeof(float));
+    s->scale_inv = (float*)xmalloc(n * sizeof(float));
+    s->amax_history = (float*)xmalloc(h * n * sizeof(float));
+    if (!read_floats(json_get(f, "scale"), s->scale, n) || !read_floats(json_get(f, "scale_inv"), s->scale_inv, n) ||
+        !read_floats(json_get(f, "amax_history"), s->amax_history, h * n))
+        return problem(p, "'fp8': scale, scale_inv or amax_history is not an array of %zu, %zu and %zu numbers", n, n,
+                       h * n);
+    return 1;
+}
+
 int manifest_parse(const char* text, size_t len, Manifest* man, char* why, size_t whysize) {
     memset(man, 0, sizeof *man);
     Problem p = {why, whysize, 0};
@@ -454,8 +539,8 @@ int manifest_parse(const char* text, size_t len, Manifest* man, char* why, size_
                         get_int(&p, model, "max_seq_len", &c->max_seq_len, 1)))
             problem(&p, "'model' is incomplete");
         if (!p.bad && parse_layout(&p, root, man) && parse_sections_and_files(&p, root, man) &&
-            parse_config(&p, root, man))
-            parse_guard(&p, root, man);
+            parse_config(&p, root, man) && parse_guard(&p, root, man))
+            parse_fp8(&p, root, man);
     }
     json_value_free(root);
     if (p.bad) manifest_free(man);

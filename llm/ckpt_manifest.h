@@ -18,17 +18,21 @@
 // mapped through (tensor, index within the tensor), never through a flat
 // offset whose padding depends on the world size.
 //
-// FP8 training (a later issue) adds its scaling state here: the per-tensor
-// scales and amax histories are small and the same on every rank, so they
-// belong in the manifest's "fp8" object (null until then); anything per rank
-// would be another named section of the shard files, which readers find by
-// name.
+// FP8 training's scaling state (llm/fp8.h, Fp8Snapshot) is in the
+// manifest's "fp8" object (null in runs without FP8): the recipe and its
+// settings, and for delayed scaling the per-tensor scales and amax
+// histories. They are the same on every rank and small next to the shards
+// (12 floats per layer per history step); non-finite amaxes, which a
+// history may hold, are written as the strings "nan", "inf", "-inf".
+// Anything per rank would be another named section of the shard files,
+// which readers find by name.
 #pragma once
 
 #include <stdint.h>
 
 #include "kernels/ops.h"
 #include "llm/config.h"
+#include "llm/fp8.h"
 #include "llm/gpt.h"
 #include "llm/guard.h"
 
@@ -105,6 +109,8 @@ typedef struct {
     int num_files;
     CkptFileEntry* files;
     CkptGuard guard;
+    int fp8_present;         // the run trained in FP8
+    Fp8Snapshot fp8;
     int num_flags;           // the whole config, as text
     char** flag_names;
     char** flag_values;
@@ -123,6 +129,12 @@ void manifest_add_file(Manifest* man, const CkptFileEntry* e);
 // losses). Restoring from a manifest without guard state leaves g as it is.
 void manifest_set_guard(Manifest* man, const Guard* g);
 void manifest_restore_guard(const Manifest* man, Guard* g);
+// Records the FP8 scaling state (s NULL: a run without FP8); restores it
+// into s when the checkpoint has one with the same settings. Returns 1 when
+// restored, else 0 with the reason in `why` (no FP8 state in the
+// checkpoint, or other settings: s is left as it is, to start afresh).
+void manifest_set_fp8(Manifest* man, const Fp8State* s);
+int manifest_restore_fp8(const Manifest* man, Fp8State* s, char* why, size_t whysize);
 void manifest_free(Manifest* man);
 
 // The manifest as JSON (malloc'ed).

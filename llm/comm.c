@@ -318,6 +318,12 @@ static void mpi_all_reduce(CommDevice* d, CommGroup g, void* buf, size_t n, DTyp
     free(off);
 }
 
+static void mpi_all_reduce_max(CommDevice* d, CommGroup g, float* buf, size_t n) {
+    Comm* c = comm_of(d);
+    if (n > (size_t)INT32_MAX) fatal("internal: all_reduce_max of %zu elements", n);
+    MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, buf, (int)n, MPI_FLOAT, MPI_MAX, mpi_of(c)->group[g]));
+}
+
 static void mpi_all_gather(CommDevice* d, CommGroup g, const void* mine, void* buf, size_t chunk, DType t) {
     Comm* c = comm_of(d);
     size_t es = dtype_size(t);
@@ -337,6 +343,7 @@ static CommDevice* mpi_device_create(Comm* c) {
     d->name = "mpi";
     d->reduce_scatter = mpi_reduce_scatter;
     d->all_reduce = mpi_all_reduce;
+    d->all_reduce_max = mpi_all_reduce_max;
     d->all_gather = mpi_all_gather;
     d->wait_compute = mpi_no_op;
     d->record = mpi_no_op_event;
@@ -372,6 +379,11 @@ void comm_reduce_scatter(Comm* c, CommGroup g, void* buf, size_t chunk, DType t,
 void comm_all_reduce(Comm* c, CommGroup g, void* buf, size_t n, DType t) {
     if (c->group[g].size == 1) return;
     device_of(c)->all_reduce(c->dev, g, buf, n, t);
+}
+
+void comm_all_reduce_max(Comm* c, CommGroup g, float* buf, size_t n) {
+    if (c->group[g].size == 1 || n == 0) return;
+    device_of(c)->all_reduce_max(c->dev, g, buf, n);
 }
 
 void comm_all_gather(Comm* c, CommGroup g, const void* mine, void* buf, size_t chunk, DType t) {

@@ -82,6 +82,9 @@ void comm_finalize(Comm* c);
 void comm_reduce_scatter(Comm* c, CommGroup g, void* buf, size_t chunk, DType t, void* acc);
 // buf (n elements) becomes the sum over ranks of buf, the same on every rank.
 void comm_all_reduce(Comm* c, CommGroup g, void* buf, size_t n, DType t);
+// buf (n FP32 elements) becomes the element-wise maximum over ranks (FP8
+// amaxes; a maximum needs no order, so it is exact and deterministic).
+void comm_all_reduce_max(Comm* c, CommGroup g, float* buf, size_t n);
 // buf holds size(g) chunks; every rank's chunk i becomes rank i's `mine`
 // (chunk elements; NULL: already in place in buf's chunk i).
 void comm_all_gather(Comm* c, CommGroup g, const void* mine, void* buf, size_t chunk, DType t);
@@ -108,6 +111,7 @@ struct CommDevice {
     const char* name;
     void (*reduce_scatter)(CommDevice* d, CommGroup g, void* buf, size_t chunk, DType t, void* acc);
     void (*all_reduce)(CommDevice* d, CommGroup g, void* buf, size_t n, DType t);
+    void (*all_reduce_max)(CommDevice* d, CommGroup g, float* buf, size_t n);
     void (*all_gather)(CommDevice* d, CommGroup g, const void* mine, void* buf, size_t chunk, DType t);
     void (*wait_compute)(CommDevice* d);
     void (*record)(CommDevice* d, int event);

@@ -75,6 +75,11 @@ static void nccl_all_reduce(CommDevice* dev, CommGroup g, void* buf, size_t n, D
     if (d->nccl[g]) NCCL_CHECK(ncclAllReduce(buf, buf, n, nccl_type(t), ncclSum, d->nccl[g], d->stream));
 }
 
+static void nccl_all_reduce_max(CommDevice* dev, CommGroup g, float* buf, size_t n) {
+    NcclDevice* d = nccl_of(dev);
+    if (d->nccl[g]) NCCL_CHECK(ncclAllReduce(buf, buf, n, ncclFloat32, ncclMax, d->nccl[g], d->stream));
+}
+
 static void nccl_all_gather(CommDevice* dev, CommGroup g, const void* mine, void* buf, size_t chunk, DType t) {
     NcclDevice* d = nccl_of(dev);
     size_t es = dtype_size(t);
@@ -160,6 +165,7 @@ extern "C" CommDevice* comm_nccl_create(Comm* c, void* cuda_stream) {
     b->name = "nccl";
     b->reduce_scatter = nccl_reduce_scatter;
     b->all_reduce = nccl_all_reduce;
+    b->all_reduce_max = nccl_all_reduce_max;
     b->all_gather = nccl_all_gather;
     b->wait_compute = nccl_wait_compute;
     b->record = nccl_record;

@@ -48,7 +48,11 @@ typedef struct {
     char* model_dir;      // final weights (llm.c layout) go here: auto|""|DIR
     // runtime
     char* device;         // auto|cpu|cuda
-    char* precision;      // fp32|bf16
+    char* precision;      // fp32|bf16|fp8|auto (auto is resolved before the backend opens: llm/precision.h)
+    char* fp8_recipe;     // current|delayed (llm/fp8.h)
+    int fp8_amax_history; // delayed scaling: history length
+    int fp8_margin;       // delayed scaling: scales leave 2^margin headroom
+    char* fp8_skip;       // GEMMs kept in bf16 (fp8_parse_skip)
     // memory and planning
     char* recompute;      // none|selective|full
     int recompute_layers; // full recompute for the first N layers

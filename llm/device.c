@@ -5,25 +5,28 @@
 #include <stdlib.h>
 #include <string.h>
 
-DType parse_precision(const char* precision) {
-    if (!strcmp(precision, "fp32")) return DTYPE_F32;
-    if (!strcmp(precision, "bf16")) return DTYPE_BF16;
-    fatal("--precision '%s' is not one of fp32, bf16", precision);
-}
-
 static int gpus_present(void) { return cuda_device_count ? cuda_device_count() : 0; }
 
+int device_wants_cuda(const char* device) {
+    if (!strcmp(device, "auto")) return gpus_present() > 0 && cuda_backend_create != NULL;
+    if (!strcmp(device, "cpu")) return 0;
+    if (!strcmp(device, "cuda")) return 1;
+    fatal("--device '%s' is not one of auto, cpu, cuda", device);
+}
+
 Backend* backend_open(const char* device, const char* precision, int threads, int local_rank, int local_world) {
-    DType dtype = parse_precision(precision);
-    int want_cuda;
-    if (!strcmp(device, "auto")) want_cuda = gpus_present() > 0 && cuda_backend_create != NULL;
-    else if (!strcmp(device, "cpu")) want_cuda = 0;
-    else if (!strcmp(device, "cuda")) want_cuda = 1;
-    else fatal("--device '%s' is not one of auto, cpu, cuda", device);
+    int fp8 = !strcmp(precision, "fp8");
+    if (strcmp(precision, "fp32") && strcmp(precision, "bf16") && !fp8)
+        fatal("--precision '%s' is not one of fp32, bf16, fp8", precision);
+    int want_cuda = device_wants_cuda(device);
+    // FP8 trains with bf16 activations on GPUs and fp32 ones on the CPU.
+    DType dtype = !strcmp(precision, "fp32") || (fp8 && !want_cuda) ? DTYPE_F32 : DTYPE_BF16;
 
     if (!want_cuda) {
         if (dtype != DTYPE_F32)
-            fatal("--precision %s: the CPU backend computes in fp32 (use --precision fp32 or a GPU)", precision);
+            fatal("--precision %s: the CPU backend computes in fp32 (use --precision fp32, fp8 to emulate FP8 "
+                  "GEMMs, or a GPU)",
+                  precision);
         // Ranks on one machine share its cores rather than each taking all.
         if (threads == 0 && local_world > 1 && !getenv("OMP_NUM_THREADS")) {
             threads = omp_get_num_procs() / local_world;

@@ -10,8 +10,12 @@ EXTERN_C_BEGIN
 // local_rank / local_world: this process among the ranks on its machine; a
 // GPU rank uses GPU local_rank (of those visible), and CPU ranks share the
 // cores when threads is 0.
+// precision: fp32, bf16 or fp8 (resolved from auto by llm/precision.h). fp8
+// opens the GPU backend in bf16 and the CPU backend in fp32: the FP8 GEMMs
+// are a model-level setting (llm/fp8.h) on top.
 Backend* backend_open(const char* device, const char* precision, int threads, int local_rank, int local_world);
-DType parse_precision(const char* precision);
+// Whether --device (auto, cpu, cuda) means the CUDA backend on this machine.
+int device_wants_cuda(const char* device);
 
 // Provided by kernels/cuda in CUDA builds; weak, so CPU-only builds link too.
 int cuda_device_count(void) __attribute__((weak));

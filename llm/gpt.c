@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "llm/fp8.h"
 #include "llm/rng.h"
 
 // ---------------------------------------------------------------------------
@@ -448,6 +449,7 @@ static void set_sharded_params_f32(GPT* m, const float* host_flat) {
 void gpt_set_params_f32(GPT* m, const float* host_flat) {
     Backend* be = m->be;
     size_t n = m->layout.total;
+    fp8_params_changed(m->fp8);
     if (gpt_params_sharded(m)) {
         set_sharded_params_f32(m, host_flat);
         return;
@@ -496,23 +498,68 @@ void gpt_get_params_f32(const GPT* m, float* host_flat) {
 }
 
 // ---------------------------------------------------------------------------
+// the linear layers of a block: FP8 or the model's dtype
+//
+// With FP8 training on (m->fp8, llm/fp8.h), each of a block's four linear
+// layers runs its GEMMs in FP8 unless --fp8-skip names it; the producers of
+// their inputs and output gradients (layernorm, GELU, ...) also write those
+// tensors' amaxes into the slots fp8_amax_slot names (NULL when FP8 is off).
+
+static float* amax_slot(GPT* m, int l, Fp8Gemm g, Fp8Role role) { return fp8_amax_slot(m->fp8, l, g, role); }
+
+// matmul_forward; out_amax (may be NULL) receives the amax of out.
+static void linear_forward(GPT* m, int l, Fp8Gemm g, void* out, void* pre_gelu, float* out_amax, void* inp,
+                           const void* weight, const void* bias, int N, int C, int OC) {
+    if (fp8_gemm_on(m->fp8, l, g, N)) {
+        fp8_linear_forward(m->fp8, l, g, out, pre_gelu, out_amax, inp, weight, bias, N, C, OC);
+        return;
+    }
+    m->be->matmul_forward(m->be, out, pre_gelu, inp, weight, bias, N, C, OC);
+    // A GELU fused into the GEMM's epilogue measures nothing: a pass of its own.
+    if (out_amax) m->be->amax(m->be, out_amax, out, (size_t)N * OC);
+}
+
+static void linear_backward(GPT* m, int l, Fp8Gemm g, void* dinp, void* dweight, void* dbias, const void* dout,
+                            const void* inp, const void* weight, int N, int C, int OC) {
+    if (fp8_gemm_on(m->fp8, l, g, N)) fp8_linear_backward(m->fp8, l, g, dinp, dweight, dbias, dout, inp, weight, N, C, OC);
+    else m->be->matmul_backward(m->be, dinp, dweight, dbias, dout, inp, weight, N, C, OC);
+}
+
+// linear_backward when the input `inp` was recomputed into the buffer that
+// receives the input gradient: the weight gradients read it first, then dinp
+// overwrites it. The same bits as one call (the two products are separate;
+// the FP8 path quantises the input before it writes dinp).
+static void linear_backward_over_input(GPT* m, int l, Fp8Gemm g, void* inp_then_dinp, void* dweight, void* dbias,
+                                       const void* dout, const void* weight, int N, int C, int OC) {
+    if (fp8_gemm_on(m->fp8, l, g, N)) {
+        fp8_linear_backward(m->fp8, l, g, inp_then_dinp, dweight, dbias, dout, inp_then_dinp, weight, N, C, OC);
+        return;
+    }
+    m->be->matmul_backward(m->be, NULL, dweight, dbias, dout, inp_then_dinp, weight, N, C, OC);
+    m->be->matmul_backward(m->be, inp_then_dinp, NULL, NULL, dout, NULL, weight, N, C, OC);
+}
+
+// ---------------------------------------------------------------------------
 // forward
 
 // Layer l from its layernormed input a->ln1 (with its statistics) up to the
 // GELU: everything the layer's backward reads. The attention projection
 // passes through A_PROJ_OUT. The forward pass and full recompute both run it.
-static void layer_forward_to_gelu(GPT* m, const LayerTensors* w, const LayerActs* a, int B, int T) {
+static void layer_forward_to_gelu(GPT* m, int l, const LayerTensors* w, const LayerActs* a, int B, int T) {
     Backend* be = m->be;
     int C = m->config.channels, NH = m->config.num_heads, N = B * T;
     void* proj = act(m, A_PROJ_OUT);
     // attention block: residual2 = input + proj(attention(qkv(ln1)))
-    be->matmul_forward(be, a->qkv, NULL, a->ln1, w->qkvw, w->qkvb, N, C, 3 * C);
+    linear_forward(m, l, FP8_QKV, a->qkv, NULL, NULL, a->ln1, w->qkvw, w->qkvb, N, C, 3 * C);
     be->attention_forward(be, a->atty, a->lse, a->qkv, B, T, C, NH);
-    be->matmul_forward(be, proj, NULL, a->atty, w->attprojw, w->attprojb, N, C, C);
+    float* atty_amax = amax_slot(m, l, FP8_ATTPROJ, FP8_INPUT);
+    if (atty_amax) be->amax(be, atty_amax, a->atty, (size_t)N * C);  // the attention kernels measure nothing
+    linear_forward(m, l, FP8_ATTPROJ, proj, NULL, NULL, a->atty, w->attprojw, w->attprojb, N, C, C);
     be->residual_layernorm_forward(be, a->residual2, a->ln2, a->ln2_mean, a->ln2_rstd, a->input, proj, w->ln2w,
-                                   w->ln2b, N, C);
+                                   w->ln2b, N, C, amax_slot(m, l, FP8_FC, FP8_INPUT));
     // MLP block, first half: fch = fc(ln2), fch_gelu = gelu(fch)
-    be->matmul_forward(be, a->fch_gelu, a->fch, a->ln2, w->fcw, w->fcb, N, C, 4 * C);
+    linear_forward(m, l, FP8_FC, a->fch_gelu, a->fch, amax_slot(m, l, FP8_FCPROJ, FP8_INPUT), a->ln2, w->fcw, w->fcb,
+                   N, C, 4 * C);
 }
 
 void gpt_forward(GPT* m, const int32_t* inputs, const int32_t* targets, int B, int T, float dloss) {
@@ -525,16 +572,18 @@ void gpt_forward(GPT* m, const int32_t* inputs, const int32_t* targets, int B, i
     void* wte = gpt_tensor_in_unit(m, embed, P_WTE, -1);
     void* wpe = gpt_tensor_in_unit(m, embed, P_WPE, -1);
     void* proj = act(m, A_PROJ_OUT);
+    fp8_begin_forward(m->fp8);
 
     be->encoder_forward(be, act(m, A_ENCODED), inputs, wte, wpe, B, T, C);
     LayerTensors w = gpt_layer_tensors(m, unit_params(m, gpt_layer_unit(0), 0), 0);
     LayerActs a = layer_acts(m, 0, (size_t)N);
-    be->layernorm_forward(be, a.ln1, a.ln1_mean, a.ln1_rstd, a.input, w.ln1w, w.ln1b, N, C);
+    be->layernorm_forward(be, a.ln1, a.ln1_mean, a.ln1_rstd, a.input, w.ln1w, w.ln1b, N, C,
+                          amax_slot(m, 0, FP8_QKV, FP8_INPUT));
 
     for (int l = 0; l < L; l++) {
-        layer_forward_to_gelu(m, &w, &a, B, T);
+        layer_forward_to_gelu(m, l, &w, &a, B, T);
         // MLP block, second half: output = residual2 + fcproj(fch_gelu) ...
-        be->matmul_forward(be, proj, NULL, a.fch_gelu, w.fcprojw, w.fcprojb, N, 4 * C, C);
+        linear_forward(m, l, FP8_FCPROJ, proj, NULL, NULL, a.fch_gelu, w.fcprojw, w.fcprojb, N, 4 * C, C);
         // ... fused with the layernorm that feeds the next layer (or the final one)
         void *next_ln, *next_w, *next_b;
         float *next_mean, *next_rstd;
@@ -557,7 +606,7 @@ void gpt_forward(GPT* m, const int32_t* inputs, const int32_t* targets, int B, i
             next_b = gpt_tensor_in_unit(m, fin, P_LNFB, -1);
         }
         be->residual_layernorm_forward(be, a.output, next_ln, next_mean, next_rstd, a.residual2, proj, next_w,
-                                       next_b, N, C);
+                                       next_b, N, C, amax_slot(m, l + 1, FP8_QKV, FP8_INPUT));
         unit_release(m, gpt_layer_unit(l), 0);
         w = wn;
         a = an;
@@ -567,6 +616,7 @@ void gpt_forward(GPT* m, const int32_t* inputs, const int32_t* targets, int B, i
     // LM head tied to the token embedding.
     be->matmul_forward(be, act(m, A_LOGITS), NULL, act(m, A_LNF), wte, NULL, N, C, Vp);
     unit_release(m, gpt_embed_unit(), 0);
+    fp8_end_forward(m->fp8);
     if (targets) be->cross_entropy(be, (float*)act(m, A_LOSSES), act(m, A_LOGITS), targets, N, V, Vp, dloss);
 }
 
@@ -574,15 +624,6 @@ void gpt_forward(GPT* m, const int32_t* inputs, const int32_t* targets, int B, i
 // backward
 
 void gpt_zero_grads(GPT* m) { m->be->zero(m->be, m->grads, m->grads_size * dtype_size(m->dtype)); }
-
-// matmul_backward when the input `inp` was recomputed into the buffer that
-// receives the input gradient: the weight gradients read it first, then dinp
-// overwrites it. The same bits as one call (the two products are separate).
-static void matmul_backward_over_input(Backend* be, void* inp_then_dinp, void* dweight, void* dbias, const void* dout,
-                                       const void* weight, int N, int C, int OC) {
-    be->matmul_backward(be, NULL, dweight, dbias, dout, inp_then_dinp, weight, N, C, OC);
-    be->matmul_backward(be, inp_then_dinp, NULL, NULL, dout, NULL, weight, N, C, OC);
-}
 
 void gpt_backward(GPT* m, const int32_t* inputs, int B, int T) {
     const GPTConfig* c = &m->config;
@@ -598,6 +639,7 @@ void gpt_backward(GPT* m, const int32_t* inputs, int B, int T) {
     void* dembed = unit_grads(m, gpt_embed_unit());
     void* fin = unit_params(m, fu, 1);
     void* dfin = unit_grads(m, fu);
+    fp8_begin_backward(m->fp8);
 
     // The logits buffer already holds dlogits (cross_entropy with dloss != 0).
     be->matmul_backward(be, dbtc, gpt_tensor_in_unit(m, dembed, P_WTE, -1), NULL, act(m, A_LOGITS), act(m, A_LNF),
@@ -605,7 +647,7 @@ void gpt_backward(GPT* m, const int32_t* inputs, int B, int T) {
     be->zero(be, dres, BTC * es);
     be->layernorm_backward(be, dres, gpt_tensor_in_unit(m, dfin, P_LNFW, -1), gpt_tensor_in_unit(m, dfin, P_LNFB, -1),
                            dbtc, layer_acts(m, L - 1, (size_t)N).output, gpt_tensor_in_unit(m, fin, P_LNFW, -1),
-                           act(m, A_LNF_MEAN), act(m, A_LNF_RSTD), N, C);
+                           act(m, A_LNF_MEAN), act(m, A_LNF_RSTD), N, C, amax_slot(m, L - 1, FP8_FCPROJ, FP8_GRAD));
     unit_backward_done(m, fu);
     unit_release(m, fu, 1);
 
@@ -619,41 +661,49 @@ void gpt_backward(GPT* m, const int32_t* inputs, int B, int T) {
             // Re-run the forward from the layer's input into the working set.
             // ln2 and the GELU output are then in dbtc and dbt4c, as a
             // selective layer would recompute them below.
-            be->layernorm_forward(be, a.ln1, a.ln1_mean, a.ln1_rstd, a.input, w.ln1w, w.ln1b, N, C);
-            layer_forward_to_gelu(m, &w, &a, B, T);
+            be->layernorm_forward(be, a.ln1, a.ln1_mean, a.ln1_rstd, a.input, w.ln1w, w.ln1b, N, C,
+                                  amax_slot(m, l, FP8_QKV, FP8_INPUT));
+            layer_forward_to_gelu(m, l, &w, &a, B, T);
         }
 
         // MLP block; dres is the gradient of the layer's output and, by the
         // identity path, of residual2, to which the layernorm adds its branch.
         if (mode == RECOMPUTE_NONE) {
-            be->matmul_backward(be, dbt4c, g.fcprojw, g.fcprojb, dres, a.fch_gelu, w.fcprojw, N, 4 * C, C);
+            linear_backward(m, l, FP8_FCPROJ, dbt4c, g.fcprojw, g.fcprojb, dres, a.fch_gelu, w.fcprojw, N, 4 * C, C);
         } else {
-            if (mode == RECOMPUTE_SELECTIVE) be->gelu_forward(be, dbt4c, a.fch, 4 * BTC);
-            matmul_backward_over_input(be, dbt4c, g.fcprojw, g.fcprojb, dres, w.fcprojw, N, 4 * C, C);
+            if (mode == RECOMPUTE_SELECTIVE) be->gelu_forward(be, dbt4c, a.fch, 4 * BTC, amax_slot(m, l, FP8_FCPROJ, FP8_INPUT));
+            linear_backward_over_input(m, l, FP8_FCPROJ, dbt4c, g.fcprojw, g.fcprojb, dres, w.fcprojw, N, 4 * C, C);
         }
-        be->gelu_backward(be, dbt4c, a.fch, dbt4c, 4 * BTC);
+        be->gelu_backward(be, dbt4c, a.fch, dbt4c, 4 * BTC, amax_slot(m, l, FP8_FC, FP8_GRAD));
         if (mode == RECOMPUTE_NONE) {
-            be->matmul_backward(be, dbtc, g.fcw, g.fcb, dbt4c, a.ln2, w.fcw, N, C, 4 * C);
+            linear_backward(m, l, FP8_FC, dbtc, g.fcw, g.fcb, dbt4c, a.ln2, w.fcw, N, C, 4 * C);
         } else {
             if (mode == RECOMPUTE_SELECTIVE)
-                be->layernorm_forward(be, dbtc, a.ln2_mean, a.ln2_rstd, a.residual2, w.ln2w, w.ln2b, N, C);
-            matmul_backward_over_input(be, dbtc, g.fcw, g.fcb, dbt4c, w.fcw, N, C, 4 * C);
+                be->layernorm_forward(be, dbtc, a.ln2_mean, a.ln2_rstd, a.residual2, w.ln2w, w.ln2b, N, C,
+                                      amax_slot(m, l, FP8_FC, FP8_INPUT));
+            linear_backward_over_input(m, l, FP8_FC, dbtc, g.fcw, g.fcb, dbt4c, w.fcw, N, C, 4 * C);
         }
-        be->layernorm_backward(be, dres, g.ln2w, g.ln2b, dbtc, a.residual2, w.ln2w, a.ln2_mean, a.ln2_rstd, N, C);
+        be->layernorm_backward(be, dres, g.ln2w, g.ln2b, dbtc, a.residual2, w.ln2w, a.ln2_mean, a.ln2_rstd, N, C,
+                               amax_slot(m, l, FP8_ATTPROJ, FP8_GRAD));
         // attention block; dres becomes the gradient of this layer's input.
-        be->matmul_backward(be, dbtc, g.attprojw, g.attprojb, dres, a.atty, w.attprojw, N, C, C);
+        linear_backward(m, l, FP8_ATTPROJ, dbtc, g.attprojw, g.attprojb, dres, a.atty, w.attprojw, N, C, C);
         be->attention_backward(be, dbt4c, dbtc, a.qkv, a.atty, a.lse, B, T, C, NH);
+        float* dqkv_amax = amax_slot(m, l, FP8_QKV, FP8_GRAD);
+        if (dqkv_amax) be->amax(be, dqkv_amax, dbt4c, 3 * BTC);  // the attention kernels measure nothing
         if (mode == RECOMPUTE_NONE) {
-            be->matmul_backward(be, dbtc, g.qkvw, g.qkvb, dbt4c, a.ln1, w.qkvw, N, C, 3 * C);
+            linear_backward(m, l, FP8_QKV, dbtc, g.qkvw, g.qkvb, dbt4c, a.ln1, w.qkvw, N, C, 3 * C);
         } else {
             // ln1 shares dbtc with ln2, so full layers recompute it again too.
-            be->layernorm_forward(be, dbtc, a.ln1_mean, a.ln1_rstd, a.input, w.ln1w, w.ln1b, N, C);
-            matmul_backward_over_input(be, dbtc, g.qkvw, g.qkvb, dbt4c, w.qkvw, N, C, 3 * C);
+            be->layernorm_forward(be, dbtc, a.ln1_mean, a.ln1_rstd, a.input, w.ln1w, w.ln1b, N, C,
+                                  amax_slot(m, l, FP8_QKV, FP8_INPUT));
+            linear_backward_over_input(m, l, FP8_QKV, dbtc, g.qkvw, g.qkvb, dbt4c, w.qkvw, N, C, 3 * C);
         }
-        be->layernorm_backward(be, dres, g.ln1w, g.ln1b, dbtc, a.input, w.ln1w, a.ln1_mean, a.ln1_rstd, N, C);
+        be->layernorm_backward(be, dres, g.ln1w, g.ln1b, dbtc, a.input, w.ln1w, a.ln1_mean, a.ln1_rstd, N, C,
+                               amax_slot(m, l - 1, FP8_FCPROJ, FP8_GRAD));
         unit_backward_done(m, u);
         unit_release(m, u, 1);
     }
+    fp8_end_backward(m->fp8);
     be->encoder_backward(be, gpt_tensor_in_unit(m, dembed, P_WTE, -1), gpt_tensor_in_unit(m, dembed, P_WPE, -1), dres,
                          inputs, B, T, C);
     unit_backward_done(m, gpt_embed_unit());
@@ -676,6 +726,7 @@ void gpt_update(GPT* m, float lr, float beta1, float beta2, float eps, float wei
     Backend* be = m->be;
     size_t es = dtype_size(m->dtype);
     m->adam_step++;
+    fp8_before_update(m->fp8);  // AdamW measures the FP8 weights it writes
     // One adamw call per tensor inside each owned piece (weight decay differs
     // per tensor); the zero padding between tensors is never touched.
     for (int i = 0; i < m->layout.num_tensors; i++) {
@@ -698,6 +749,7 @@ void gpt_update(GPT* m, float lr, float beta1, float beta2, float eps, float wei
         p.step = m->adam_step;
         p.seed = seed;
         p.index_base = a;
+        p.amax = fp8_weight_update_amax(m->fp8, t->kind, t->layer);
         be->adamw(be, (char*)m->params + pi * es, m->master ? m->master + s : NULL, (char*)m->grads + gi * es,
                   m->adam_m + s, m->adam_v + s, b - a, &p);
     }

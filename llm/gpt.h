@@ -124,6 +124,7 @@ int act_kind_is_per_layer(ActKind k);
 
 
 typedef struct GPT GPT;
+struct Fp8State;
 
 // Where a unit's parameters and gradients live during forward and backward.
 // Without hooks they are slices of m->params and m->grads. ZeRO stages 2 and
@@ -176,6 +177,7 @@ struct GPT {
     float* scalars;       // [0] loss sum, [1] grad norm^2 (backend memory)
     int adam_step;        // completed optimizer steps
     const GPTHooks* hooks;  // NULL: parameters and gradients are the flat buffers
+    struct Fp8State* fp8;   // FP8 training (llm/fp8.h, attached by fp8_create), or NULL
 };
 
 // Allocates parameters, gradients, optimizer state and activations for

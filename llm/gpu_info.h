@@ -16,5 +16,7 @@ int cuda_current_device_name(char* out, int len) __attribute__((weak));
 // "0000:53:00.0" style, as nvmlDeviceGetHandleByPciBusId expects; unlike a
 // device index it does not depend on CUDA_VISIBLE_DEVICES.
 int cuda_current_pci_bus_id(char* out, int len) __attribute__((weak));
+// The compute capability (e.g. 9, 0 for Hopper).
+int cuda_current_compute_capability(int* major, int* minor) __attribute__((weak));
 
 EXTERN_C_END

@@ -9,6 +9,7 @@
 
 #include "data/tokenizer.h"
 #include "llm/device.h"
+#include "llm/fp8.h"
 #include "llm/presets.h"
 
 // Provided by kernels/cuda in CUDA builds; weak, so CPU-only builds link too.
@@ -66,6 +67,7 @@ static int real_gpu(PlanDevice* d, char* note, size_t note_len) {
     memset(d, 0, sizeof *d);
     d->is_gpu = 1;
     snprintf(d->name, sizeof d->name, "GPU");
+    d->fp8_support = FP8_TN_ONLY;  // unless the name says otherwise: bill the transposed copies
     plan_device_set_peaks_from_name(d, name);
     d->memory = (double)free_bytes;
     snprintf(note, note_len, "free memory of this %s (cudaMemGetInfo; total %.2f GiB)", name,
@@ -94,6 +96,7 @@ static PlanDevice plan_target(const TrainConfig* cfg, char* note, size_t note_le
     if (cfg->gpu_mem > 0) {
         memset(&d, 0, sizeof d);
         d.is_gpu = 1;
+        d.fp8_support = FP8_TN_ONLY;
         snprintf(d.name, sizeof d.name, "GPU");
         return d;
     }
@@ -120,8 +123,8 @@ static Precision parse_plan_precision(const char* s, const PlanDevice* dev) {
     if (!strcmp(s, "fp32")) p = PREC_FP32;
     else if (!strcmp(s, "bf16")) p = PREC_BF16;
     else if (!strcmp(s, "fp8")) p = PREC_FP8;
-    else fatal("--precision '%s' is not one of fp32, bf16, fp8", s);
-    if (!dev->is_gpu && p != PREC_FP32)
+    else fatal("--precision '%s' is not one of fp32, bf16, fp8, auto", s);
+    if (!dev->is_gpu && p == PREC_BF16)
         fatal("--precision %s: the CPU backend computes in fp32 (plan for a GPU with --gpu)", s);
     if (p == PREC_FP8 && dev->peak_bf16 > 0 && dev->peak_fp8 == 0) fatal("--precision fp8: the %s has no FP8", dev->name);
     return p;
@@ -171,13 +174,19 @@ static void build_request(const TrainConfig* cfg, int for_auto, PlanRequest* rq)
 
     pc->T = cfg->seq_len;
     pc->B = cfg->micro_batch;
-    pc->precision = config_is_set(cfg, "precision") ? parse_plan_precision(cfg->precision, &rq->dev)
-                                                    : plan_default_precision(&pc->model, &rq->dev);
+    // --precision auto (the default) is the planner's own choice.
+    int precision_given = config_is_set(cfg, "precision") && strcmp(cfg->precision, "auto") != 0;
+    pc->precision = precision_given ? parse_plan_precision(cfg->precision, &rq->dev)
+                                    : plan_default_precision(&pc->model, &rq->dev);
+    pc->fp8_history = fp8_parse_recipe(cfg->fp8_recipe) == FP8_DELAYED ? cfg->fp8_amax_history : 0;
+    if (fp8_parse_recipe(cfg->fp8_recipe) == FP8_DELAYED && cfg->fp8_amax_history < 1)
+        fatal("--fp8-amax-history must be at least 1 (got %d)", cfg->fp8_amax_history);
+    pc->fp8_skip = fp8_parse_skip(cfg->fp8_skip, pc->model.num_layers);  // lives as long as the process
     pc->recompute = recompute_policy_from_flags(cfg->recompute, cfg->recompute_layers, pc->model.num_layers);
     if (cfg->zero_stage < 0 || cfg->zero_stage > 3) fatal("--zero %d is not one of 0, 1, 2, 3", cfg->zero_stage);
     pc->zero_stage = cfg->zero_stage;
 
-    rq->fixed.precision = config_is_set(cfg, "precision");
+    rq->fixed.precision = precision_given;
     rq->fixed.micro_batch = config_is_set(cfg, "micro-batch");
     rq->fixed.recompute = config_is_set(cfg, "recompute") || config_is_set(cfg, "recompute-layers");
     rq->fixed.zero_stage = config_is_set(cfg, "zero");
@@ -207,7 +216,8 @@ static void line(FILE* f, const char* what, const char* how, double bytes, doubl
 void plan_print_bill(FILE* f, const PlanConfig* pc, const MemoryBill* b, const PlanDevice* dev) {
     double u = unit_bytes(dev);
     int sw = plan_shard_world(pc), z = pc->zero_stage;
-    const char* es = pc->precision == PREC_FP32 ? "fp32" : "bf16";
+    int fp32 = pc->precision == PREC_FP32 || (pc->precision == PREC_FP8 && !dev->is_gpu);
+    const char* es = fp32 ? "fp32" : "bf16";
     char how[128], shard[48];
     snprintf(shard, sizeof shard, "1/%d shard%s", sw, pc->hybrid ? " (in the node)" : "");
     fprintf(f, "memory per %s, %s (%s):\n", dev->is_gpu ? "GPU" : "process", unit_name(dev),
@@ -216,15 +226,19 @@ void plan_print_bill(FILE* f, const PlanConfig* pc, const MemoryBill* b, const P
     line(f, "parameters", how, (double)b->state.params, u);
     snprintf(how, sizeof how, "%s, %s", es, z >= 2 ? "shard + embeddings, final norm, 2 layers" : "replicated");
     line(f, "gradients", how, (double)b->state.grads, u);
-    if (pc->precision == PREC_FP32) snprintf(how, sizeof how, "none: the fp32 parameters are the master");
+    if (fp32) snprintf(how, sizeof how, "none: the fp32 parameters are the master");
     else snprintf(how, sizeof how, "fp32, %s", z == 0 ? "replicated" : shard);
     line(f, "master weights", how, (double)b->state.master, u);
     snprintf(how, sizeof how, "fp32 m and v, %s", z == 0 ? "replicated" : shard);
     line(f, "AdamW moments", how, (double)b->state.adam, u);
     if (pc->precision == PREC_FP8) {
-        snprintf(how, sizeof how, "copy + transpose of 4 GEMMs x %s", z == 3 ? "2 layers in flight" : "every layer");
+        int tn = dev->is_gpu && dev->fp8_support == FP8_TN_ONLY;
+        snprintf(how, sizeof how, "%s of 4 GEMMs x %s", tn ? "copy + transpose" : "copy",
+                 z == 3 ? "2 layers in flight" : "every layer");
         line(f, "fp8 weights", how, (double)b->fp8_weights, u);
-        line(f, "fp8 scaling", "amax histories (1024) and scales, 12 per layer", (double)b->fp8_scaling, u);
+        if (pc->fp8_history) snprintf(how, sizeof how, "12 per layer: scales, amax histories (%d)", pc->fp8_history);
+        else snprintf(how, sizeof how, "12 per layer: scales, amaxes (current scaling)");
+        line(f, "fp8 scaling", how, (double)b->fp8_scaling, u);
     }
     // The arena, by role.
     const ActLayout* al = &b->acts;
@@ -252,11 +266,13 @@ void plan_print_bill(FILE* f, const PlanConfig* pc, const MemoryBill* b, const P
     line(f, "  other", "embeddings output, final norm, losses, alignment",
          (double)al->bytes - kept - working - scratch - logits, u);
     if (pc->precision == PREC_FP8)
-        line(f, "  fp8 change", "GEMM inputs kept in fp8, fp8 casts", (double)b->activations - (double)al->bytes, u);
+        line(f, "  fp8 casts", "one GEMM's operands in fp8 (kept inputs stay 16-bit)",
+             (double)b->activations - (double)al->bytes, u);
     line(f, "tokens", "inputs, targets (int32), scalars", (double)b->tokens, u);
     if (dev->is_gpu) line(f, "workspace", "cuBLASLt", (double)b->workspace, u);
     else {
-        snprintf(how, sizeof how, "attention scratch, %d threads", dev->cpu_threads);
+        snprintf(how, sizeof how, "attention scratch, %d threads%s", dev->cpu_threads,
+                 pc->precision == PREC_FP8 ? ", or an FP8 GEMM's decoded operands" : "");
         line(f, "workspace", how, (double)b->workspace, u);
     }
     line(f, "= allocated", "the backend's peak", (double)b->allocated, u);
@@ -402,12 +418,6 @@ static void set_string(char** field, const char* value) {
 void plan_auto(TrainConfig* cfg) {
     PlanRequest rq;
     build_request(cfg, 1, &rq);
-    // Train only what this build can: FP8 is planned, not implemented yet.
-    if (!rq.fixed.precision && rq.request.precision == PREC_FP8) {
-        rq.request.precision = PREC_BF16;
-        rq.fixed.precision = 1;
-        printf("auto      | fp8 is the default from 7B parameters, but this build trains in bf16 at most: planning bf16\n");
-    }
     PlanResult r = plan_recommend(&rq.request, &rq.fixed, &rq.dev);
     if (!r.fits) {
         print_header(stdout, &rq);

@@ -8,6 +8,8 @@
 #include <string.h>
 #include <strings.h>
 
+#include "llm/fp8.h"
+
 const char* precision_name(Precision p) {
     switch (p) {
     case PREC_FP32: return "fp32";
@@ -36,6 +38,14 @@ static const struct {
 };
 #define NUM_GPUS ((int)(sizeof GPUS / sizeof GPUS[0]))
 
+// Hopper takes FP8 GEMM operands only as TN, Blackwell any layout, the A100
+// has no FP8 (kernels/cuda/fp8.cu decides the same by compute capability).
+static Fp8Support fp8_support_of(const char* name) {
+    if (!strcmp(name, "B200")) return FP8_ANY_LAYOUT;
+    if (!strcmp(name, "A100")) return FP8_NONE;
+    return FP8_TN_ONLY;
+}
+
 int plan_device_gpu(PlanDevice* d, const char* name) {
     for (int i = 0; i < NUM_GPUS; i++) {
         if (strcasecmp(name, GPUS[i].key) != 0) continue;
@@ -45,6 +55,7 @@ int plan_device_gpu(PlanDevice* d, const char* name) {
         d->memory = GPUS[i].mib * 1024.0 * 1024.0;
         d->peak_bf16 = GPUS[i].bf16;
         d->peak_fp8 = GPUS[i].fp8;
+        d->fp8_support = fp8_support_of(GPUS[i].name);
         return 1;
     }
     return 0;
@@ -56,6 +67,7 @@ void plan_device_set_peaks_from_name(PlanDevice* d, const char* device_name) {
         snprintf(d->name, sizeof d->name, "%s", GPUS[i].name);
         d->peak_bf16 = GPUS[i].bf16;
         d->peak_fp8 = GPUS[i].fp8;
+        d->fp8_support = fp8_support_of(GPUS[i].name);
         return;
     }
 }
@@ -65,13 +77,18 @@ PlanDevice plan_device_cpu(double memory, int threads) {
     memset(&d, 0, sizeof d);
     snprintf(d.name, sizeof d.name, "cpu");
     d.memory = memory;
+    d.fp8_support = FP8_ANY_LAYOUT;
     d.cpu_threads = threads > 0 ? threads : 1;
     return d;
 }
 
+Precision precision_for_model(double params, int is_gpu, int gpu_has_fp8) {
+    if (!is_gpu) return PREC_FP32;
+    return params >= PLAN_FP8_FROM_PARAMS && gpu_has_fp8 ? PREC_FP8 : PREC_BF16;
+}
+
 Precision plan_default_precision(const GPTConfig* c, const PlanDevice* dev) {
-    if (!dev->is_gpu) return PREC_FP32;
-    return (double)gpt_num_params(c) >= PLAN_FP8_FROM_PARAMS && dev->peak_fp8 > 0 ? PREC_FP8 : PREC_BF16;
+    return precision_for_model((double)gpt_num_params(c), dev->is_gpu, dev->peak_fp8 > 0);
 }
 
 // ---------------------------------------------------------------------------
@@ -85,22 +102,29 @@ MemoryBill plan_bill(const PlanConfig* pc, const PlanDevice* dev) {
     MemoryBill b;
     memset(&b, 0, sizeof b);
     const GPTConfig* c = &pc->model;
-    DType dt = pc->precision == PREC_FP32 ? DTYPE_F32 : DTYPE_BF16;
+    // FP8 on the CPU: FP32 storage, FP8 GEMMs emulated.
+    DType dt = pc->precision == PREC_FP32 || (pc->precision == PREC_FP8 && !dev->is_gpu) ? DTYPE_F32 : DTYPE_BF16;
     b.state = gpt_state_bytes(c, dt, plan_shard_world(pc), pc->zero_stage);
     act_layout_build(&b.acts, c, pc->B, pc->T, dt, &pc->recompute);
     b.activations = b.acts.bytes;
-    size_t BT = (size_t)pc->B * pc->T, C = (size_t)c->channels, L = (size_t)c->num_layers;
+    size_t BT = (size_t)pc->B * pc->T;
+    size_t fp8_gemm_scratch = 0;
     if (pc->precision == PREC_FP8) {
-        size_t linear = 12 * C * C;  // qkv 3C^2, attention projection C^2, fc 4C^2, fc projection 4C^2
-        size_t layers = pc->zero_stage == 3 ? (L < 2 ? L : 2) : L;
-        b.fp8_weights = 2 * linear * layers;  // copy + transpose, 1 byte each
-        b.fp8_scaling = L * 4 * 3 * (PLAN_FP8_AMAX_HISTORY + 2) * sizeof(float);
-        size_t kept_inputs = b.acts.count[A_LN1] + b.acts.count[A_LN2] + b.acts.count[A_FCH_GELU];
-        b.activations = b.activations - kept_inputs + b.acts.count[A_ATTY] + 2 * BT * 4 * C;
+        Fp8Bytes f = fp8_state_bytes(c, pc->B, pc->T, pc->zero_stage, dev->is_gpu ? dev->fp8_support : FP8_ANY_LAYOUT,
+                                     pc->fp8_history ? FP8_DELAYED : FP8_CURRENT, pc->fp8_history, pc->fp8_skip);
+        b.fp8_weights = f.weights;
+        b.fp8_scaling = f.scaling;
+        b.activations += f.casts;
+        fp8_gemm_scratch = f.cpu_gemm_scratch;
     }
     b.tokens = 2 * BT * sizeof(int32_t) + 4 * sizeof(float);
-    b.workspace = dev->is_gpu ? PLAN_CUBLASLT_WORKSPACE
-                              : cpu_attention_scratch_bytes(pc->T, c->channels, c->num_heads, dev->cpu_threads);
+    if (dev->is_gpu) {
+        b.workspace = PLAN_CUBLASLT_WORKSPACE;
+    } else {
+        // One op's scratch at a time: the attention's, or an emulated FP8 GEMM's.
+        size_t att = cpu_attention_scratch_bytes(pc->T, c->channels, c->num_heads, dev->cpu_threads);
+        b.workspace = att > fp8_gemm_scratch ? att : fp8_gemm_scratch;
+    }
     b.allocated = b.state.params + b.state.grads + b.state.master + b.state.adam + b.fp8_weights + b.fp8_scaling +
                   b.activations + b.tokens + b.workspace;
     b.reserve = dev->is_gpu ? PLAN_GPU_RUNTIME_RESERVE + b.allocated / 100 * PLAN_FRAGMENTATION_PERCENT : 0;
@@ -297,7 +321,11 @@ PlanConfig plan_config_of_model(const GPT* m) {
     PlanConfig pc;
     memset(&pc, 0, sizeof pc);
     pc.model = m->config;
-    pc.precision = m->dtype == DTYPE_F32 ? PREC_FP32 : PREC_BF16;
+    pc.precision = m->fp8 ? PREC_FP8 : m->dtype == DTYPE_F32 ? PREC_FP32 : PREC_BF16;
+    if (m->fp8) {
+        pc.fp8_history = m->fp8->history ? m->fp8->opt.history : 0;
+        pc.fp8_skip = m->fp8->skip;
+    }
     pc.B = m->B;
     pc.T = m->T;
     pc.recompute = m->acts.recompute;
@@ -313,6 +341,7 @@ PlanDevice plan_device_of_backend(const Backend* be) {
         d.is_gpu = 1;
         snprintf(d.name, sizeof d.name, "%s", be->name);
     }
+    d.fp8_support = be->fp8_support;
     return d;
 }
 

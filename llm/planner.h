@@ -9,17 +9,17 @@
 // bill adds what no allocator call shows: a reserve for the CUDA context,
 // library and NCCL buffers, and fragmentation.
 //
-// FP8 (not trained yet; billed by formula so that plans for 7B+ models are
-// honest about it): per linear layer of each transformer block (qkv,
-// attention projection, fc, fc projection; the LM head, embeddings and norms
-// stay 16-bit) an FP8 copy of the weight and of its transpose (Hopper's FP8
-// GEMMs take only the TN layout), for every layer at ZeRO 0-2 and for the two
-// layers in flight at ZeRO-3; per linear layer three scaled tensors (input,
-// weight, output gradient), each with an FP32 amax history of 1024 entries, a
-// scale and its inverse; the GEMM inputs a layer keeps for backward (ln1,
-// ln2, GELU output) stored as FP8 instead of BF16, plus an FP8 copy of the
-// attention output (the attention's backward still reads it in BF16); and
-// two transient (B, T, 4C) FP8 buffers for casting a GEMM operand.
+// FP8 (llm/fp8.h; fp8_state_bytes, the function the FP8 state allocates
+// with): per transformer block an FP8 copy of its 4 GEMM weights, and on
+// Hopper of their transposes (its FP8 GEMMs take only the TN layout), for
+// every layer at ZeRO 0-2 and for the two layers in flight at ZeRO-3; per
+// linear layer three scaled tensors (input, weight, output gradient), each
+// with an FP32 amax, scale and inverse, and with delayed scaling an amax
+// history; 2 (B, T, 4C) FP8 buffers for casting one GEMM's operands (3 on
+// Hopper). The activations themselves stay 16-bit: backward casts the kept
+// GEMM inputs again rather than storing FP8 copies (see llm/fp8.h). On the
+// CPU, FP8 is FP32 storage with emulated FP8 GEMMs, whose FP32 copies of the
+// operands are workspace.
 #pragma once
 
 #include "llm/gpt.h"
@@ -29,7 +29,8 @@ EXTERN_C_BEGIN
 typedef enum { PREC_FP32 = 0, PREC_BF16 = 1, PREC_FP8 = 2 } Precision;
 const char* precision_name(Precision p);
 // Parameters from which FP8 is the default on GPUs that have it: the "7B"
-// class (GPT-3's 6.7B shape counts as 7B); BF16 below.
+// class (GPT-3's 6.7B shape counts as 7B); BF16 below. The one rule for
+// --plan, --auto and --precision auto (precision_for_model).
 #define PLAN_FP8_FROM_PARAMS 6.5e9
 
 // The device a plan is for.
@@ -39,6 +40,7 @@ typedef struct {
     double memory;        // bytes per device available to the run
     double peak_bf16;     // dense FLOP/s, 0 when unknown
     double peak_fp8;      // dense FLOP/s, 0 when the GPU has no FP8 (or unknown)
+    Fp8Support fp8_support;  // what its FP8 GEMMs take (decides the transposed weight copies)
     int cpu_threads;      // CPU: threads the attention scratch is sized for
 } PlanDevice;
 
@@ -61,6 +63,8 @@ typedef struct {
     int world;                // data-parallel ranks
     int ranks_per_node;
     int hybrid;               // shard inside a node, replicate across nodes
+    int fp8_history;          // FP8: amax history length (delayed scaling), 0 for current scaling
+    const uint8_t* fp8_skip;  // FP8: --fp8-skip per layer (llm/fp8.h), or NULL
 } PlanConfig;
 
 // The ranks the ZeRO shards are spread over.
@@ -69,9 +73,9 @@ int plan_shard_world(const PlanConfig* pc);
 typedef struct {
     StateBytes state;         // gpt_state_bytes: params, grads, master, adam
     size_t fp8_weights;       // FP8 weight copies and transposes
-    size_t fp8_scaling;       // amax histories, scales
+    size_t fp8_scaling;       // amaxes, scales, amax histories
     ActLayout acts;           // the arena (16/32-bit)
-    size_t activations;       // arena bytes, FP8-adjusted for FP8
+    size_t activations;       // arena bytes, plus the FP8 cast buffers
     size_t tokens;            // inputs, targets (int32) and the 4 scalars
     size_t workspace;         // CPU: attention scratch; GPU: cuBLASLt workspace
     size_t allocated;         // the sum of the above: the backend's peak
@@ -82,7 +86,6 @@ typedef struct {
 #define PLAN_CUBLASLT_WORKSPACE ((size_t)32 << 20)
 #define PLAN_GPU_RUNTIME_RESERVE ((size_t)1 << 30)
 #define PLAN_FRAGMENTATION_PERCENT 5
-#define PLAN_FP8_AMAX_HISTORY 1024
 
 MemoryBill plan_bill(const PlanConfig* pc, const PlanDevice* dev);
 int plan_fits(const MemoryBill* b, const PlanDevice* dev);
@@ -125,8 +128,11 @@ typedef struct {
     PlanConfig unfixed;       // ... with this configuration
 } PlanResult;
 
-// The default precision for a model on a device: fp32 on the CPU; on GPUs
-// BF16, or FP8 from PLAN_FP8_FROM_PARAMS where the GPU has FP8.
+// The default precision for a model of `params` parameters: fp32 on the CPU
+// (it computes in FP32); on GPUs BF16, or FP8 from PLAN_FP8_FROM_PARAMS
+// where the GPU has FP8 tensor cores.
+Precision precision_for_model(double params, int is_gpu, int gpu_has_fp8);
+// The same for a model on a planned device.
 Precision plan_default_precision(const GPTConfig* c, const PlanDevice* dev);
 
 // Searches, in this order, the lowest ZeRO stage (hybrid sharding first

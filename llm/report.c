@@ -119,7 +119,7 @@ static void log_config(const Trainer* tr) {
     config_write_json(tr->cfg, j);
     json_close_object(j);
     json_string(j, "backend", tr->be->name);
-    json_string(j, "precision", dtype_name(m->dtype));
+    json_string(j, "precision", m->fp8 ? "fp8" : dtype_name(m->dtype));
     json_int(j, "world", tr->world);
     json_int(j, "zero_stage", m->zero_stage);
     json_int(j, "params", (long long)m->num_params);
@@ -172,8 +172,24 @@ void report_run_summary(const Trainer* tr) {
     const GPT* m = &tr->model;
     const GPTConfig* c = &m->config;
     printf("train_gpt | backend %s | precision %s | ranks %d | zero %d, sharded over %d rank%s%s\n", tr->be->name,
-           dtype_name(m->dtype), tr->world, m->zero_stage, m->world, m->world == 1 ? "" : "s",
+           m->fp8 ? "fp8" : dtype_name(m->dtype), tr->world, m->zero_stage, m->world, m->world == 1 ? "" : "s",
            tr->comm->node_scope ? " per node" : "");
+    if (m->fp8) {
+        const Fp8State* f = m->fp8;
+        int skipped = 0;
+        for (int l = 0; l < f->L; l++)
+            for (int g = 0; g < FP8_NUM_GEMMS; g++) skipped += (f->skip[l] >> g) & 1;
+        char recipe[96];
+        if (f->history)
+            snprintf(recipe, sizeof recipe, "delayed scaling (amax history %d, margin %d)", f->opt.history, f->opt.margin);
+        else
+            snprintf(recipe, sizeof recipe, "current scaling");
+        printf("fp8       | %d of %d linear layers in FP8 (E4M3 x E4M3 forward, E5M2 gradients), %s; %s%s | "
+               "FP8 GEMM layout %s\n",
+               4 * f->L - skipped, 4 * f->L, recipe, dtype_name(m->dtype),
+               strcmp(tr->be->name, "cpu") ? " elsewhere" : " storage, FP8 GEMMs emulated",
+               f->tn_only ? "TN with transposed copies (Hopper)" : "any");
+    }
     printf("model     | %zu parameters (%.2fM) | layers %d | channels %d | heads %d | vocab %d (padded %d) | max seq %d\n",
            m->num_params, (double)m->num_params / 1e6, c->num_layers, c->channels, c->num_heads, c->vocab_size,
            c->padded_vocab_size, c->max_seq_len);
@@ -185,9 +201,11 @@ void report_run_summary(const Trainer* tr) {
     printf("\n");
     MemoryBill b = plan_bill_of_model(m);
     char pol[96];
-    printf("memory    | planned peak %.1f MiB = params %.1f + grads %.1f + master %.1f + adam %.1f + activations %.1f "
+    char fp8_bill[96] = "";
+    if (m->fp8) snprintf(fp8_bill, sizeof fp8_bill, " + fp8 weights %.1f + fp8 scaling %.1f", mib(b.fp8_weights), mib(b.fp8_scaling));
+    printf("memory    | planned peak %.1f MiB = params %.1f + grads %.1f + master %.1f + adam %.1f%s + activations %.1f "
            "(recompute %s) + tokens %.1f + workspace %.1f | allocated now %.1f MiB\n",
-           mib(b.allocated), mib(b.state.params), mib(b.state.grads), mib(b.state.master), mib(b.state.adam),
+           mib(b.allocated), mib(b.state.params), mib(b.state.grads), mib(b.state.master), mib(b.state.adam), fp8_bill,
            mib(b.activations), recompute_policy_describe(&m->acts.recompute, c->num_layers, pol, sizeof pol),
            mib(b.tokens), mib(b.workspace), mib(tr->be->allocated_bytes(tr->be)));
     printf("optimizer | AdamW lr %g (warmup %d, cosine to %g x) | betas %g %g | eps %g | wd %g | clip %g | steps %d\n",

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "llm/bf16.h"
+#include "llm/gpu_info.h"
 #include "llm/llmc_io.h"
 #include "llm/planner.h"
 #include "llm/presets.h"
@@ -42,6 +43,42 @@ static void setup_sharding(Trainer* tr, const TrainConfig* cfg) {
         fatal("--shard-scope node needs --zero 1, 2 or 3 (ZeRO-0 shards nothing)");
     comm_set_shard_scope(tr->comm, node_scope);
     comm_attach_backend(tr->comm, tr->be);
+}
+
+// A multiple of 16 near x, for error messages.
+static int multiple_of_16(int x) { return x < 16 ? 16 : x / 16 * 16; }
+
+// --precision fp8: the FP8 state (llm/fp8.h), after checking that the GPU has
+// FP8 and that every FP8 GEMM's dimensions are multiples of 16.
+static void setup_fp8(Trainer* tr, const TrainConfig* cfg) {
+    GPT* m = &tr->model;
+    if (tr->be->fp8_support == FP8_NONE) {
+        int major = 0, minor = 0;
+        if (cuda_current_compute_capability) cuda_current_compute_capability(&major, &minor);
+        fatal("--precision fp8: this GPU (compute capability %d.%d) has no FP8 tensor cores; they need 8.9 or newer "
+              "(Ada, Hopper, Blackwell): use --precision bf16",
+              major, minor);
+    }
+    Fp8Options o;
+    o.recipe = fp8_parse_recipe(cfg->fp8_recipe);
+    o.history = cfg->fp8_amax_history;
+    o.margin = cfg->fp8_margin;
+    int L = m->config.num_layers, C = m->config.channels, all_skipped = 1;
+    uint8_t* skip = fp8_parse_skip(cfg->fp8_skip, L);
+    for (int l = 0; l < L; l++) all_skipped &= skip[l] == (1 << FP8_NUM_GEMMS) - 1;
+    // Every FP8 GEMM dimension is C, 3C or 4C, or the tokens of a pass (a
+    // number of sequences times T).
+    if (!all_skipped && C % 16 != 0)
+        fatal("--precision fp8: the model's %d channels are not a multiple of 16, which FP8 GEMMs need (e.g. "
+              "--channels %d), or keep every GEMM in bf16 with --fp8-skip 0-%d",
+              C, multiple_of_16(C), L - 1);
+    if (!all_skipped && tr->T % 16 != 0)
+        fatal("--precision fp8: --seq-len %d is not a multiple of 16, which FP8 GEMMs need (tokens per pass are "
+              "sequences x seq-len): use e.g. --seq-len %d",
+              tr->T, multiple_of_16(tr->T));
+    o.skip = skip;
+    fp8_create(&tr->fp8, m, &o);
+    free(skip);
 }
 
 void trainer_setup(Trainer* tr, const TrainConfig* cfg, Backend* be, Comm* comm) {
@@ -85,6 +122,7 @@ void trainer_setup(Trainer* tr, const TrainConfig* cfg, Backend* be, Comm* comm)
     const CommGroupInfo* shard = &comm->group[COMM_SHARD];
     gpt_create_recompute(&tr->model, &mc, be, tr->B, tr->T, shard->size, shard->rank, cfg->zero_stage, &recompute);
     zero_init(&tr->zero, &tr->model, comm);
+    if (!strcmp(cfg->precision, "fp8")) setup_fp8(tr, cfg);
     if (cfg->init_from[0]) llmc_load_weights(&tr->model, cfg->init_from);
     else gpt_init_random(&tr->model, (uint64_t)cfg->seed);
 
@@ -98,6 +136,7 @@ void trainer_setup(Trainer* tr, const TrainConfig* cfg, Backend* be, Comm* comm)
 }
 
 void trainer_free(Trainer* tr) {
+    if (tr->model.fp8) fp8_free(&tr->fp8);
     zero_free(&tr->zero);
     gpt_free(&tr->model);
     dataloader_free(&tr->train);
@@ -137,6 +176,7 @@ StepResult trainer_step(Trainer* tr, int step) {
     float dloss = 1.0f / (float)((double)tr->tokens_per_step);
 
     zero_begin_step(&tr->zero);
+    fp8_begin_step(m->fp8, step);
     for (int a = 0; a < tr->accum; a++) {
         load_micro_batch(tr, &tr->train, base + ((uint64_t)a * tr->world + tr->rank) * tr->B, tr->B);
         zero_begin_micro_step(&tr->zero, a, tr->accum);
@@ -157,9 +197,11 @@ StepResult trainer_step(Trainer* tr, int step) {
     double loss = loss_sum / (double)tr->tokens_per_step;
     // A non-finite (or spiking) step leaves the model and optimizer untouched.
     GuardVerdict verdict = guard_check(&tr->guard, step + 1, loss, norm);
-    if (verdict.action == GUARD_UPDATE)
+    if (verdict.action == GUARD_UPDATE) {
         zero_update(&tr->zero, (float)lr, (float)cfg->beta1, (float)cfg->beta2, (float)cfg->eps,
                     (float)cfg->weight_decay, (float)clip, rng_key((uint64_t)cfg->seed, 0xADA3, (uint64_t)step));
+        fp8_end_step(m->fp8, tr->comm);  // FP8 amaxes over the ranks; delayed scaling's new scales
+    }
     be->synchronize(be);
 
     StepResult r;

@@ -7,6 +7,7 @@
 #include "data/tokenizer.h"
 #include "llm/comm.h"
 #include "llm/config.h"
+#include "llm/fp8.h"
 #include "llm/gpt.h"
 #include "llm/guard.h"
 #include "llm/schedule.h"
@@ -35,6 +36,7 @@ typedef struct {
     int32_t* host_targets; // (B, T)
     int first_step;        // 0, or the step a resumed run continues from
     Guard guard;           // skips non-finite (and spiking) steps
+    Fp8State fp8;          // --precision fp8 (model.fp8 points here), else unused
 } Trainer;
 
 typedef struct {

@@ -5,7 +5,9 @@
 # (make test-gpu: every CUDA op and whole training steps against the CPU
 # backend), then the GPU benchmarks (dev/bench_gpu.c), and prints a summary
 # last: the test totals and, per op and shape, time and TFLOP/s or GB/s
-# against the device's peak, per model tokens/s and MFU. Sized to finish in
+# against the device's peak, per model tokens/s and MFU, and FP8 against BF16
+# (GEMM TFLOP/s at hidden 2048/4096/8192, tokens/s of a hidden-4096 model,
+# as ratios) on GPUs with FP8. Sized to finish in
 # about 5 minutes on one H200 (not yet timed on one). Logs:
 # build-smXX/gpu_check_{build,tests,bench}.log. Needs the build dependencies
 # (scripts/install_deps.sh) and the CUDA toolkit.

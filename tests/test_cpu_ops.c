@@ -524,14 +524,14 @@ static void layernorm_forward_run(void* p) {
     LayernormRun* r = (LayernormRun*)p;
     size_t NC = (size_t)r->N * r->C;
     fill_nan(r->out, NC), fill_nan(r->mean, r->N), fill_nan(r->rstd, r->N);
-    be->layernorm_forward(be, r->out, r->mean, r->rstd, r->x, r->w, r->b, r->N, r->C);
+    be->layernorm_forward(be, r->out, r->mean, r->rstd, r->x, r->w, r->b, r->N, r->C, NULL);
 }
 static void residual_layernorm_run(void* p) {
     LayernormRun* r = (LayernormRun*)p;
     size_t NC = (size_t)r->N * r->C;
     fill_nan(r->out, NC), fill_nan(r->mean, r->N), fill_nan(r->rstd, r->N), fill_nan(r->res, NC);
     be->residual_layernorm_forward(be, r->res, r->out, r->mean, r->rstd, r->x, r->a2, r->w, r->b,
-                                   r->N, r->C);
+                                   r->N, r->C, NULL);
 }
 static void layernorm_backward_run(void* p) {
     LayernormRun* r = (LayernormRun*)p;
@@ -539,7 +539,7 @@ static void layernorm_backward_run(void* p) {
     memcpy(r->dw, r->dw0, (size_t)r->C * 4);
     memcpy(r->db, r->db0, (size_t)r->C * 4);
     be->layernorm_backward(be, r->dx, r->dw, r->db, r->dout, r->x, r->w, r->mean_in, r->rstd_in,
-                           r->N, r->C);
+                           r->N, r->C, NULL);
 }
 
 static void test_layernorm_forward(void) {
@@ -592,7 +592,7 @@ static void test_residual_layernorm_forward(void) {
         float* res_copy = fclone(r.res, NC);
         float* out_copy = fclone(r.out, NC);
         float* inplace = fclone(a, NC);
-        be->residual_layernorm_forward(be, inplace, r.out, r.mean, r.rstd, inplace, a2, w, b, N, C);
+        be->residual_layernorm_forward(be, inplace, r.out, r.mean, r.rstd, inplace, a2, w, b, N, C, NULL);
         expect_same_bits(inplace, res_copy, NC * 4, "residual in place over a");
         expect_same_bits(r.out, out_copy, NC * 4, "out with residual in place");
 
@@ -613,7 +613,7 @@ static void test_layernorm_backward(void) {
         float* out = falloc(NC);
         float* mean = falloc(N);
         float* rstd = falloc(N);
-        be->layernorm_forward(be, out, mean, rstd, x, w, b, N, C);
+        be->layernorm_forward(be, out, mean, rstd, x, w, b, N, C, NULL);
         LayernormRun r = {N, C, x, w, b, NULL, dout, falloc_normal(NC, 1.0f),
                           falloc_normal(C, 1.0f), falloc_normal(C, 1.0f), mean, rstd,
                           .dx = falloc(NC), .dw = falloc(C), .db = falloc(C)};
@@ -675,8 +675,8 @@ static void gelu_run(void* p) {
     GeluRun* r = (GeluRun*)p;
     fill_nan(r->out, r->n);
     fill_nan(r->dx, r->n);
-    be->gelu_forward(be, r->out, r->x, r->n);
-    be->gelu_backward(be, r->dx, r->x, r->dout, r->n);
+    be->gelu_forward(be, r->out, r->x, r->n, NULL);
+    be->gelu_backward(be, r->dx, r->x, r->dout, r->n, NULL);
 }
 
 static void test_gelu(void) {
@@ -708,7 +708,7 @@ static void test_gelu(void) {
 
         // In place: dinp == dout.
         float* inplace = fclone(dout, n);
-        be->gelu_backward(be, inplace, x, inplace, n);
+        be->gelu_backward(be, inplace, x, inplace, n, NULL);
         expect_same_bits(inplace, r.dx, n * 4, "gelu backward in place");
         free(out), free(dx), free(grad), free(L.x), free(L.w);
         bfree(x), bfree(dout), bfree(r.out), bfree(r.dx), bfree(inplace);
@@ -809,7 +809,7 @@ static void test_matmul_forward(void) {
         expect_close(out, act, NO, 1e-5, 1e-4, "matmul gelu(out)");
         // out must be exactly the gelu op applied to pre_gelu.
         float* g = falloc(NO);
-        be->gelu_forward(be, g, pre, NO);
+        be->gelu_forward(be, g, pre, NO, NULL);
         expect_same_bits(g, out, NO * 4, "fused gelu == gelu_forward(pre_gelu)");
 
         free(xd), free(wd), free(bd), free(want), free(act);

@@ -251,15 +251,27 @@ static void gpu_bill_formulas(void) {
     pc.zero_stage = 1;
     MemoryBill b = plan_bill(&pc, &b200);
     size_t C = 1024, BT = 2 * 2048;
-    CHECK(b.fp8_weights == 4 * 24 * C * C, "fp8 weights %zu", b.fp8_weights);
-    CHECK(b.fp8_scaling == 4 * 12 * 1026 * 4, "fp8 scaling %zu", b.fp8_scaling);
-    // none keeps ln1, ln2, gelu (6C) per layer: 1 byte each less; atty (C): 1 more; two (B,T,4C) casts.
-    CHECK(b.activations == b.acts.bytes - 4 * BT * 6 * C + 4 * BT * C + 2 * BT * 4 * C, "fp8 activations");
+    // Blackwell: one FP8 copy of the 12 C^2 weights of each layer; current
+    // scaling: amax, scale, scale_inv for 12 tensors per layer; two (B,T,4C)
+    // cast buffers; the activations themselves as in BF16.
+    CHECK(b.fp8_weights == 4 * 12 * C * C, "fp8 weights %zu", b.fp8_weights);
+    CHECK(b.fp8_scaling == 4 * 12 * 3 * 4, "fp8 scaling %zu", b.fp8_scaling);
+    CHECK(b.activations == b.acts.bytes + 2 * BT * 4 * C, "fp8 activations");
     CHECK(b.workspace == PLAN_CUBLASLT_WORKSPACE, "workspace %zu", b.workspace);
     CHECK(b.reserve == PLAN_GPU_RUNTIME_RESERVE + b.allocated / 100 * 5, "reserve %zu", b.reserve);
-    pc.zero_stage = 3;
+    // Delayed scaling adds its amax histories.
+    pc.fp8_history = 1024;
     b = plan_bill(&pc, &b200);
+    CHECK(b.fp8_scaling == 4 * 12 * (3 + 1024) * 4, "fp8 scaling, delayed %zu", b.fp8_scaling);
+    // Hopper: the transposed copies too, and a third cast buffer.
+    PlanDevice h100 = gpu("h100");
+    b = plan_bill(&pc, &h100);
+    CHECK(b.fp8_weights == 4 * 24 * C * C && b.activations == b.acts.bytes + 3 * BT * 4 * C, "fp8 on Hopper %zu",
+          b.fp8_weights);
+    pc.zero_stage = 3;
+    b = plan_bill(&pc, &h100);
     CHECK(b.fp8_weights == 2 * 24 * C * C, "fp8 weights at ZeRO-3 %zu", b.fp8_weights);
+    pc.fp8_history = 0;
 
     // FLOPs per token: 6 N (without wpe) + 12 L h s; 40% of the peak.
     pc.precision = PREC_BF16;

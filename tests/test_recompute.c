@@ -183,8 +183,8 @@ static void ops_bitwise_properties(void) {
         float* out2 = random_buffer((size_t)N * C, 9, 0.0f);
         float *m1 = random_buffer(N, 9, 0), *r1 = random_buffer(N, 9, 0), *m2 = random_buffer(N, 9, 0),
               *r2 = random_buffer(N, 9, 0);
-        be->residual_layernorm_forward(be, res, out1, m1, r1, a, b, w, bias, N, C);
-        be->layernorm_forward(be, out2, m2, r2, res, w, bias, N, C);
+        be->residual_layernorm_forward(be, res, out1, m1, r1, a, b, w, bias, N, C, NULL);
+        be->layernorm_forward(be, out2, m2, r2, res, w, bias, N, C, NULL);
         CHECK(!memcmp(out1, out2, (size_t)N * C * 4) && !memcmp(m1, m2, N * 4) && !memcmp(r1, r2, N * 4),
               "N=%d C=%d: residual_layernorm_forward differs from layernorm_forward of its residual", N, C);
 
@@ -194,7 +194,7 @@ static void ops_bitwise_properties(void) {
         float* act1 = random_buffer((size_t)N * OC, 9, 0.0f);
         float* act2 = random_buffer((size_t)N * OC, 9, 0.0f);
         be->matmul_forward(be, act1, pre, a, wt, ob, N, C, OC);
-        be->gelu_forward(be, act2, pre, (size_t)N * OC);
+        be->gelu_forward(be, act2, pre, (size_t)N * OC, NULL);
         CHECK(!memcmp(act1, act2, (size_t)N * OC * 4), "N=%d C=%d OC=%d: fused GELU differs from gelu_forward", N, C, OC);
 
         float* dout = random_buffer((size_t)N * OC, 7, 1.0f);

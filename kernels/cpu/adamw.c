@@ -53,10 +53,11 @@ static void sqrt_block(float* out, const float* x, int n) {
 }
 
 // The update of one block of at most ADAMW_BLOCK elements, in three passes
-// that stay in L1: the moments, their square roots, the parameters.
+// that stay in L1: the moments, their square roots, the parameters. Returns
+// the largest |new weight| as fp8_abs_bits (the FP8 amax).
 #define ADAMW_BLOCK 2048
-static void adamw_block(float* w, const float* grads, float* m, float* v, int n,
-                        const AdamWCoefficients* k) {
+static uint32_t adamw_block(float* w, const float* grads, float* m, float* v, int n,
+                            const AdamWCoefficients* k) {
     float root[ADAMW_BLOCK];
 #pragma omp simd
     for (int i = 0; i < n; i++) {
@@ -65,11 +66,15 @@ static void adamw_block(float* w, const float* grads, float* m, float* v, int n,
         v[i] = v[i] * k->v_keep + (k->v_weight * g) * g;
     }
     sqrt_block(root, v, n);
-#pragma omp simd
+    uint32_t amax = 0;
+#pragma omp simd reduction(max : amax)
     for (int i = 0; i < n; i++) {
         float denom = root[i] / k->bc2_sqrt + k->eps;
         w[i] = w[i] * k->decay + (k->neg_step_size * m[i]) / denom;
+        uint32_t a = fp8_abs_bits(w[i]);
+        amax = a > amax ? a : amax;
     }
+    return amax;
 }
 
 void cpu_adamw(Backend* be, void* params_, float* master, const void* grads_, float* m, float* v,
@@ -82,11 +87,14 @@ void cpu_adamw(Backend* be, void* params_, float* master, const void* grads_, fl
     // params are FP32 too, so they simply receive a copy.
     float* w = master ? master : params;
     size_t blocks = ceil_div(n, ADAMW_BLOCK);
-#pragma omp parallel for schedule(static) if (n > CPU_PARALLEL_MIN)
+    uint32_t mx = 0;
+#pragma omp parallel for schedule(static) reduction(max : mx) if (n > CPU_PARALLEL_MIN)
     for (size_t b = 0; b < blocks; b++) {
         size_t i0 = b * ADAMW_BLOCK;
         int len = (int)(n - i0 < ADAMW_BLOCK ? n - i0 : ADAMW_BLOCK);
-        adamw_block(w + i0, grads + i0, m + i0, v + i0, len, &k);
+        uint32_t a = adamw_block(w + i0, grads + i0, m + i0, v + i0, len, &k);
+        mx = a > mx ? a : mx;
     }
+    cpu_amax_commit(p->amax, mx);
     if (master && n) memcpy(params, master, n * sizeof(float));
 }

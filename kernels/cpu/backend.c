@@ -152,5 +152,12 @@ Backend* cpu_backend_create(DType dtype, int num_threads) {
     be->sum = cpu_sum;
     be->sum_squares = cpu_sum_squares;
     be->adamw = cpu_adamw;
+    be->fp8_support = FP8_ANY_LAYOUT;
+    be->amax = cpu_amax;
+    be->fp8_amax_fold = cpu_fp8_amax_fold;
+    be->fp8_quantize = cpu_fp8_quantize;
+    be->fp8_update_scales = cpu_fp8_update_scales;
+    be->fp8_matmul_forward = cpu_fp8_matmul_forward;
+    be->fp8_matmul_backward = cpu_fp8_matmul_backward;
     return be;
 }

@@ -11,6 +11,7 @@
 #include <stdint.h>
 
 #include "kernels/ops.h"
+#include "llm/fp8_format.h"
 
 // Below this many elements of work an OpenMP fork costs more than it saves.
 #define CPU_PARALLEL_MIN 16384
@@ -66,6 +67,13 @@ static inline float cpu_expf(float x) {
     return underflow ? 0.0f : e;
 }
 
+// amax arguments (ops.h): a pass computes the largest fp8_abs_bits of what it
+// writes (an OpenMP max reduction over unsigned ints: no order, so no
+// nondeterminism) and folds it into *amax here.
+static inline void cpu_amax_commit(float* amax, uint32_t bits) {
+    if (amax && bits > fp8_abs_bits(*amax)) *amax = fp8_bits_f32(bits);
+}
+
 // OpenBLAS extensions; declared here because a plain (netlib) cblas.h lacks them.
 void openblas_set_num_threads(int num_threads);
 int openblas_get_num_threads(void);
@@ -80,21 +88,27 @@ void cpu_encoder_backward(Backend* be, void* dwte, void* dwpe, const void* dout,
                           const int32_t* tokens, int B, int T, int C);
 
 void cpu_layernorm_forward(Backend* be, void* out, float* mean, float* rstd, const void* inp,
-                           const void* w, const void* b, int N, int C);
+                           const void* w, const void* b, int N, int C, float* amax);
 void cpu_residual_layernorm_forward(Backend* be, void* residual, void* out, float* mean,
                                     float* rstd, const void* a, const void* b, const void* w,
-                                    const void* bias, int N, int C);
+                                    const void* bias, int N, int C, float* amax);
 void cpu_layernorm_backward(Backend* be, void* dinp, void* dw, void* db, const void* dout,
                             const void* inp, const void* w, const float* mean, const float* rstd,
-                            int N, int C);
+                            int N, int C, float* amax);
 
 void cpu_matmul_forward(Backend* be, void* out, void* pre_gelu, const void* inp,
                         const void* weight, const void* bias, int N, int C, int OC);
 void cpu_matmul_backward(Backend* be, void* dinp, void* dweight, void* dbias, const void* dout,
                          const void* inp, const void* weight, int N, int C, int OC);
+// C (M,N) = alpha * op(A) (M,K) @ op(B) (K,N) + beta * C, row-major, in fixed
+// tiles (see matmul.c), trans_a/trans_b 0 or 1.
+void cpu_sgemm_tiled(int trans_a, int trans_b, int M, int N, int K, float alpha, const float* A, int lda,
+                     const float* B, int ldb, float beta, float* Cm, int ldc);
+// Adds bias (OC) to every row of x (N, OC) in place.
+void cpu_add_bias(float* x, const float* bias, int N, int OC);
 
-void cpu_gelu_forward(Backend* be, void* out, const void* inp, size_t n);
-void cpu_gelu_backward(Backend* be, void* dinp, const void* inp, const void* dout, size_t n);
+void cpu_gelu_forward(Backend* be, void* out, const void* inp, size_t n, float* amax);
+void cpu_gelu_backward(Backend* be, void* dinp, const void* inp, const void* dout, size_t n, float* amax);
 // gelu of n contiguous floats on the calling thread (matmul fuses it into its bias pass).
 void cpu_gelu_row(float* out, const float* inp, size_t n);
 
@@ -111,3 +125,14 @@ void cpu_sum_squares(Backend* be, float* out, const void* x, size_t n, int accum
 
 void cpu_adamw(Backend* be, void* params, float* master, const void* grads, float* m, float* v,
                size_t n, const AdamWParams* p);
+
+void cpu_amax(Backend* be, float* amax, const void* x, size_t n);
+void cpu_fp8_amax_fold(Backend* be, float* acc, const float* amax, size_t n);
+void cpu_fp8_quantize(Backend* be, void* q, void* qt, DType fmt, const void* x, int rows, int cols,
+                      const float* amax, float* scale, float* scale_inv);
+void cpu_fp8_update_scales(Backend* be, float* scale, float* scale_inv, float* history, int len, size_t ld,
+                           int pos, size_t n, DType fmt, int margin);
+void cpu_fp8_matmul_forward(Backend* be, void* out, const Fp8Tensor* inp, const Fp8Tensor* weight,
+                            const void* bias, int N, int C, int OC);
+void cpu_fp8_matmul_backward(Backend* be, void* dinp, void* dweight, const Fp8Tensor* dout,
+                             const Fp8Tensor* inp, const Fp8Tensor* weight, int N, int C, int OC);

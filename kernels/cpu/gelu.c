@@ -28,31 +28,45 @@ void cpu_gelu_row(float* out, const float* inp, size_t n) {
 
 // Elementwise, so blocks can go to any thread without changing a bit.
 #define GELU_BLOCK 4096
-void cpu_gelu_forward(Backend* be, void* out_, const void* inp_, size_t n) {
+void cpu_gelu_forward(Backend* be, void* out_, const void* inp_, size_t n, float* amax) {
     float* out = (float*)out_;
     const float* inp = (const float*)inp_;
     size_t blocks = ceil_div(n, GELU_BLOCK);
-#pragma omp parallel for schedule(static) if (n > CPU_PARALLEL_MIN)
+    uint32_t mx = 0;
+#pragma omp parallel for schedule(static) reduction(max : mx) if (n > CPU_PARALLEL_MIN)
     for (size_t b = 0; b < blocks; b++) {
-        size_t i0 = b * GELU_BLOCK;
-        cpu_gelu_row(out + i0, inp + i0, n - i0 < GELU_BLOCK ? n - i0 : GELU_BLOCK);
+        size_t i0 = b * GELU_BLOCK, len = n - i0 < GELU_BLOCK ? n - i0 : GELU_BLOCK;
+        cpu_gelu_row(out + i0, inp + i0, len);
+        if (amax) {
+#pragma omp simd reduction(max : mx)
+            for (size_t i = i0; i < i0 + len; i++) {
+                uint32_t a = fp8_abs_bits(out[i]);
+                mx = a > mx ? a : mx;
+            }
+        }
     }
+    cpu_amax_commit(amax, mx);
 }
 
 // gelu'(x) = s + x * 2 s (1 - s) * du/dx with s = sigmoid(2u); 2 s (1 - s) is
 // 0.5 (1 - tanh(u)^2) * 2 written without tanh. dinp may alias dout (each
 // element is read before it is written), so neither pointer is restrict.
-void cpu_gelu_backward(Backend* be, void* dinp_, const void* inp_, const void* dout_, size_t n) {
+void cpu_gelu_backward(Backend* be, void* dinp_, const void* inp_, const void* dout_, size_t n, float* amax) {
     float* dinp = (float*)dinp_;
     const float* inp = (const float*)inp_;
     const float* dout = (const float*)dout_;
-#pragma omp parallel for simd schedule(static) if (n > CPU_PARALLEL_MIN)
+    uint32_t mx = 0;
+#pragma omp parallel for simd schedule(static) reduction(max : mx) if (n > CPU_PARALLEL_MIN)
     for (size_t i = 0; i < n; i++) {
         float x = inp[i];
         float e;
         float s = gelu_sigmoid(x, &e);
         float du = GELU_SCALE * (1.0f + 3.0f * GELU_CUBIC * x * x);
         float grad = s + x * (2.0f * s * (e * s)) * du;
-        dinp[i] = dout[i] * grad;
+        float d = dout[i] * grad;
+        dinp[i] = d;
+        uint32_t a = fp8_abs_bits(d);
+        mx = a > mx ? a : mx;
     }
+    cpu_amax_commit(amax, mx);
 }

@@ -6,9 +6,10 @@
 #define LN_EPS 1e-5f
 
 // Normalises one row; two passes over x (mean, then centred variance) avoid
-// the cancellation of E[x^2] - E[x]^2.
-static void layernorm_row(float* out, float* mean_out, float* rstd_out, const float* x,
-                          const float* w, const float* b, int C) {
+// the cancellation of E[x^2] - E[x]^2. Returns the row's largest |out| as
+// fp8_abs_bits (the FP8 amax).
+static uint32_t layernorm_row(float* out, float* mean_out, float* rstd_out, const float* x,
+                              const float* w, const float* b, int C) {
     float s = 0.0f;
 #pragma omp simd reduction(+ : s)
     for (int c = 0; c < C; c++) s += x[c];
@@ -20,36 +21,46 @@ static void layernorm_row(float* out, float* mean_out, float* rstd_out, const fl
         v += d * d;
     }
     float rs = 1.0f / sqrtf(v / (float)C + LN_EPS);
-#pragma omp simd
-    for (int c = 0; c < C; c++) out[c] = (x[c] - m) * rs * w[c] + b[c];
+    uint32_t amax = 0;
+#pragma omp simd reduction(max : amax)
+    for (int c = 0; c < C; c++) {
+        out[c] = (x[c] - m) * rs * w[c] + b[c];
+        uint32_t a = fp8_abs_bits(out[c]);
+        amax = a > amax ? a : amax;
+    }
     *mean_out = m;
     *rstd_out = rs;
+    return amax;
 }
 
 void cpu_layernorm_forward(Backend* be, void* out_, float* mean, float* rstd, const void* inp_,
-                           const void* w_, const void* b_, int N, int C) {
+                           const void* w_, const void* b_, int N, int C, float* amax) {
     float* out = (float*)out_;
     const float* inp = (const float*)inp_;
     const float* w = (const float*)w_;
     const float* b = (const float*)b_;
-#pragma omp parallel for schedule(static) if ((size_t)N * C > CPU_PARALLEL_MIN)
+    uint32_t mx = 0;
+#pragma omp parallel for schedule(static) reduction(max : mx) if ((size_t)N * C > CPU_PARALLEL_MIN)
     for (int i = 0; i < N; i++) {
         size_t o = (size_t)i * C;
-        layernorm_row(out + o, mean + i, rstd + i, inp + o, w, b, C);
+        uint32_t a = layernorm_row(out + o, mean + i, rstd + i, inp + o, w, b, C);
+        mx = a > mx ? a : mx;
     }
+    cpu_amax_commit(amax, mx);
 }
 
 // residual may alias a or b: each element is read before it is written.
 void cpu_residual_layernorm_forward(Backend* be, void* residual_, void* out_, float* mean,
                                     float* rstd, const void* a_, const void* b_, const void* w_,
-                                    const void* bias_, int N, int C) {
+                                    const void* bias_, int N, int C, float* amax) {
     float* residual = (float*)residual_;
     float* out = (float*)out_;
     const float* a = (const float*)a_;
     const float* b = (const float*)b_;
     const float* w = (const float*)w_;
     const float* bias = (const float*)bias_;
-#pragma omp parallel for schedule(static) if ((size_t)N * C > CPU_PARALLEL_MIN)
+    uint32_t mx = 0;
+#pragma omp parallel for schedule(static) reduction(max : mx) if ((size_t)N * C > CPU_PARALLEL_MIN)
     for (int i = 0; i < N; i++) {
         size_t o = (size_t)i * C;
         float* r = residual + o;
@@ -57,14 +68,17 @@ void cpu_residual_layernorm_forward(Backend* be, void* residual_, void* out_, fl
         const float* br = b + o;
 #pragma omp simd
         for (int c = 0; c < C; c++) r[c] = ar[c] + br[c];
-        layernorm_row(out + o, mean + i, rstd + i, r, w, bias, C);
+        uint32_t am = layernorm_row(out + o, mean + i, rstd + i, r, w, bias, C);
+        mx = am > mx ? am : mx;
     }
+    cpu_amax_commit(amax, mx);
 }
 
 // dinp for one row: with xhat the normalised input and g = dout * w,
-// dinp += rstd * (g - mean(g) - xhat * mean(g * xhat)).
-static void layernorm_backward_row(float* dinp, const float* dout, const float* x,
-                                   const float* w, float m, float rs, int C) {
+// dinp += rstd * (g - mean(g) - xhat * mean(g * xhat)). Returns the row's
+// largest |dinp| (after the addition) as fp8_abs_bits.
+static uint32_t layernorm_backward_row(float* dinp, const float* dout, const float* x,
+                                       const float* w, float m, float rs, int C) {
     float sum_g = 0.0f, sum_gx = 0.0f;
 #pragma omp simd reduction(+ : sum_g, sum_gx)
     for (int c = 0; c < C; c++) {
@@ -74,17 +88,21 @@ static void layernorm_backward_row(float* dinp, const float* dout, const float* 
     }
     float mean_g = sum_g / (float)C;
     float mean_gx = sum_gx / (float)C;
-#pragma omp simd
+    uint32_t amax = 0;
+#pragma omp simd reduction(max : amax)
     for (int c = 0; c < C; c++) {
         float xhat = (x[c] - m) * rs;
         float g = dout[c] * w[c];
         dinp[c] += (g - mean_g - xhat * mean_gx) * rs;
+        uint32_t a = fp8_abs_bits(dinp[c]);
+        amax = a > amax ? a : amax;
     }
+    return amax;
 }
 
 void cpu_layernorm_backward(Backend* be, void* dinp_, void* dw_, void* db_, const void* dout_,
                             const void* inp_, const void* w_, const float* mean, const float* rstd,
-                            int N, int C) {
+                            int N, int C, float* amax) {
     float* dinp = (float*)dinp_;
     float* dw = (float*)dw_;
     float* db = (float*)db_;
@@ -93,11 +111,14 @@ void cpu_layernorm_backward(Backend* be, void* dinp_, void* dw_, void* db_, cons
     const float* w = (const float*)w_;
     int parallel = (size_t)N * C > CPU_PARALLEL_MIN;
 
-#pragma omp parallel for schedule(static) if (parallel)
+    uint32_t mx = 0;
+#pragma omp parallel for schedule(static) reduction(max : mx) if (parallel)
     for (int i = 0; i < N; i++) {
         size_t o = (size_t)i * C;
-        layernorm_backward_row(dinp + o, dout + o, inp + o, w, mean[i], rstd[i], C);
+        uint32_t a = layernorm_backward_row(dinp + o, dout + o, inp + o, w, mean[i], rstd[i], C);
+        mx = a > mx ? a : mx;
     }
+    cpu_amax_commit(amax, mx);
 
     // dw and db are column sums over the rows: each thread owns whole column
     // chunks and adds the rows in order, so the sums do not depend on threads.

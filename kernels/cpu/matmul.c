@@ -18,10 +18,10 @@
 // giving even GPT-2 small's 768-wide outputs a dozen tiles at 256 rows.
 #define GEMM_TILE 128
 
-// C (M,N) = op(A) (M,K) @ op(B) (K,N) + beta * C, row-major, tile by tile.
-static void sgemm_tiled(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int M, int N, int K,
-                        const float* A, int lda, const float* B, int ldb, float beta, float* Cm,
-                        int ldc) {
+// C (M,N) = alpha * op(A) (M,K) @ op(B) (K,N) + beta * C, row-major, tile by tile.
+static void sgemm_tiled_alpha(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int M, int N, int K, float alpha,
+                              const float* A, int lda, const float* B, int ldb, float beta, float* Cm,
+                              int ldc) {
     if (M <= 0 || N <= 0) return;
     // The tiles must each run on one thread; set here as well as at backend
     // creation in case someone else changed it since.
@@ -37,8 +37,28 @@ static void sgemm_tiled(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int M, int N, in
         int n = N - j0 < GEMM_TILE ? N - j0 : GEMM_TILE;
         const float* a = ta == CblasNoTrans ? A + (size_t)i0 * lda : A + i0;
         const float* b = tb == CblasNoTrans ? B + j0 : B + (size_t)j0 * ldb;
-        cblas_sgemm(CblasRowMajor, ta, tb, m, n, K, 1.0f, a, lda, b, ldb, beta,
+        cblas_sgemm(CblasRowMajor, ta, tb, m, n, K, alpha, a, lda, b, ldb, beta,
                     Cm + (size_t)i0 * ldc + j0, ldc);
+    }
+}
+
+static void sgemm_tiled(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int M, int N, int K, const float* A, int lda,
+                        const float* B, int ldb, float beta, float* Cm, int ldc) {
+    sgemm_tiled_alpha(ta, tb, M, N, K, 1.0f, A, lda, B, ldb, beta, Cm, ldc);
+}
+
+void cpu_sgemm_tiled(int trans_a, int trans_b, int M, int N, int K, float alpha, const float* A, int lda,
+                     const float* B, int ldb, float beta, float* Cm, int ldc) {
+    sgemm_tiled_alpha(trans_a ? CblasTrans : CblasNoTrans, trans_b ? CblasTrans : CblasNoTrans, M, N, K, alpha, A,
+                      lda, B, ldb, beta, Cm, ldc);
+}
+
+void cpu_add_bias(float* x, const float* bias, int N, int OC) {
+#pragma omp parallel for schedule(static) if ((size_t)N * OC > CPU_PARALLEL_MIN)
+    for (int i = 0; i < N; i++) {
+        float* row = x + (size_t)i * OC;
+#pragma omp simd
+        for (int j = 0; j < OC; j++) row[j] += bias[j];
     }
 }
 

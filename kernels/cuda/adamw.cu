@@ -21,6 +21,7 @@
 typedef struct {
     float decay, m_weight, v_keep, v_weight, neg_step_size, bc2_sqrt, eps, grad_scale;
     uint64_t seed, index_base;
+    float* amax;  // NULL, or the FP8 amax of the parameters written (ops.h)
 } AdamWCoefficients;
 
 static AdamWCoefficients adamw_coefficients(const AdamWParams* p) {
@@ -38,6 +39,7 @@ static AdamWCoefficients adamw_coefficients(const AdamWParams* p) {
     k.grad_scale = p->grad_scale;
     k.seed = p->seed;
     k.index_base = p->index_base;
+    k.amax = p->amax;
     return k;
 }
 
@@ -66,19 +68,24 @@ __device__ inline float adamw_element(float* w, float g_raw, float* m, float* v,
 __global__ void adamw_f32_kernel(float* params, const float* grads, float* m, float* v, size_t n,
                                  AdamWCoefficients k) {
     size_t stride = (size_t)gridDim.x * blockDim.x;
+    uint32_t top = 0;
     for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride) {
         float w = params[i], mi = m[i], vi = v[i];
         adamw_element(&w, grads[i], &mi, &vi, k);
         params[i] = w;
         m[i] = mi;
         v[i] = vi;
+        uint32_t bits = fp8_abs_bits(w);
+        top = bits > top ? bits : top;
     }
+    if (k.amax) amax_commit_warp(k.amax, top);
 }
 
 // BF16 parameters written from the FP32 master weights.
 __global__ void adamw_bf16_kernel(bf16* params, float* master, const bf16* grads, float* m, float* v,
                                   size_t n, AdamWCoefficients k) {
     size_t stride = (size_t)gridDim.x * blockDim.x;
+    uint32_t top = 0;
     for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride) {
         float w = master[i], mi = m[i], vi = v[i];
         adamw_element(&w, __bfloat162float(grads[i]), &mi, &vi, k);
@@ -86,8 +93,12 @@ __global__ void adamw_bf16_kernel(bf16* params, float* master, const bf16* grads
         m[i] = mi;
         v[i] = vi;
         uint32_t r = (uint32_t)(rng_u64_device(k.seed, k.index_base + i) >> 48);
-        params[i] = bf16_stochastic(w, r);
+        bf16 p = bf16_stochastic(w, r);
+        params[i] = p;
+        uint32_t bits = fp8_abs_bits(__bfloat162float(p));  // the rounded value the FP8 cast will read
+        top = bits > top ? bits : top;
     }
+    if (k.amax) amax_commit_warp(k.amax, top);
 }
 
 void cuda_adamw(Backend* be, void* params, float* master, const void* grads, float* m, float* v,

@@ -180,6 +180,8 @@ extern "C" Backend* cuda_backend_create(DType dtype) {
         fatal("GPU %d (%s) has compute capability %d.%d; the CUDA backend needs 8.0 or newer (bf16 tensor cores)",
               s->device, prop.name, prop.major, prop.minor);
     }
+    s->cc_major = prop.major;
+    s->cc_minor = prop.minor;
     s->sm_count = prop.multiProcessorCount;
     s->smem_optin = prop.sharedMemPerBlockOptin;
     CUDA_CHECK(cudaStreamCreateWithFlags(&s->stream, cudaStreamNonBlocking));
@@ -218,6 +220,13 @@ extern "C" Backend* cuda_backend_create(DType dtype) {
     be->sum = cuda_sum;
     be->sum_squares = cuda_sum_squares;
     be->adamw = cuda_adamw;
+    be->fp8_support = cuda_fp8_support_for(prop.major, prop.minor);
+    be->amax = cuda_amax;
+    be->fp8_amax_fold = cuda_fp8_amax_fold;
+    be->fp8_quantize = cuda_fp8_quantize;
+    be->fp8_update_scales = cuda_fp8_update_scales;
+    be->fp8_matmul_forward = cuda_fp8_matmul_forward;
+    be->fp8_matmul_backward = cuda_fp8_matmul_backward;
 
     cuda_matmul_init(be);
     return be;

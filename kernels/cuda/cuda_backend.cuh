@@ -17,6 +17,7 @@ typedef struct GemmPlan GemmPlan;
 
 typedef struct {
     int device;
+    int cc_major, cc_minor;  // compute capability
     cudaStream_t stream;
     int sm_count;
     size_t smem_optin;  // max dynamic shared memory per block (bytes)
@@ -78,13 +79,13 @@ void cuda_encoder_backward(Backend* be, void* dwte, void* dwpe, const void* dout
                            const int32_t* tokens, int B, int T, int C);
 
 void cuda_layernorm_forward(Backend* be, void* out, float* mean, float* rstd, const void* inp,
-                            const void* w, const void* b, int N, int C);
+                            const void* w, const void* b, int N, int C, float* amax);
 void cuda_residual_layernorm_forward(Backend* be, void* residual, void* out, float* mean,
                                      float* rstd, const void* a, const void* b, const void* w,
-                                     const void* bias, int N, int C);
+                                     const void* bias, int N, int C, float* amax);
 void cuda_layernorm_backward(Backend* be, void* dinp, void* dw, void* db, const void* dout,
                              const void* inp, const void* w, const float* mean, const float* rstd,
-                             int N, int C);
+                             int N, int C, float* amax);
 
 void cuda_matmul_forward(Backend* be, void* out, void* pre_gelu, const void* inp,
                          const void* weight, const void* bias, int N, int C, int OC);
@@ -96,8 +97,8 @@ void cuda_column_sum_add(Backend* be, void* out, const void* x, int N, int C);
 void cuda_matmul_init(Backend* be);
 void cuda_matmul_destroy(Backend* be);
 
-void cuda_gelu_forward(Backend* be, void* out, const void* inp, size_t n);
-void cuda_gelu_backward(Backend* be, void* dinp, const void* inp, const void* dout, size_t n);
+void cuda_gelu_forward(Backend* be, void* out, const void* inp, size_t n, float* amax);
+void cuda_gelu_backward(Backend* be, void* dinp, const void* inp, const void* dout, size_t n, float* amax);
 
 void cuda_attention_forward(Backend* be, void* out, float* lse, const void* qkv, int B, int T,
                             int C, int NH);
@@ -116,3 +117,19 @@ void cuda_sum_squares(Backend* be, float* out, const void* x, size_t n, int accu
 
 void cuda_adamw(Backend* be, void* params, float* master, const void* grads, float* m, float* v,
                 size_t n, const AdamWParams* p);
+
+// FP8 (fp8.cu; the GEMMs in matmul.cu).
+void cuda_amax(Backend* be, float* amax, const void* x, size_t n);
+void cuda_fp8_amax_fold(Backend* be, float* acc, const float* amax, size_t n);
+void cuda_fp8_quantize(Backend* be, void* q, void* qt, DType fmt, const void* x, int rows, int cols,
+                       const float* amax, float* scale, float* scale_inv);
+void cuda_fp8_update_scales(Backend* be, float* scale, float* scale_inv, float* history, int len, size_t ld,
+                            int pos, size_t n, DType fmt, int margin);
+void cuda_fp8_matmul_forward(Backend* be, void* out, const Fp8Tensor* inp, const Fp8Tensor* weight,
+                             const void* bias, int N, int C, int OC);
+void cuda_fp8_matmul_backward(Backend* be, void* dinp, void* dweight, const Fp8Tensor* dout,
+                              const Fp8Tensor* inp, const Fp8Tensor* weight, int N, int C, int OC);
+// FP8 GEMM layouts by compute capability: none before 8.9 (Ada); TN only on
+// 8.9, 9.x (Hopper) and 12.x; any layout on 10.x and 11.x (Blackwell) and
+// from 13.0, as TransformerEngine's nvte_is_non_tn_fp8_gemm_supported.
+Fp8Support cuda_fp8_support_for(int major, int minor);

@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "kernels/cuda/common.cuh"
+#include "llm/fp8_format.h"
 
 // `#pragma unroll` and __launch_bounds__ are hints to nvcc; the harness
 // compiles with g++, which knows neither.
@@ -80,6 +81,26 @@ static inline int aligned_to(const void* p, size_t bytes) { return ((uintptr_t)p
 __device__ inline float warp_sum(float v) {
     for (int o = WARP_SIZE / 2; o > 0; o >>= 1) v += __shfl_xor_sync(FULL_MASK, v, o);
     return v;
+}
+
+// ---- FP8 amax (the `float* amax` arguments of kernels/ops.h) ----------------------------------------------
+// Each thread keeps the largest fp8_abs_bits of the values it stored; the
+// warp takes the max over its lanes and lane 0 folds it into *amax with an
+// integer atomic max (the bits of non-negative floats order like the floats,
+// a NaN above all). A max needs no order: the result is deterministic. Every
+// lane of the warp must call it.
+__device__ inline void amax_commit_warp(float* amax, uint32_t bits) {
+    for (int o = WARP_SIZE / 2; o > 0; o >>= 1) {
+        uint32_t other = __shfl_xor_sync(FULL_MASK, bits, o);
+        bits = other > bits ? other : bits;
+    }
+    if (threadIdx.x % WARP_SIZE == 0 && bits) atomicMax((unsigned int*)amax, bits);
+}
+
+// |v| as stored in T (rounded to BF16 first when T is bf16), as fp8_abs_bits.
+template <typename T>
+__device__ inline uint32_t stored_abs_bits(float v) {
+    return fp8_abs_bits(to_float(from_float<T>(v)));
 }
 
 // ---- counter-based random numbers (the device twin of llm/rng.h) --------------------------------------

@@ -32,72 +32,99 @@ __device__ inline float gelu_grad(float x) {
 }
 
 // Elementwise kernels walk n / V packs of V elements (grid-stride), and the
-// first threads take the n % V leftover elements one by one.
+// first threads take the n % V leftover elements one by one. amax (may be
+// NULL): of what they write, as stored.
 template <typename T, int V>
-__global__ void gelu_forward_kernel(T* out, const T* inp, size_t n) {
+__global__ void gelu_forward_kernel(T* out, const T* inp, size_t n, float* amax) {
     size_t packs = n / V, stride = (size_t)gridDim.x * blockDim.x;
     size_t tid = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    uint32_t top = 0;
     for (size_t p = tid; p < packs; p += stride) {
         float x[V], y[V];
         load_pack<T, V>(x, inp + p * V);
         UNROLL for (int i = 0; i < V; i++) y[i] = gelu_value(x[i]);
         store_pack<T, V>(out + p * V, y);
+        if (amax) {
+            UNROLL for (int i = 0; i < V; i++) {
+                uint32_t bits = stored_abs_bits<T>(y[i]);
+                top = bits > top ? bits : top;
+            }
+        }
     }
     size_t i = packs * V + tid;
-    if (i < n) out[i] = from_float<T>(gelu_value(to_float(inp[i])));
+    if (i < n) {
+        float y = gelu_value(to_float(inp[i]));
+        out[i] = from_float<T>(y);
+        uint32_t bits = stored_abs_bits<T>(y);
+        top = bits > top ? bits : top;
+    }
+    if (amax) amax_commit_warp(amax, top);
 }
 
 // dinp may alias dout: each element is read before the same thread writes it.
 template <typename T, int V>
-__global__ void gelu_backward_kernel(T* dinp, const T* inp, const T* dout, size_t n) {
+__global__ void gelu_backward_kernel(T* dinp, const T* inp, const T* dout, size_t n, float* amax) {
     size_t packs = n / V, stride = (size_t)gridDim.x * blockDim.x;
     size_t tid = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    uint32_t top = 0;
     for (size_t p = tid; p < packs; p += stride) {
         float x[V], g[V], y[V];
         load_pack<T, V>(x, inp + p * V);
         load_pack<T, V>(g, dout + p * V);
         UNROLL for (int i = 0; i < V; i++) y[i] = g[i] * gelu_grad(x[i]);
         store_pack<T, V>(dinp + p * V, y);
+        if (amax) {
+            UNROLL for (int i = 0; i < V; i++) {
+                uint32_t bits = stored_abs_bits<T>(y[i]);
+                top = bits > top ? bits : top;
+            }
+        }
     }
     size_t i = packs * V + tid;
-    if (i < n) dinp[i] = from_float<T>(to_float(dout[i]) * gelu_grad(to_float(inp[i])));
+    if (i < n) {
+        float y = to_float(dout[i]) * gelu_grad(to_float(inp[i]));
+        dinp[i] = from_float<T>(y);
+        uint32_t bits = stored_abs_bits<T>(y);
+        top = bits > top ? bits : top;
+    }
+    if (amax) amax_commit_warp(amax, top);
 }
 
 template <typename T>
-static void gelu_forward_typed(Backend* be, T* out, const T* inp, size_t n) {
+static void gelu_forward_typed(Backend* be, T* out, const T* inp, size_t n, float* amax) {
     const int V = Vec16<T>::N;
     unsigned grid = grid_for(n, 256, V);
     if (aligned_to(out, 16) && aligned_to(inp, 16)) {
         auto kernel = gelu_forward_kernel<T, V>;
-        LAUNCH(kernel, grid, 256, 0, cuda_stream(be), out, inp, n);
+        LAUNCH(kernel, grid, 256, 0, cuda_stream(be), out, inp, n, amax);
     } else {
         auto kernel = gelu_forward_kernel<T, 1>;
-        LAUNCH(kernel, grid_for(n, 256, 1), 256, 0, cuda_stream(be), out, inp, n);
+        LAUNCH(kernel, grid_for(n, 256, 1), 256, 0, cuda_stream(be), out, inp, n, amax);
     }
     CUDA_CHECK_LAUNCH();
 }
 
 template <typename T>
-static void gelu_backward_typed(Backend* be, T* dinp, const T* inp, const T* dout, size_t n) {
+static void gelu_backward_typed(Backend* be, T* dinp, const T* inp, const T* dout, size_t n, float* amax) {
     const int V = Vec16<T>::N;
     if (aligned_to(dinp, 16) && aligned_to(inp, 16) && aligned_to(dout, 16)) {
         auto kernel = gelu_backward_kernel<T, V>;
-        LAUNCH(kernel, grid_for(n, 256, V), 256, 0, cuda_stream(be), dinp, inp, dout, n);
+        LAUNCH(kernel, grid_for(n, 256, V), 256, 0, cuda_stream(be), dinp, inp, dout, n, amax);
     } else {
         auto kernel = gelu_backward_kernel<T, 1>;
-        LAUNCH(kernel, grid_for(n, 256, 1), 256, 0, cuda_stream(be), dinp, inp, dout, n);
+        LAUNCH(kernel, grid_for(n, 256, 1), 256, 0, cuda_stream(be), dinp, inp, dout, n, amax);
     }
     CUDA_CHECK_LAUNCH();
 }
 
-void cuda_gelu_forward(Backend* be, void* out, const void* inp, size_t n) {
+void cuda_gelu_forward(Backend* be, void* out, const void* inp, size_t n, float* amax) {
     if (n == 0) return;
-    if (be->dtype == DTYPE_BF16) gelu_forward_typed(be, (bf16*)out, (const bf16*)inp, n);
-    else gelu_forward_typed(be, (float*)out, (const float*)inp, n);
+    if (be->dtype == DTYPE_BF16) gelu_forward_typed(be, (bf16*)out, (const bf16*)inp, n, amax);
+    else gelu_forward_typed(be, (float*)out, (const float*)inp, n, amax);
 }
 
-void cuda_gelu_backward(Backend* be, void* dinp, const void* inp, const void* dout, size_t n) {
+void cuda_gelu_backward(Backend* be, void* dinp, const void* inp, const void* dout, size_t n, float* amax) {
     if (n == 0) return;
-    if (be->dtype == DTYPE_BF16) gelu_backward_typed(be, (bf16*)dinp, (const bf16*)inp, (const bf16*)dout, n);
-    else gelu_backward_typed(be, (float*)dinp, (const float*)inp, (const float*)dout, n);
+    if (be->dtype == DTYPE_BF16) gelu_backward_typed(be, (bf16*)dinp, (const bf16*)inp, (const bf16*)dout, n, amax);
+    else gelu_backward_typed(be, (float*)dinp, (const float*)inp, (const float*)dout, n, amax);
 }

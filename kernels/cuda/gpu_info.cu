@@ -22,3 +22,15 @@ extern "C" int cuda_current_pci_bus_id(char* out, int len) {
     }
     return 1;
 }
+
+extern "C" int cuda_current_compute_capability(int* major, int* minor) {
+    int dev;
+    cudaDeviceProp prop;
+    if (cudaGetDevice(&dev) != cudaSuccess || cudaGetDeviceProperties(&prop, dev) != cudaSuccess) {
+        cudaGetLastError();
+        return 0;
+    }
+    *major = prop.major;
+    *minor = prop.minor;
+    return 1;
+}

@@ -21,9 +21,10 @@
 
 // With FUSED, residual = a + b is written first (rounded to T) and normalised;
 // residual may alias a (each element is read before the same thread writes it).
+// amax (may be NULL): of out, as stored.
 template <typename T, int V, bool FUSED>
 __global__ void layernorm_forward_kernel(T* out, float* mean, float* rstd, T* residual, const T* a,
-                                         const T* b, const T* w, const T* bias, int N, int C) {
+                                         const T* b, const T* w, const T* bias, int N, int C, float* amax) {
     int lane = threadIdx.x % WARP_SIZE;
     int row = blockIdx.x * (blockDim.x / WARP_SIZE) + threadIdx.x / WARP_SIZE;
     if (row >= N) return;
@@ -56,6 +57,7 @@ __global__ void layernorm_forward_kernel(T* out, float* mean, float* rstd, T* re
         }
     }
     float rs = 1.0f / sqrtf(warp_sum(var) / (float)C + LN_EPS);
+    uint32_t top = 0;
     for (int c = lane * V; c < C; c += WARP_SIZE * V) {
         float v[V], vw[V], vb[V], o[V];
         load_pack<T, V>(v, x + c);
@@ -63,7 +65,14 @@ __global__ void layernorm_forward_kernel(T* out, float* mean, float* rstd, T* re
         load_pack<T, V>(vb, bias + c);
         UNROLL for (int k = 0; k < V; k++) o[k] = (v[k] - m) * rs * vw[k] + vb[k];
         store_pack<T, V>(out + off + c, o);
+        if (amax) {
+            UNROLL for (int k = 0; k < V; k++) {
+                uint32_t bits = stored_abs_bits<T>(o[k]);
+                top = bits > top ? bits : top;
+            }
+        }
     }
+    if (amax) amax_commit_warp(amax, top);  // the whole warp: rows are per warp
     if (lane == 0) {
         mean[row] = m;
         rstd[row] = rs;
@@ -72,7 +81,8 @@ __global__ void layernorm_forward_kernel(T* out, float* mean, float* rstd, T* re
 
 template <typename T, bool FUSED>
 static void layernorm_forward_typed(Backend* be, T* out, float* mean, float* rstd, T* residual,
-                                    const T* a, const T* b, const T* w, const T* bias, int N, int C) {
+                                    const T* a, const T* b, const T* w, const T* bias, int N, int C,
+                                    float* amax) {
     const int V = Vec16<T>::N;
     int vec = C % V == 0 && aligned_to(out, 16) && aligned_to(a, 16) && aligned_to(w, 16) &&
               aligned_to(bias, 16) && (!FUSED || (aligned_to(b, 16) && aligned_to(residual, 16)));
@@ -80,49 +90,54 @@ static void layernorm_forward_typed(Backend* be, T* out, float* mean, float* rst
     unsigned grid = (unsigned)ceil_div((size_t)N, (size_t)rows_per_block);
     if (vec) {
         auto kernel = layernorm_forward_kernel<T, V, FUSED>;
-        LAUNCH(kernel, grid, LN_FWD_THREADS, 0, cuda_stream(be), out, mean, rstd, residual, a, b, w, bias, N, C);
+        LAUNCH(kernel, grid, LN_FWD_THREADS, 0, cuda_stream(be), out, mean, rstd, residual, a, b, w, bias, N, C,
+               amax);
     } else {
         auto kernel = layernorm_forward_kernel<T, 1, FUSED>;
-        LAUNCH(kernel, grid, LN_FWD_THREADS, 0, cuda_stream(be), out, mean, rstd, residual, a, b, w, bias, N, C);
+        LAUNCH(kernel, grid, LN_FWD_THREADS, 0, cuda_stream(be), out, mean, rstd, residual, a, b, w, bias, N, C,
+               amax);
     }
     CUDA_CHECK_LAUNCH();
 }
 
 void cuda_layernorm_forward(Backend* be, void* out, float* mean, float* rstd, const void* inp,
-                            const void* w, const void* b, int N, int C) {
+                            const void* w, const void* b, int N, int C, float* amax) {
     if (N <= 0 || C <= 0) return;
     if (be->dtype == DTYPE_BF16)
         layernorm_forward_typed<bf16, false>(be, (bf16*)out, mean, rstd, NULL, (const bf16*)inp, NULL,
-                                             (const bf16*)w, (const bf16*)b, N, C);
+                                             (const bf16*)w, (const bf16*)b, N, C, amax);
     else
         layernorm_forward_typed<float, false>(be, (float*)out, mean, rstd, NULL, (const float*)inp, NULL,
-                                              (const float*)w, (const float*)b, N, C);
+                                              (const float*)w, (const float*)b, N, C, amax);
 }
 
 void cuda_residual_layernorm_forward(Backend* be, void* residual, void* out, float* mean,
                                      float* rstd, const void* a, const void* b, const void* w,
-                                     const void* bias, int N, int C) {
+                                     const void* bias, int N, int C, float* amax) {
     if (N <= 0 || C <= 0) return;
     if (be->dtype == DTYPE_BF16)
         layernorm_forward_typed<bf16, true>(be, (bf16*)out, mean, rstd, (bf16*)residual, (const bf16*)a,
-                                            (const bf16*)b, (const bf16*)w, (const bf16*)bias, N, C);
+                                            (const bf16*)b, (const bf16*)w, (const bf16*)bias, N, C, amax);
     else
         layernorm_forward_typed<float, true>(be, (float*)out, mean, rstd, (float*)residual, (const float*)a,
-                                             (const float*)b, (const float*)w, (const float*)bias, N, C);
+                                             (const float*)b, (const float*)w, (const float*)bias, N, C, amax);
 }
 
 // ---- backward ---------------------------------------------------------------------------------------
 
 // partial: (gridDim.x, 2, C) floats: this block's dw and db column sums.
+// amax (may be NULL): of dinp after the addition, as stored.
 template <typename T, int V>
 __global__ void layernorm_backward_kernel(T* dinp, float* partial, const T* dout, const T* inp,
-                                          const T* w, const float* mean, const float* rstd, int N, int C) {
+                                          const T* w, const float* mean, const float* rstd, int N, int C,
+                                          float* amax) {
     int lane = threadIdx.x % WARP_SIZE, warp = threadIdx.x / WARP_SIZE;
     int warps = blockDim.x / WARP_SIZE;
     int row0 = blockIdx.x * LN_BWD_ROWS;
     int rows = dmin(LN_BWD_ROWS, N - row0);
 
     // dinp += rstd * (g - mean(g) - xhat * mean(g * xhat)), g = dout * w.
+    uint32_t top = 0;
     for (int r = warp; r < rows; r += warps) {
         size_t off = (size_t)(row0 + r) * C;
         float m = mean[row0 + r], rs = rstd[row0 + r];
@@ -151,8 +166,15 @@ __global__ void layernorm_backward_kernel(T* dinp, float* partial, const T* dout
                 d[k] += (g[k] * vw[k] - mean_g - xhat * mean_gx) * rs;
             }
             store_pack<T, V>(dinp + off + c, d);
+            if (amax) {
+                UNROLL for (int k = 0; k < V; k++) {
+                    uint32_t bits = stored_abs_bits<T>(d[k]);
+                    top = bits > top ? bits : top;
+                }
+            }
         }
     }
+    if (amax) amax_commit_warp(amax, top);  // every warp of the block gets here
 
     // Column partials of dw = sum dout * xhat and db = sum dout over the rows, in row order.
     float* pw = partial + (size_t)blockIdx.x * 2 * C;
@@ -180,7 +202,8 @@ __global__ void layernorm_backward_kernel(T* dinp, float* partial, const T* dout
 
 template <typename T>
 static void layernorm_backward_typed(Backend* be, T* dinp, T* dw, T* db, const T* dout, const T* inp,
-                                     const T* w, const float* mean, const float* rstd, int N, int C) {
+                                     const T* w, const float* mean, const float* rstd, int N, int C,
+                                     float* amax) {
     const int V = Vec16<T>::N;
     cudaStream_t st = cuda_stream(be);
     int blocks = (int)ceil_div((size_t)N, LN_BWD_ROWS);
@@ -189,10 +212,10 @@ static void layernorm_backward_typed(Backend* be, T* dinp, T* dw, T* db, const T
               aligned_to(w, 16);
     if (vec) {
         auto kernel = layernorm_backward_kernel<T, V>;
-        LAUNCH(kernel, blocks, LN_BWD_THREADS, 0, st, dinp, partial, dout, inp, w, mean, rstd, N, C);
+        LAUNCH(kernel, blocks, LN_BWD_THREADS, 0, st, dinp, partial, dout, inp, w, mean, rstd, N, C, amax);
     } else {
         auto kernel = layernorm_backward_kernel<T, 1>;
-        LAUNCH(kernel, blocks, LN_BWD_THREADS, 0, st, dinp, partial, dout, inp, w, mean, rstd, N, C);
+        LAUNCH(kernel, blocks, LN_BWD_THREADS, 0, st, dinp, partial, dout, inp, w, mean, rstd, N, C, amax);
     }
     CUDA_CHECK_LAUNCH();
     cuda_reduce_partials_add(be, dw, partial, blocks, 2 * (size_t)C, C);
@@ -201,12 +224,12 @@ static void layernorm_backward_typed(Backend* be, T* dinp, T* dw, T* db, const T
 
 void cuda_layernorm_backward(Backend* be, void* dinp, void* dw, void* db, const void* dout,
                              const void* inp, const void* w, const float* mean, const float* rstd,
-                             int N, int C) {
+                             int N, int C, float* amax) {
     if (N <= 0 || C <= 0) return;
     if (be->dtype == DTYPE_BF16)
         layernorm_backward_typed(be, (bf16*)dinp, (bf16*)dw, (bf16*)db, (const bf16*)dout, (const bf16*)inp,
-                                 (const bf16*)w, mean, rstd, N, C);
+                                 (const bf16*)w, mean, rstd, N, C, amax);
     else
         layernorm_backward_typed(be, (float*)dinp, (float*)dw, (float*)db, (const float*)dout, (const float*)inp,
-                                 (const float*)w, mean, rstd, N, C);
+                                 (const float*)w, mean, rstd, N, C, amax);
 }

@@ -15,6 +15,17 @@
 // true FP32 (no TF32) for FP32 inputs. The heuristic's choice is cached per
 // shape: the key is every descriptor parameter plus the pointer alignments,
 // which the heuristic also depends on.
+//
+// FP8 (fp8_matmul_forward/backward): E4M3 x E4M3 forward, E5M2 gradient x
+// E4M3 weight for dinp, E4M3 input x E5M2 gradient for dweight; BF16 outputs
+// (and bias), FP32 accumulation; the operands' scale_inv go to cuBLASLt's
+// A/B scale pointers, so D = scale_inv_A * scale_inv_B * (A @ B). Fast
+// accumulation (no periodic promotion of the tensor cores' partial sums to
+// FP32) only in the forward GEMM, as TransformerEngine, torchao and nanochat
+// do: the gradients are the precision-sensitive part. On Hopper (FP8_TN_ONLY)
+// every FP8 GEMM must read A transposed and B not, so dinp reads W^T and
+// dweight X^T and dY^T (copies the caller made in the same cast pass); on
+// Blackwell dinp is NN and dweight NT on the plain layouts.
 #include <stdlib.h>
 #include <string.h>
 
@@ -30,7 +41,7 @@
     } while (0)
 
 struct GemmPlan {
-    int key[13];
+    int key[16];
     cublasLtMatmulAlgo_t algo;
 };
 
@@ -43,6 +54,11 @@ typedef struct {
     float beta;
     cublasLtEpilogue_t epilogue;
     const void* bias;
+    // FP8 operands (0: A and B have the backend's dtype): their types, the
+    // dequantisation multipliers, and fast accumulation.
+    cudaDataType_t type_a, type_b;
+    const float *scale_a, *scale_b;
+    int fast_accum;
 } Gemm;
 
 void cuda_matmul_init(Backend* be) {
@@ -77,6 +93,7 @@ static void set_attr(cublasLtMatmulDesc_t d, cublasLtMatmulDescAttributes_t a, c
 static void run_gemm(Backend* be, const Gemm* g) {
     CudaState* s = cuda_state(be);
     cudaDataType_t type = be->dtype == DTYPE_BF16 ? CUDA_R_16BF : CUDA_R_32F;
+    cudaDataType_t type_a = g->type_a ? g->type_a : type, type_b = g->type_b ? g->type_b : type;
 
     cublasLtMatmulDesc_t desc;
     LT_CHECK(cublasLtMatmulDescCreate(&desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
@@ -85,17 +102,24 @@ static void run_gemm(Backend* be, const Gemm* g) {
     set_attr(desc, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb);
     set_attr(desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &g->epilogue, sizeof g->epilogue);
     if (g->bias) set_attr(desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &g->bias, sizeof g->bias);
+    if (g->scale_a) set_attr(desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &g->scale_a, sizeof g->scale_a);
+    if (g->scale_b) set_attr(desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &g->scale_b, sizeof g->scale_b);
+    if (g->type_a) {
+        int8_t fast = (int8_t)g->fast_accum;
+        set_attr(desc, CUBLASLT_MATMUL_DESC_FAST_ACCUM, &fast, sizeof fast);
+    }
 
     // Stored shapes: op(X) = X^T means X is stored transposed.
     cublasLtMatrixLayout_t la, lb, ld;
-    LT_CHECK(cublasLtMatrixLayoutCreate(&la, type, g->transa ? g->k : g->m, g->transa ? g->m : g->k, g->lda));
-    LT_CHECK(cublasLtMatrixLayoutCreate(&lb, type, g->transb ? g->n : g->k, g->transb ? g->k : g->n, g->ldb));
+    LT_CHECK(cublasLtMatrixLayoutCreate(&la, type_a, g->transa ? g->k : g->m, g->transa ? g->m : g->k, g->lda));
+    LT_CHECK(cublasLtMatrixLayoutCreate(&lb, type_b, g->transb ? g->n : g->k, g->transb ? g->k : g->n, g->ldb));
     LT_CHECK(cublasLtMatrixLayoutCreate(&ld, type, g->m, g->n, g->ldd));
 
     int align_a = alignment_of(g->A), align_b = alignment_of(g->B), align_d = alignment_of(g->D);
     int align_e = alignment_of(g->bias);
-    int key[13] = {g->transa, g->transb, g->m, g->n, g->k, g->lda, g->ldb, g->ldd, (int)be->dtype,
-                   (int)g->epilogue, g->beta != 0.0f, align_a | align_b << 9, align_d | align_e << 9};
+    int key[16] = {g->transa, g->transb, g->m, g->n, g->k, g->lda, g->ldb, g->ldd, (int)be->dtype,
+                   (int)g->epilogue, g->beta != 0.0f, align_a | align_b << 9, align_d | align_e << 9,
+                   (int)type_a, (int)type_b, g->fast_accum};
     GemmPlan* plan = NULL;
     for (int i = 0; i < s->plan_count && !plan; i++) {
         if (memcmp(s->plans[i].key, key, sizeof key) == 0) plan = &s->plans[i];
@@ -115,8 +139,9 @@ static void run_gemm(Backend* be, const Gemm* g) {
         LT_CHECK(cublasLtMatmulAlgoGetHeuristic(s->lt, desc, la, lb, ld, ld, pref, 1, &result, &found));
         LT_CHECK(cublasLtMatmulPreferenceDestroy(pref));
         if (found == 0) {
-            fatal("cuBLASLt has no algorithm for a %s GEMM m=%d n=%d k=%d (transa=%d transb=%d, epilogue %d)",
-                  dtype_name(be->dtype), g->m, g->n, g->k, g->transa, g->transb, (int)g->epilogue);
+            fatal("cuBLASLt has no algorithm for a %s GEMM m=%d n=%d k=%d (transa=%d transb=%d, epilogue %d%s)",
+                  dtype_name(be->dtype), g->m, g->n, g->k, g->transa, g->transb, (int)g->epilogue,
+                  g->type_a ? ", FP8 operands" : "");
         }
         if (s->plan_count == s->plan_cap) {
             s->plan_cap = s->plan_cap ? 2 * s->plan_cap : 32;
@@ -155,7 +180,7 @@ void cuda_matmul_forward(Backend* be, void* out, void* pre_gelu, const void* inp
     g.D = pre_gelu ? pre_gelu : out;
     g.epilogue = bias ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT;
     run_gemm(be, &g);
-    if (pre_gelu) cuda_gelu_forward(be, out, pre_gelu, (size_t)N * OC);
+    if (pre_gelu) cuda_gelu_forward(be, out, pre_gelu, (size_t)N * OC, NULL);
 }
 
 void cuda_matmul_backward(Backend* be, void* dinp, void* dweight, void* dbias, const void* dout,
@@ -195,4 +220,118 @@ void cuda_matmul_backward(Backend* be, void* dinp, void* dweight, void* dbias, c
         run_gemm(be, &g);
     }
     if (dbias) cuda_column_sum_add(be, dbias, dout, N, OC);
+}
+
+// ---- FP8 --------------------------------------------------------------------------------------------------
+
+static cudaDataType_t fp8_type(const Fp8Tensor* t, DType want, const char* what) {
+    if (t->type != want)
+        fatal("FP8 GEMM: the %s is %s, expected %s", what, dtype_name(t->type), dtype_name(want));
+    return want == DTYPE_FP8_E4M3 ? CUDA_R_8F_E4M3 : CUDA_R_8F_E5M2;
+}
+
+static const void* need(const void* p, const char* what) {
+    if (!p) fatal("FP8 GEMM: the %s is missing (a caller bug: see fp8_matmul_backward in kernels/ops.h)", what);
+    return p;
+}
+
+// FP8 tensor-core GEMMs need every dimension (they are the leading dimensions
+// of one layout or another) a multiple of 16; the trainer checks the model's
+// shapes at start-up with an error that names the flag, this is the backstop.
+static void check_fp8_gemm(Backend* be, int N, int C, int OC) {
+    if (be->fp8_support == FP8_NONE)
+        fatal("FP8 GEMM on a GPU without FP8 tensor cores (compute capability %d.%d; FP8 needs 8.9 or newer)",
+              cuda_state(be)->cc_major, cuda_state(be)->cc_minor);
+    if (be->dtype != DTYPE_BF16) fatal("FP8 GEMMs write BF16: the CUDA backend must run in bf16 (it is %s)", dtype_name(be->dtype));
+    if (N % 16 || C % 16 || OC % 16)
+        fatal("FP8 GEMM of %d tokens, %d -> %d channels: every dimension must be a multiple of 16", N, C, OC);
+}
+
+void cuda_fp8_matmul_forward(Backend* be, void* out, const Fp8Tensor* inp, const Fp8Tensor* weight,
+                             const void* bias, int N, int C, int OC) {
+    if (N <= 0 || OC <= 0) return;
+    check_fp8_gemm(be, N, C, OC);
+    // out^T (OC, N) = W (stored C x OC, transposed) @ X^T (stored C x N): TN on every architecture.
+    Gemm g;
+    memset(&g, 0, sizeof g);
+    g.transa = 1;
+    g.m = OC;
+    g.n = N;
+    g.k = C;
+    g.A = need(weight->q, "weight");
+    g.lda = C;
+    g.type_a = fp8_type(weight, DTYPE_FP8_E4M3, "weight");
+    g.scale_a = weight->scale_inv;
+    g.B = need(inp->q, "input");
+    g.ldb = C;
+    g.type_b = fp8_type(inp, DTYPE_FP8_E4M3, "input");
+    g.scale_b = inp->scale_inv;
+    g.D = out;
+    g.ldd = OC;
+    g.bias = bias;
+    g.epilogue = bias ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT;
+    g.fast_accum = 1;
+    run_gemm(be, &g);
+}
+
+void cuda_fp8_matmul_backward(Backend* be, void* dinp, void* dweight, const Fp8Tensor* dout,
+                              const Fp8Tensor* inp, const Fp8Tensor* weight, int N, int C, int OC) {
+    if (N <= 0 || (!dinp && !dweight)) return;
+    check_fp8_gemm(be, N, C, OC);
+    int tn = be->fp8_support == FP8_TN_ONLY;
+    Gemm g;
+    if (dinp) {
+        // dinp^T (C, N) = W^T (C x OC) @ dY^T (stored OC x N).
+        memset(&g, 0, sizeof g);
+        g.m = C;
+        g.n = N;
+        g.k = OC;
+        if (tn) {  // A = W^T stored (C, OC) row-major, i.e. column-major OC x C, read transposed
+            g.transa = 1;
+            g.A = need(weight->qt, "transposed weight");
+            g.lda = OC;
+        } else {   // A = W stored (OC, C) row-major, i.e. column-major C x OC, as is
+            g.A = need(weight->q, "weight");
+            g.lda = C;
+        }
+        g.type_a = fp8_type(weight, DTYPE_FP8_E4M3, "weight");
+        g.scale_a = weight->scale_inv;
+        g.B = need(dout->q, "output gradient");
+        g.ldb = OC;
+        g.type_b = fp8_type(dout, DTYPE_FP8_E5M2, "output gradient");
+        g.scale_b = dout->scale_inv;
+        g.D = dinp;
+        g.ldd = C;
+        g.epilogue = CUBLASLT_EPILOGUE_DEFAULT;
+        run_gemm(be, &g);
+    }
+    if (dweight) {
+        // dW^T (C, OC) += X^T (C x N) @ dY (N x OC).
+        memset(&g, 0, sizeof g);
+        g.m = C;
+        g.n = OC;
+        g.k = N;
+        if (tn) {  // A = X^T stored (C, N), read transposed; B = dY^T stored (OC, N), as is
+            g.transa = 1;
+            g.A = need(inp->qt, "transposed input");
+            g.lda = N;
+            g.B = need(dout->qt, "transposed output gradient");
+            g.ldb = N;
+        } else {   // A = X stored (N, C), as is; B = dY stored (N, OC), read transposed
+            g.A = need(inp->q, "input");
+            g.lda = C;
+            g.transb = 1;
+            g.B = need(dout->q, "output gradient");
+            g.ldb = OC;
+        }
+        g.type_a = fp8_type(inp, DTYPE_FP8_E4M3, "input");
+        g.scale_a = inp->scale_inv;
+        g.type_b = fp8_type(dout, DTYPE_FP8_E5M2, "output gradient");
+        g.scale_b = dout->scale_inv;
+        g.D = dweight;
+        g.ldd = C;
+        g.beta = 1.0f;
+        g.epilogue = CUBLASLT_EPILOGUE_DEFAULT;
+        run_gemm(be, &g);
+    }
 }

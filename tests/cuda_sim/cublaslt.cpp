@@ -11,7 +11,8 @@
 // What cuBLASLt would reject is rejected the same way (status codes, with
 // the reason on stderr): attribute sizes, dimension mismatches, leading
 // dimensions, type combinations, Hopper's FP8 rules (A transposed, B not,
-// leading dimensions and pointers 16-byte aligned), the GELU aux leading
+// leading dimensions and pointers 16-byte aligned; CUDA_SIM_CC=100 lifts
+// the TN rule as Blackwell does), the GELU aux leading
 // dimension, in-place C == D with different layouts, an algorithm used on
 // pointers less aligned than the preference it was chosen for. Matrices that
 // reach outside their allocations stop the program, as the fault would on a
@@ -315,9 +316,12 @@ cublasStatus_t check_problem(Problem* p) {
         if (is_fp8(td) ? (tc != CUDA_R_16BF && tc != CUDA_R_16F) : tc != td)
             return reject(CUBLAS_STATUS_NOT_SUPPORTED, "FP8 GEMM with D %s needs C %s, not %s", type_name(td),
                           is_fp8(td) ? "BF16 or F16" : type_name(td), type_name(tc));
-        // Hopper: "A must be transposed and B non-transposed (the TN format)".
-        if (d->transa != CUBLAS_OP_T || d->transb != CUBLAS_OP_N)
-            return reject(CUBLAS_STATUS_NOT_SUPPORTED, "FP8 on sm_90 needs TN (transa T, transb N), got %s%s",
+        // Ada and Hopper: "A must be transposed and B non-transposed (the TN
+        // format)"; Blackwell (10.x, 11.x) takes any layout for per-tensor FP8.
+        int cc = cuda_sim::compute_capability();
+        bool any_layout = (cc >= 100 && cc < 120) || cc >= 130;
+        if (!any_layout && (d->transa != CUBLAS_OP_T || d->transb != CUBLAS_OP_N))
+            return reject(CUBLAS_STATUS_NOT_SUPPORTED, "FP8 on sm_%d needs TN (transa T, transb N), got %s%s", cc,
                           op_name(d->transa), op_name(d->transb));
         if (A->order != CUBLASLT_ORDER_COL || B->order != CUBLASLT_ORDER_COL || D->order != CUBLASLT_ORDER_COL)
             return reject(CUBLAS_STATUS_NOT_SUPPORTED, "FP8 needs column-major A, B and D");

@@ -408,8 +408,8 @@ cudaError_t cudaGetDeviceProperties(struct cudaDeviceProp* p, int device) {
     p->maxGridSize[1] = 65535;
     p->maxGridSize[2] = 65535;
     p->totalConstMem = 65536;
-    p->major = 9;
-    p->minor = 0;
+    p->major = compute_capability() / 10;
+    p->minor = compute_capability() % 10;
     p->textureAlignment = 512;
     p->texturePitchAlignment = 32;
     p->multiProcessorCount = kSmCount;
@@ -808,3 +808,14 @@ cudaError_t cudaOccupancyMaxActiveBlocksPerMultiprocessor(int* n, const void* fu
 }
 
 }  // extern "C"
+
+namespace cuda_sim {
+int compute_capability() {
+    const char* v = getenv("CUDA_SIM_CC");
+    if (!v || !v[0]) return 90;
+    char* end;
+    long cc = strtol(v, &end, 10);
+    if (*end || cc < 75 || cc > 130) fatal("CUDA_SIM_CC='%s' is not a compute capability like 90 or 100", v);
+    return (int)cc;
+}
+}  // namespace cuda_sim

@@ -40,6 +40,10 @@ void set_last_error(cudaError_t e);
 bool valid_stream(cudaStream_t s);
 size_t max_dynamic_smem(const void* function);
 void register_device_range(const void* p, size_t bytes);
+// The simulated compute capability as major * 10 + minor: 90 (an H100), or
+// CUDA_SIM_CC (e.g. 100 for a B200: its FP8 GEMMs are not bound to the TN
+// layout), read at every call so that a test can switch it between backends.
+int compute_capability();
 
 // Simulated device limits (an H100 SXM).
 constexpr int kSmCount = 132;

@@ -3,7 +3,8 @@
 # GPU (build/sim/train_gpt): a BF16 run resumed from its checkpoint continues
 # bit for bit (the stochastically rounded 16-bit parameters are saved as they
 # are, beside the FP32 masters), background saves copy from device memory,
-# and checkpoints move between backends and precisions.
+# checkpoints move between backends and precisions, and an FP8 run (delayed
+# scaling) resumes bit for bit.
 set -u
 cd "$(dirname "$0")/../.." || exit 1
 # shellcheck source=tests/lib.sh
@@ -60,6 +61,21 @@ if [ "$rc1" -eq 0 ] && [ "$rc2" -eq 0 ] && [ -n "$l_p1" ] && [ -n "$l_p2" ] &&
   ok sim_checkpoint_across_precisions
 else
   fail sim_checkpoint_across_precisions "step-5 losses: bf16 $l_a vs fp32 from it $l_p1; fp32 $l_c vs bf16 from it $l_p2"
+fi
+
+# 4. FP8 on the GPU, delayed scaling (history 2, so it wraps before the save):
+# the step-4 checkpoint (saved in the background) resumed continues bit for
+# bit, its scales and amax histories restored from the manifest.
+fp8=("${tiny[@]}" --device cuda --precision fp8 --fp8-recipe delayed --fp8-amax-history 2)
+"$TG" "${fp8[@]}" --checkpoint-dir "$T/f" --checkpoint-every 4 --keep-last 0 --async-checkpoint 1 \
+  --export "$T/f.bin" >"$T/f.log" 2>&1
+"$TG" "${fp8[@]}" --checkpoint-dir "$T/f2" --resume "$T/f/step_00000004" --export "$T/f2.bin" >"$T/f2.log" 2>&1
+if [ "$(resumed_from "$T/f2.log")" = 4 ] && [ "$(lines_after "$T/f.log" 4 | wc -l)" -eq 4 ] &&
+   [ "$(lines_after "$T/f.log" 4)" = "$(lines_after "$T/f2.log" 4)" ] && cmp -s "$T/f.bin" "$T/f2.bin" &&
+   grep -q '"fp8": {"recipe": "delayed"' "$T/f/step_00000004/manifest.json" && ! grep -q 'starts afresh' "$T/f2.log"; then
+  ok sim_fp8_delayed_resume_bit_for_bit
+else
+  fail sim_fp8_delayed_resume_bit_for_bit "$(diff <(lines_after "$T/f.log" 4) <(lines_after "$T/f2.log" 4) | head -n 3) $(grep -E 'error|afresh' "$T/f.log" "$T/f2.log" | head -n 2)"
 fi
 
 finish

@@ -386,6 +386,12 @@ static void rejected_like_cublaslt() {
     CHECK(heuristic_status(E4, E4, BF, T, N, 0, DEF, 0) == CUBLAS_STATUS_SUCCESS, "FP8 TN is supported");
     CHECK(heuristic_status(E4, E4, BF, N, N, 0, DEF, 0) == CUBLAS_STATUS_NOT_SUPPORTED, "FP8 NN is not (Hopper)");
     CHECK(heuristic_status(E4, E4, BF, T, T, 0, DEF, 0) == CUBLAS_STATUS_NOT_SUPPORTED, "FP8 TT is not");
+    setenv("CUDA_SIM_CC", "100", 1);  // a Blackwell takes per-tensor FP8 in any layout
+    CHECK(heuristic_status(E4, E4, BF, N, N, 0, DEF, 0) == CUBLAS_STATUS_SUCCESS, "FP8 NN on sm_100");
+    CHECK(heuristic_status(E4, E5, BF, N, T, 0, DEF, 0) == CUBLAS_STATUS_SUCCESS, "FP8 NT on sm_100");
+    setenv("CUDA_SIM_CC", "89", 1);  // Ada: TN only, as Hopper
+    CHECK(heuristic_status(E4, E4, BF, N, N, 0, DEF, 0) == CUBLAS_STATUS_NOT_SUPPORTED, "FP8 NN on sm_89");
+    unsetenv("CUDA_SIM_CC");
     CHECK(heuristic_status(E5, E5, BF, T, N, 0, DEF, 0) == CUBLAS_STATUS_NOT_SUPPORTED, "E5M2 x E5M2 is not");
     CHECK(heuristic_status(E4, E4, BF, T, N, 8, DEF, 0) == CUBLAS_STATUS_NOT_SUPPORTED, "FP8 lda 40 (not a multiple of 16)");
     CHECK(heuristic_status(E4, E4, E5, T, N, 0, DEF, 0) == CUBLAS_STATUS_NOT_SUPPORTED, "E4M3 x E4M3 cannot write E5M2");

@@ -157,10 +157,10 @@ static void layernorm_case(int N, int C) {
     float* b = host_normal(C, 1.0f);
     float *r_out = ref_nan(n), *r_mean = ref_nan(N), *r_rstd = ref_nan(N);
     float *r_inp = ref_from(inp, n), *r_w = ref_from(w, C), *r_b = ref_from(b, C);
-    ref->layernorm_forward(ref, r_out, r_mean, r_rstd, r_inp, r_w, r_b, N, C);
+    ref->layernorm_forward(ref, r_out, r_mean, r_rstd, r_inp, r_w, r_b, N, C, NULL);
     void *g_out = gpu_nan(n), *g_inp = gpu_from(inp, n), *g_w = gpu_from(w, C), *g_b = gpu_from(b, C);
     float *g_mean = gpu_nan_f32(N), *g_rstd = gpu_nan_f32(N);
-    gpu->layernorm_forward(gpu, g_out, g_mean, g_rstd, g_inp, g_w, g_b, N, C);
+    gpu->layernorm_forward(gpu, g_out, g_mean, g_rstd, g_inp, g_w, g_b, N, C, NULL);
     char what[96];
     snprintf(what, sizeof what, "layernorm out N=%d C=%d", N, C);
     EXPECT_DEVICE_CLOSE(g_out, r_out, n, tolerance(1), what);
@@ -202,18 +202,18 @@ static void residual_case(int N, int C, int alias) {
     float *a = host_normal(n, 1.0f), *b = host_normal(n, 1.0f), *w = host_normal(C, 1.0f), *bias = host_normal(C, 1.0f);
     float *r_a = ref_from(a, n), *r_b = ref_from(b, n), *r_w = ref_from(w, C), *r_bias = ref_from(bias, C);
     float *r_res = ref_nan(n), *r_out = ref_nan(n), *r_mean = ref_nan(N), *r_rstd = ref_nan(N);
-    ref->residual_layernorm_forward(ref, r_res, r_out, r_mean, r_rstd, r_a, r_b, r_w, r_bias, N, C);
+    ref->residual_layernorm_forward(ref, r_res, r_out, r_mean, r_rstd, r_a, r_b, r_w, r_bias, N, C, NULL);
     // The reference normalises the FP32 sum; the GPU normalises the stored (rounded) residual.
     float* res_stored = (float*)xmalloc(n * sizeof(float));
     for (size_t i = 0; i < n; i++) res_stored[i] = as_stored(r_res[i]);
     float *r2_out = ref_nan(n), *r2_in = ref_from(res_stored, n);
-    ref->layernorm_forward(ref, r2_out, r_mean, r_rstd, r2_in, r_w, r_bias, N, C);
+    ref->layernorm_forward(ref, r2_out, r_mean, r_rstd, r2_in, r_w, r_bias, N, C, NULL);
 
     void *g_a = gpu_from(a, n), *g_b = gpu_from(b, n), *g_w = gpu_from(w, C), *g_bias = gpu_from(bias, C);
     void* g_res = alias ? g_a : gpu_nan(n);
     void* g_out = gpu_nan(n);
     float *g_mean = gpu_nan_f32(N), *g_rstd = gpu_nan_f32(N);
-    gpu->residual_layernorm_forward(gpu, g_res, g_out, g_mean, g_rstd, g_a, g_b, g_w, g_bias, N, C);
+    gpu->residual_layernorm_forward(gpu, g_res, g_out, g_mean, g_rstd, g_a, g_b, g_w, g_bias, N, C, NULL);
     char what[96];
     snprintf(what, sizeof what, "residual N=%d C=%d%s", N, C, alias ? " (aliases a)" : "");
     EXPECT_DEVICE_CLOSE(g_res, r_res, n, tolerance(0.5), what);
@@ -260,12 +260,12 @@ static void layernorm_backward_case(int N, int C) {
     float *r_inp = ref_from(inp, n), *r_w = ref_from(w, C), *r_dout = ref_from(dout, n);
     float *r_dinp = ref_from(dinp, n), *r_dw = ref_from(dw, C), *r_db = ref_from(db, C);
     float *r_out = ref_nan(n), *r_mean = ref_nan(N), *r_rstd = ref_nan(N), *r_bias = ref_from(w, C);
-    ref->layernorm_forward(ref, r_out, r_mean, r_rstd, r_inp, r_w, r_bias, N, C);
-    ref->layernorm_backward(ref, r_dinp, r_dw, r_db, r_dout, r_inp, r_w, r_mean, r_rstd, N, C);
+    ref->layernorm_forward(ref, r_out, r_mean, r_rstd, r_inp, r_w, r_bias, N, C, NULL);
+    ref->layernorm_backward(ref, r_dinp, r_dw, r_db, r_dout, r_inp, r_w, r_mean, r_rstd, N, C, NULL);
     void *g_inp = gpu_from(inp, n), *g_w = gpu_from(w, C), *g_dout = gpu_from(dout, n);
     void *g_dinp = gpu_from(dinp, n), *g_dw = gpu_from(dw, C), *g_db = gpu_from(db, C);
     float *g_mean = gpu_from_f32(r_mean, N), *g_rstd = gpu_from_f32(r_rstd, N);
-    gpu->layernorm_backward(gpu, g_dinp, g_dw, g_db, g_dout, g_inp, g_w, g_mean, g_rstd, N, C);
+    gpu->layernorm_backward(gpu, g_dinp, g_dw, g_db, g_dout, g_inp, g_w, g_mean, g_rstd, N, C, NULL);
     char what[96];
     snprintf(what, sizeof what, "layernorm dinp (+=) N=%d C=%d", N, C);
     EXPECT_DEVICE_CLOSE(g_dinp, r_dinp, n, tolerance(1), what);
@@ -277,7 +277,7 @@ static void layernorm_backward_case(int N, int C) {
     // Deterministic: a second run from the same start gives the same bits.
     float* first = gpu_read(g_dw, C);
     void *d2 = gpu_from(dinp, n), *w2 = gpu_from(dw, C), *b2 = gpu_from(db, C);
-    gpu->layernorm_backward(gpu, d2, w2, b2, g_dout, g_inp, g_w, g_mean, g_rstd, N, C);
+    gpu->layernorm_backward(gpu, d2, w2, b2, g_dout, g_inp, g_w, g_mean, g_rstd, N, C, NULL);
     float* second = gpu_read(w2, C);
     CHECK(same_bits(first, second, C * sizeof(float)), "layernorm backward is not deterministic");
     free(first);
@@ -399,18 +399,18 @@ static void test_gelu(void) {
     x[0] = -30.0f;  // far tails: exp overflow must not give NaN
     x[1] = 30.0f;
     float *r_x = ref_from(x, n), *r_g = ref_from(g, n), *r_out = ref_nan(n), *r_din = ref_nan(n);
-    ref->gelu_forward(ref, r_out, r_x, n);
-    ref->gelu_backward(ref, r_din, r_x, r_g, n);
+    ref->gelu_forward(ref, r_out, r_x, n, NULL);
+    ref->gelu_backward(ref, r_din, r_x, r_g, n, NULL);
     void *g_x = gpu_from(x, n), *g_g = gpu_from(g, n), *g_out = gpu_nan(n), *g_din = gpu_nan(n);
-    gpu->gelu_forward(gpu, g_out, g_x, n);
-    gpu->gelu_backward(gpu, g_din, g_x, g_g, n);
+    gpu->gelu_forward(gpu, g_out, g_x, n, NULL);
+    gpu->gelu_backward(gpu, g_din, g_x, g_g, n, NULL);
     EXPECT_DEVICE_CLOSE(g_out, r_out, n, tolerance(1), "gelu forward");
     EXPECT_DEVICE_CLOSE(g_din, r_din, n, tolerance(1), "gelu backward");
-    gpu->gelu_backward(gpu, g_g, g_x, g_g, n);  // in place: dinp aliases dout
+    gpu->gelu_backward(gpu, g_g, g_x, g_g, n, NULL);  // in place: dinp aliases dout
     EXPECT_DEVICE_CLOSE(g_g, r_din, n, tolerance(1), "gelu backward in place");
     // Unaligned start: the scalar path.
     size_t es = gsize();
-    gpu->gelu_forward(gpu, (char*)g_out + es, (char*)g_x + es, n - 1);
+    gpu->gelu_forward(gpu, (char*)g_out + es, (char*)g_x + es, n - 1, NULL);
     EXPECT_DEVICE_CLOSE(g_out, r_out, n, tolerance(1), "gelu forward, unaligned");
     void* bufs[] = {g_x, g_g, g_out, g_din};
     for (int i = 0; i < 4; i++) gpu->free(gpu, bufs[i]);
@@ -608,6 +608,7 @@ static AdamWParams adam_params(void) {
     p.step = 3;
     p.seed = 0x5eed;
     p.index_base = 1000;
+    p.amax = NULL;
     return p;
 }
 
