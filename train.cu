@@ -13,12 +13,17 @@
 #include "llm/device.h"
 #include "llm/llmc_io.h"
 #include "llm/report.h"
+#include "llm/sagemaker.h"
 #include "llm/trainer.h"
 
 int main(int argc, char** argv) {
-    // 1. Configuration: flags with defaults that train the bundled demo.
+    // 1. Configuration: flags with defaults that train the bundled demo. Inside a
+    //    SageMaker training container also its hyperparameters, data channels and
+    //    output folders, and a fatal error is reported to SageMaker as well.
+    sagemaker_detect();
     TrainConfig cfg;
     config_parse(&cfg, argc, argv);
+    sagemaker_configure(&cfg);
 
     // 2. The compute backend: a GPU when present, else the CPU reference.
     Backend* be = backend_open(cfg.device, cfg.precision, cfg.threads);
@@ -27,6 +32,7 @@ int main(int argc, char** argv) {
     Trainer tr;
     trainer_setup(&tr, &cfg, be);
     report_run_summary(&tr);
+    sagemaker_report(&cfg, tr.rank);
 
     // 4. The loop: evaluate and sample on schedule, then one optimizer step.
     for (int step = tr.first_step; step < cfg.steps; step++) {
