@@ -384,12 +384,13 @@ static void configure_outputs(TrainConfig* cfg) {
 
 void sagemaker_configure(TrainConfig* cfg) {
     if (!sm.active) return;
-    char* hp = path_join(sm.root, "input/config/hyperparameters.json");
-    if (file_exists(hp)) sagemaker_apply_hyperparameters(cfg, hp);
-    free(hp);
+    // Hosts first, so that any later failure names the host it happened on.
     char* rc = path_join(sm.root, "input/config/resourceconfig.json");
     if (file_exists(rc)) read_resources(rc);
     free(rc);
+    char* hp = path_join(sm.root, "input/config/hyperparameters.json");
+    if (file_exists(hp)) sagemaker_apply_hyperparameters(cfg, hp);
+    free(hp);
     // NCCL bootstraps over TCP; SageMaker names the interface that reaches the other hosts.
     if (sm.interface) setenv("NCCL_SOCKET_IFNAME", sm.interface, 0);
     configure_data(cfg);

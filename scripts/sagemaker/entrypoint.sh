@@ -10,7 +10,8 @@
 #     host's sshd answers, runs mpirun, then tells the other hosts that the
 #     job is over and exits with mpirun's status;
 #   every other host starts sshd (mpirun starts the ranks there over ssh) and
-#     waits for that word, then exits with the same status.
+#     waits for that word, then exits with the same status; it gives up if
+#     host 0 stops answering without having said it.
 #
 # One host with one GPU (or none): train_gpt is exec'ed directly, no mpirun.
 # train_gpt itself reads the hyperparameters, data channels and output
@@ -25,7 +26,7 @@
 #   TRAIN_GPT_SM_ROOT          replaces /opt/ml (tests)
 #   TRAIN_GPT_BIN              the binary (default: train_gpt at the top of this repository)
 #   TRAIN_GPT_GPUS_PER_HOST    ranks per host (default: the hyperparameter above, else nvidia-smi's count)
-#   TRAIN_GPT_HOST_WAIT_S      how long hosts wait for each other (default 1800)
+#   TRAIN_GPT_HOST_WAIT_S      how long hosts wait for each other before giving up (default 900)
 #   TRAIN_GPT_DONE_FILE        where host 0 leaves the job's exit status on the others (default /tmp/train_gpt.done)
 #   TRAIN_GPT_SSHD             the ssh daemon to start (default /usr/sbin/sshd)
 #   MPI_HOME                   Open MPI's prefix on every host (default: from mpirun on PATH)
@@ -36,7 +37,7 @@ here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 root=${TRAIN_GPT_SM_ROOT:-/opt/ml}
 bin=${TRAIN_GPT_BIN:-$(cd "$here/../.." && pwd)/train_gpt}
 dry_run=${TRAIN_GPT_DRY_RUN:-0}
-wait_s=${TRAIN_GPT_HOST_WAIT_S:-1800}
+wait_s=${TRAIN_GPT_HOST_WAIT_S:-900}
 done_file=${TRAIN_GPT_DONE_FILE:-/tmp/train_gpt.done}
 sshd=${TRAIN_GPT_SSHD:-/usr/sbin/sshd}
 
@@ -152,6 +153,7 @@ fi
 
 # ---- run ------------------------------------------------------------------------------------------
 rank_name=$(basename "$bin")
+rank_name=${rank_name:0:15}  # the kernel's process name (what pkill -x matches) keeps 15 characters
 # SageMaker stops a job (StopTrainingJob, spot interruption) by SIGTERM to each
 # container's first process, SIGKILL 120 s later. mpirun would turn its own
 # SIGTERM into SIGKILL a second later, so the ranks on this host get it
@@ -170,26 +172,27 @@ if [ "${#hosts[@]}" -gt 1 ]; then
   "$sshd" || fail "cannot start $sshd"
 fi
 
+# Whether a host's sshd answers (its name may not resolve yet).
+answers() { timeout 5 bash -c "exec 3<>/dev/tcp/$1/22" 2>/dev/null; }
+
 if [ "$current_host" != "$master" ]; then
-  # A worker: the ranks here are children of the orted that mpirun starts over ssh.
+  # Another host: the ranks here are started by host 0's mpirun over ssh.
+  # Wait for host 0 to report the end; give up if it stops answering (a
+  # container that dies takes its sshd with it) without having reported.
   trap stop_ranks TERM
-  phase=starting  # starting: no ranks yet; running: orted is up; ended: orted is gone
-  start_deadline=$((SECONDS + wait_s))
-  end_deadline=0
+  check_every=$((wait_s < 10 ? 1 : 10))
+  last_answer=$SECONDS
+  next_check=0
   while [ ! -f "$done_file" ]; do
-    if pgrep -x orted >/dev/null; then
-      phase=running
-    elif [ "$phase" = running ]; then
-      phase=ended  # host 0 reports the end within seconds, unless it died
-      end_deadline=$((SECONDS + 120))
-    elif [ "$phase" = ended ] && [ "$SECONDS" -ge "$end_deadline" ]; then
-      break
-    elif [ "$phase" = starting ] && [ "$SECONDS" -ge "$start_deadline" ]; then
-      fail "host 0 ($master) started no ranks on $current_host within ${wait_s}s"
+    if [ "$SECONDS" -ge "$next_check" ]; then
+      if answers "$master"; then last_answer=$SECONDS; fi
+      if [ $((SECONDS - last_answer)) -ge "$wait_s" ] && [ ! -f "$done_file" ]; then
+        fail "host 0 ($master) has not answered for ${wait_s}s and never reported the end of the job"
+      fi
+      next_check=$((SECONDS + check_every))
     fi
-    sleep 2 & wait $! || true  # (a plain sleep would hold off the TERM trap)
+    sleep 1 & wait $! || true  # (a plain sleep would hold off the TERM trap)
   done
-  [ -f "$done_file" ] || fail "the ranks on $current_host ended but host 0 ($master) never reported the end of the job"
   status=$(cat "$done_file")
   log "host 0 reports the job ended with status $status"
   exit "$status"
@@ -198,9 +201,9 @@ fi
 # Host 0: wait for every other host's sshd (names may resolve late: retry).
 for host in "${hosts[@]:1}"; do
   deadline=$((SECONDS + wait_s))
-  until getent hosts "$host" >/dev/null && timeout 5 bash -c "exec 3<>/dev/tcp/$host/22" 2>/dev/null; do
+  until answers "$host"; do
     [ "$SECONDS" -lt "$deadline" ] || fail "host $host did not answer on port 22 within ${wait_s}s"
-    sleep 2
+    sleep 1
   done
 done
 

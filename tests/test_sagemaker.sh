@@ -1,0 +1,191 @@
+#!/usr/bin/env bash
+# test_sagemaker.sh: train_gpt inside a fake SageMaker training container: a
+# temporary /opt/ml tree (TRAIN_GPT_SM_ROOT) holding what a real job's
+# container holds: hyperparameters.json with string values, resourceconfig.json,
+# inputdataconfig.json and the train/val/tokenizer channels with shards of the
+# bundled corpus. It trains from the channels, exports the weights to the
+# model folder, honours the command line over the file, and reports every
+# fatal error in output/failure with exit status 1.
+set -u
+cd "$(dirname "$0")/.."
+# shellcheck source=tests/lib.sh
+. tests/lib.sh
+
+T=$TEST_TMP
+R=$T/opt_ml
+
+# make_tree: a fresh container tree with the bundled corpus in its channels.
+make_tree() {
+  rm -rf "$R"
+  mkdir -p "$R/input/config" "$R/input/data/train" "$R/input/data/val" "$R/input/data/tokenizer" "$R/model" "$R/output"
+  cp data/kjv/kjv_train_000.bin "$R/input/data/train/"
+  cp data/kjv/kjv_val_000.bin "$R/input/data/val/"
+  cp data/kjv/tokenizer.bin "$R/input/data/tokenizer/"
+  # As SageMaker writes them: every value a string, plus the SDK's own keys.
+  cat >"$R/input/config/hyperparameters.json" <<'EOF'
+{"device": "cpu", "depth": "2", "seq-len": "64", "micro-batch": "4", "steps": "6", "lr": "0.003",
+ "warmup": "2", "val-every": "3", "val-batches": "2", "sample-every": "0", "seed": "7",
+ "sagemaker_mpi_enabled": "true", "sagemaker_mpi_num_of_processes_per_host": "1",
+ "sagemaker_mpi_custom_mpi_options": "", "sagemaker_job_name": "\"train-gpt-test\""}
+EOF
+  cat >"$R/input/config/resourceconfig.json" <<'EOF'
+{"current_host": "algo-1", "current_instance_type": "ml.p5.48xlarge", "current_group_name": "homogeneousCluster",
+ "hosts": ["algo-1"], "instance_groups": [{"instance_group_name": "homogeneousCluster",
+ "instance_type": "ml.p5.48xlarge", "hosts": ["algo-1"]}], "network_interface_name": "eth0", "topology": null}
+EOF
+  cat >"$R/input/config/inputdataconfig.json" <<'EOF'
+{"train": {"TrainingInputMode": "File", "S3DistributionType": "FullyReplicated", "RecordWrapperType": "None"},
+ "val": {"TrainingInputMode": "File", "S3DistributionType": "FullyReplicated", "RecordWrapperType": "None"},
+ "tokenizer": {"TrainingInputMode": "File", "S3DistributionType": "FullyReplicated", "RecordWrapperType": "None"}}
+EOF
+}
+hyperparameters() { printf '%s\n' "$1" >"$R/input/config/hyperparameters.json"; }
+sm() { env TRAIN_GPT_SM_ROOT="$R" "$TG" "$@"; }
+
+# 1. A job with no flags at all trains from the channels and leaves its weights
+# in the model folder: the same bytes as the equivalent command line outside SageMaker.
+make_tree
+if sm >"$T/sm.log" 2>&1; then
+  steps=$(grep -c '^step ' "$T/sm.log")
+  vals=$(grep -c '^val ' "$T/sm.log")
+  if [ "$steps" -eq 6 ] && [ "$vals" -eq 2 ] && grep -q "^data .*$R/input/data/train/\*" "$T/sm.log" &&
+     grep -q "val $R/input/data/val/\*" "$T/sm.log" && grep -q 'vocab 4096' "$T/sm.log"; then
+    ok sm_trains_from_channels
+  else
+    fail sm_trains_from_channels "$steps steps, $vals validations; $(grep -E '^(data|model) ' "$T/sm.log")"
+  fi
+  "$TG" --device cpu --depth 2 --seq-len 64 --micro-batch 4 --steps 6 --lr 0.003 --warmup 2 --val-every 3 \
+    --val-batches 2 --sample-every 0 --seed 7 --train-data "$R/input/data/train/*.bin" \
+    --val-data "$R/input/data/val/*.bin" --tokenizer "$R/input/data/tokenizer/tokenizer.bin" \
+    --export "$T/plain.bin" >"$T/plain.log" 2>&1
+  if [ -s "$R/model/model.bin" ] && cmp -s "$R/model/model.bin" "$T/plain.bin" &&
+     [ "$(step_losses "$T/sm.log")" = "$(step_losses "$T/plain.log")" ]; then
+    ok sm_model_exported_same_as_flags
+  else
+    fail sm_model_exported_same_as_flags "model/model.bin differs from the command-line run's export"
+  fi
+  if grep -q '^sagemaker | root .* | host algo-1 (1 of 1: algo-1) | ml.p5.48xlarge | interface eth0$' "$T/sm.log" &&
+     grep -q '^sagemaker | hyperparameters.json: 11 applied .* 4 sagemaker_\* keys left to the launcher' "$T/sm.log"; then
+    ok sm_reports_job
+  else
+    fail sm_reports_job "$(grep '^sagemaker' "$T/sm.log")"
+  fi
+  if [ ! -e "$R/output/failure" ]; then ok sm_no_failure_on_success; else fail sm_no_failure_on_success "$(cat "$R/output/failure")"; fi
+else
+  fail sm_trains_from_channels "exit $?: $(tail -n 3 "$T/sm.log")"
+fi
+
+# 2. Flags on the command line win over hyperparameters.json.
+make_tree
+sm --steps 2 --export "$T/cli.bin" >"$T/cli.log" 2>&1
+if [ "$(grep -c '^step ' "$T/cli.log")" -eq 2 ] && [ -s "$T/cli.bin" ] && [ ! -e "$R/model/model.bin" ] &&
+   grep -q 'overridden by the command line: steps' "$T/cli.log"; then
+  ok sm_command_line_wins
+else
+  fail sm_command_line_wins "$(grep -E '^(step|sagemaker)' "$T/cli.log" | tail -n 4)"
+fi
+
+# 3. Channels: a 'validation' channel instead of 'val'; .bin and .bin.zst
+# shards side by side; SM_CHANNEL_TRAIN pointing elsewhere; no val channel
+# (no validation); no channels at all (the bundled demo data, by default path).
+make_tree
+mv "$R/input/data/val" "$R/input/data/validation"
+zstd -q data/kjv/kjv_val_000.bin -o "$R/input/data/train/kjv_val_000.bin.zst"
+if sm --steps 1 >"$T/ch.log" 2>&1 && grep -q '(2 shards)' "$T/ch.log" && grep -q "val $R/input/data/validation/" "$T/ch.log"; then
+  ok sm_validation_channel_and_zst_shards
+else
+  fail sm_validation_channel_and_zst_shards "$(grep -E '^data|error' "$T/ch.log")"
+fi
+mkdir -p "$T/elsewhere"
+cp data/kjv/kjv_train_000.bin "$T/elsewhere/shard_a.bin"
+rm -rf "$R/input/data/validation"
+if SM_CHANNEL_TRAIN="$T/elsewhere" sm --steps 1 >"$T/env.log" 2>&1 && grep -q "^data .*train $T/elsewhere/\*" "$T/env.log" &&
+   ! grep -q '^val ' "$T/env.log"; then
+  ok sm_channel_env_and_no_val
+else
+  fail sm_channel_env_and_no_val "$(grep -E '^data|^val|error' "$T/env.log")"
+fi
+rm -rf "$R/input/data"
+if sm --steps 1 >"$T/demo.log" 2>&1 && grep -q '^data .*train data/kjv/kjv_train_' "$T/demo.log"; then
+  ok sm_without_channels_trains_bundled_data
+else
+  fail sm_without_channels_trains_bundled_data "$(grep -E '^data|error' "$T/demo.log")"
+fi
+
+# 4. Outside SageMaker (a root without input/config) nothing changes: no
+# SageMaker lines, no failure file on an error.
+mkdir -p "$T/not_sm/output"
+if env TRAIN_GPT_SM_ROOT="$T/not_sm" "$TG" --device cpu --depth 1 --seq-len 16 --micro-batch 2 --steps 1 \
+     --val-every 0 --sample-every 0 >"$T/out.log" 2>&1 && ! grep -q '^sagemaker' "$T/out.log" &&
+   ! env TRAIN_GPT_SM_ROOT="$T/not_sm" "$TG" --steps x >/dev/null 2>&1 && [ ! -e "$T/not_sm/output/failure" ]; then
+  ok outside_sagemaker_unchanged
+else
+  fail outside_sagemaker_unchanged "$(grep -E '^sagemaker|error' "$T/out.log"; ls "$T/not_sm/output")"
+fi
+
+# 5. Every fatal error: exit status 1, one error line, and the same message in
+# output/failure (what SageMaker shows as the job's FailureReason), followed by
+# the host once resourceconfig.json has been read.
+# sm_error NAME PATTERN [train_gpt flags...], after the tree has been broken.
+sm_error() {
+  local name=$1 pattern=$2
+  shift 2
+  rm -f "$R/output/failure"
+  expect_error "$name" "$pattern" env TRAIN_GPT_SM_ROOT="$R" "$TG" "$@"
+  local err
+  err=$(env TRAIN_GPT_SM_ROOT="$R" "$TG" "$@" 2>&1 >/dev/null | sed -n 's/^train_gpt: error: //p')
+  local reason
+  reason=$(cat "$R/output/failure" 2>/dev/null)
+  if [ -n "$err" ] && { [ "$reason" = "$err" ] || [ "$reason" = "$err (host $(sed -n 's/.*"current_host": "\([^"]*\)".*/\1/p' "$R/input/config/resourceconfig.json"))" ]; } &&
+     [ -z "$(find "$R/output" -name '.failure*')" ]; then
+    ok "${name}_failure_file"
+  else
+    fail "${name}_failure_file" "output/failure: '$(cat "$R/output/failure" 2>/dev/null)', error: '$err'"
+  fi
+}
+make_tree
+hyperparameters '{"steps": "ten", "depth": "2"}'
+sm_error hp_bad_integer "hyperparameters\.json: --steps: 'ten' is not an integer"
+hyperparameters '{"lr": "fast"}'
+sm_error hp_bad_number "hyperparameters\.json: --lr: 'fast' is not a number"
+hyperparameters '{"shuffle": "maybe"}'
+sm_error hp_bad_boolean "hyperparameters\.json: --shuffle: 'maybe' is not a boolean"
+hyperparameters '{"steps": 1.5}'
+sm_error hp_number_for_integer "--steps: '1\.5' is not an integer"
+hyperparameters '{"stepz": "1", "learning_rate": "0.1", "steps": "2"}'
+sm_error hp_unknown_keys "unknown hyperparameters 'stepz' 'learning_rate' \(keys are train_gpt's flags"
+hyperparameters '{"steps": [1, 2]}'
+sm_error hp_array_value "hyperparameter 'steps' is an array; expected a string, number or boolean"
+hyperparameters '{"model": null}'
+sm_error hp_null_value "hyperparameter 'model' is null"
+hyperparameters '{"micro-batch": "2", "micro_batch": "4"}'
+sm_error hp_same_flag_twice "'micro-batch' and 'micro_batch' name the same flag --micro-batch"
+hyperparameters '{"steps": "1",}'
+sm_error hp_invalid_json "hyperparameters\.json: invalid JSON: line 1, column 15"
+hyperparameters '["steps", "1"]'
+sm_error hp_not_object "hyperparameters\.json: expected an object of hyperparameters, found an array"
+make_tree
+sm_error bad_command_line_flag "unknown flag '--bogus'" --bogus 1
+echo '{"current_host": "algo-3", "hosts": ["algo-1", "algo-2"]}' >"$R/input/config/resourceconfig.json"
+sm_error resource_unknown_host "resourceconfig\.json: current_host 'algo-3' is not in \"hosts\""
+echo '{"current_host": "algo-1", "hosts": []}' >"$R/input/config/resourceconfig.json"
+sm_error resource_no_hosts "resourceconfig\.json: \"hosts\" must be a non-empty array"
+make_tree
+rm "$R/input/data/train/"*
+sm_error empty_train_channel "channel 'train' \($R/input/data/train\) holds no \*\.bin or \*\.bin\.zst shards"
+make_tree
+mkdir -p "$R/input/data/validation"
+sm_error val_and_validation "channels 'val' .* and 'validation' .* are both present"
+make_tree
+rm "$R/input/data/tokenizer/tokenizer.bin"
+sm_error tokenizer_channel_empty "channel 'tokenizer' .* has no tokenizer\.bin"
+make_tree
+rm -rf "$R/input/data/train"
+mkfifo "$R/input/data/train_0"
+sm_error pipe_mode "channel 'train' uses Pipe input mode"
+make_tree
+cp data/kjv/kjv_train_000.bin "$T/bad_shard.bin"
+printf 'XXXX' | dd of="$R/input/data/train/kjv_train_000.bin" bs=1 conv=notrunc status=none
+sm_error bad_shard_in_channel "kjv_train_000\.bin.*magic"
+
+finish

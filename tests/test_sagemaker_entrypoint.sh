@@ -1,0 +1,157 @@
+#!/usr/bin/env bash
+# test_sagemaker_entrypoint.sh: the container entrypoint
+# (scripts/sagemaker/entrypoint.sh): the mpirun command line for 2 hosts x 8
+# GPUs (checked as text in dry-run mode), the other hosts' role, the
+# single-host forms, a real single-rank run in a fake /opt/ml, a worker
+# waiting for host 0's word, and SIGTERM reaching the ranks under mpirun.
+set -u
+cd "$(dirname "$0")/.."
+# shellcheck source=tests/lib.sh
+. tests/lib.sh
+
+T=$TEST_TMP
+R=$T/opt_ml
+EP=scripts/sagemaker/entrypoint.sh
+mkdir -p "$R/input/config"
+
+resources() { printf '%s\n' "$1" >"$R/input/config/resourceconfig.json"; }
+hyperparameters() { printf '%s\n' "$1" >"$R/input/config/hyperparameters.json"; }
+# The entrypoint in a clean environment, as in a container without the SageMaker toolkit.
+ep() { env -i PATH=/usr/bin:/bin MPI_HOME=/opt/amazon/openmpi TRAIN_GPT_SM_ROOT="$R" TRAIN_GPT_BIN=/opt/train_gpt/train_gpt "$@"; }
+
+# 1. Host 0 of 2 hosts x 8 GPUs (ranks per host from the SDK's mpi distribution).
+resources '{"current_host": "algo-1", "hosts": ["algo-2", "algo-1"], "network_interface_name": "eth0"}'
+hyperparameters '{"steps": "10", "sagemaker_mpi_enabled": "true", "sagemaker_mpi_num_of_processes_per_host": "8", "sagemaker_mpi_custom_mpi_options": ""}'
+want="mpirun --allow-run-as-root -np 16 -H algo-1:8,algo-2:8 --prefix /opt/amazon/openmpi"
+want+=" --mca plm_rsh_no_tree_spawn 1 --mca btl_tcp_if_include eth0 --mca oob_tcp_if_include eth0"
+want+=" --map-by slot --bind-to none --mca pml ob1 --mca btl ^openib --mca btl_vader_single_copy_mechanism none"
+want+=" --mca orte_abort_on_non_zero_status 1 -x FI_EFA_USE_HUGE_PAGE -x NCCL_SOCKET_IFNAME -x PATH -x TRAIN_GPT_SM_ROOT"
+want+=" /opt/train_gpt/train_gpt --steps 10"
+ep env TRAIN_GPT_DRY_RUN=1 "$EP" train --steps 10 >"$T/master.txt" 2>"$T/master.err"
+if [ "$(sed -n 3p "$T/master.txt")" = "$want" ] &&
+   [ "$(sed -n 1p "$T/master.txt")" = "host algo-1 of 2 (host 0: algo-1), 8 rank(s) per host, 16 in all" ] &&
+   [ "$(sed -n 2p "$T/master.txt")" = "environment: FI_EFA_USE_HUGE_PAGE=0 NCCL_SOCKET_IFNAME=eth0" ]; then
+  ok mpirun_2_hosts_x_8_gpus
+else
+  fail mpirun_2_hosts_x_8_gpus "got: $(cat "$T/master.txt" "$T/master.err")"
+fi
+if ep "$EP" --dry-run train --steps 10 | cmp -s - "$T/master.txt"; then ok dry_run_flag_same_as_env; else fail dry_run_flag_same_as_env "--dry-run differs from TRAIN_GPT_DRY_RUN=1"; fi
+
+# 2. The user's NCCL/FI settings and custom mpirun options reach the ranks (the
+# SDK json-encodes them inside the string); a legacy EFA setting is warned about.
+resources '{"current_host": "algo-1", "hosts": ["algo-1", "algo-2", "algo-3"], "network_interface_name": "ens5"}'
+hyperparameters '{"sagemaker_mpi_num_of_processes_per_host": "8", "sagemaker_mpi_custom_mpi_options": "\"--bind-to numa --report-bindings\""}'
+ep env NCCL_DEBUG=INFO FI_PROVIDER=efa "$EP" --dry-run train >"$T/custom.txt" 2>"$T/custom.err"
+cmdline=$(sed -n 3p "$T/custom.txt")
+if [[ "$cmdline" == *"-np 24 -H algo-1:8,algo-2:8,algo-3:8 "* ]] && [[ "$cmdline" == *"--mca btl_tcp_if_include ens5 "* ]] &&
+   [[ "$cmdline" == *"-x FI_EFA_USE_HUGE_PAGE -x FI_PROVIDER -x NCCL_DEBUG -x NCCL_SOCKET_IFNAME "* ]] &&
+   [[ "$cmdline" == *" --bind-to numa --report-bindings /opt/train_gpt/train_gpt" ]] &&
+   grep -q 'NCCL_SOCKET_IFNAME=ens5' "$T/custom.txt" && grep -q 'warning: FI_PROVIDER=efa' "$T/custom.err"; then
+  ok mpirun_env_and_custom_options
+else
+  fail mpirun_env_and_custom_options "got: $(cat "$T/custom.txt" "$T/custom.err")"
+fi
+
+# 3. Another host runs no mpirun: it waits for host 0's.
+resources '{"current_host": "algo-2", "hosts": ["algo-1", "algo-2"], "network_interface_name": "eth0"}'
+hyperparameters '{"sagemaker_mpi_num_of_processes_per_host": "8"}'
+if [ "$(ep "$EP" --dry-run train | sed -n 3p)" = "waits for algo-1's mpirun" ]; then ok worker_dry_run; else fail worker_dry_run "$(ep "$EP" --dry-run train)"; fi
+
+# 4. One host: mpirun without -H for several GPUs; train_gpt itself for one.
+resources '{"current_host": "algo-1", "hosts": ["algo-1"], "network_interface_name": "eth0"}'
+one=$(ep env TRAIN_GPT_GPUS_PER_HOST=4 "$EP" --dry-run train | sed -n 3p)
+single=$(ep env TRAIN_GPT_GPUS_PER_HOST=1 "$EP" --dry-run train --lr 0.1 | sed -n 3p)
+if [[ "$one" == "mpirun --allow-run-as-root -np 4 --map-by slot "* ]] && [ "$single" = "/opt/train_gpt/train_gpt --lr 0.1" ]; then
+  ok single_host_forms
+else
+  fail single_host_forms "4 GPUs: '$one'; 1 GPU: '$single'"
+fi
+
+# 5. Bad job descriptions are errors with exit status 1.
+resources '{"current_host": "algo-9", "hosts": ["algo-1", "algo-2"]}'
+if ! ep "$EP" --dry-run train >/dev/null 2>"$T/bad.err" && grep -q "current_host 'algo-9' is not in" "$T/bad.err"; then
+  ok bad_current_host
+else
+  fail bad_current_host "$(cat "$T/bad.err")"
+fi
+resources '{"current_host": "algo-1", "hosts": ["algo-1"]}'
+if ! ep env TRAIN_GPT_GPUS_PER_HOST=eight "$EP" --dry-run train >/dev/null 2>"$T/bad.err" && grep -q "'eight' is not a positive integer" "$T/bad.err"; then
+  ok bad_ranks_per_host
+else
+  fail bad_ranks_per_host "$(cat "$T/bad.err")"
+fi
+
+# 6. A real job on one host with one rank: the entrypoint execs train_gpt, which
+# finds everything in the container tree.
+mkdir -p "$R/input/data/train" "$R/model"
+cp data/kjv/kjv_train_000.bin "$R/input/data/train/"
+hyperparameters '{"device": "cpu", "depth": "1", "seq-len": "32", "micro-batch": "2", "steps": "3", "sample-every": "0", "vocab-size": "4096"}'
+if env TRAIN_GPT_SM_ROOT="$R" TRAIN_GPT_GPUS_PER_HOST=1 "$EP" train >"$T/run.log" 2>&1 &&
+   [ "$(grep -c '^step ' "$T/run.log")" -eq 3 ] && [ -s "$R/model/model.bin" ]; then
+  ok single_rank_job_trains
+else
+  fail single_rank_job_trains "$(tail -n 3 "$T/run.log")"
+fi
+
+# 7. A worker exits with the status host 0 leaves it, and gives up (failure
+# file, status 1) when host 0 does not answer.
+resources '{"current_host": "algo-2", "hosts": ["algo-1", "algo-2"]}'
+worker=(env TRAIN_GPT_SM_ROOT="$R" TRAIN_GPT_SSHD=true TRAIN_GPT_DONE_FILE="$T/done" TRAIN_GPT_GPUS_PER_HOST=2 TRAIN_GPT_HOST_WAIT_S=5)
+(sleep 1; echo 3 >"$T/done") &
+"${worker[@]}" "$EP" train >/dev/null 2>"$T/worker.err"
+rc=$?
+if [ "$rc" -eq 3 ] && grep -q 'host 0 reports the job ended with status 3' "$T/worker.err"; then ok worker_takes_host0_status; else fail worker_takes_host0_status "exit $rc: $(cat "$T/worker.err")"; fi
+rm -f "$R/output/failure"
+"${worker[@]}" TRAIN_GPT_HOST_WAIT_S=1 "$EP" train >/dev/null 2>"$T/worker.err"
+rc=$?
+if [ "$rc" -eq 1 ] && grep -q 'host 0 (algo-1) has not answered for 1s and never reported the end' "$R/output/failure"; then ok worker_gives_up; else fail worker_gives_up "exit $rc: $(cat "$T/worker.err")"; fi
+
+# 8. Host 0 gives up (failure file, status 1) when another host never answers.
+resources '{"current_host": "algo-1", "hosts": ["algo-1", "nohost.invalid"]}'
+rm -f "$R/output/failure"
+env TRAIN_GPT_SM_ROOT="$R" TRAIN_GPT_SSHD=true TRAIN_GPT_GPUS_PER_HOST=2 TRAIN_GPT_HOST_WAIT_S=1 "$EP" train >/dev/null 2>"$T/master.err"
+rc=$?
+if [ "$rc" -eq 1 ] && grep -q 'host nohost.invalid did not answer on port 22' "$R/output/failure"; then ok master_gives_up; else fail master_gives_up "exit $rc: $(cat "$T/master.err")"; fi
+
+# 9. SIGTERM to the entrypoint (SageMaker's stop) reaches every rank under
+# mpirun, which exit cleanly, and the entrypoint exits with their status.
+# The ranks are a stand-in program with a name no other process has.
+rank_bin=$T/fkr$$
+cat >"$T/fake_rank.c" <<'EOF'
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <unistd.h>
+static volatile sig_atomic_t stop;
+static void on_term(int sig) { (void)sig; stop = 1; }
+static void say(const char* path, const char* what) {
+    FILE* f = fopen(path, "a");
+    const char* rank = getenv("OMPI_COMM_WORLD_RANK");
+    fprintf(f, "%s %s\n", what, rank ? rank : "?");
+    fclose(f);
+}
+int main(int argc, char** argv) {
+    signal(SIGTERM, on_term);
+    say(argv[argc - 1], "start");
+    for (int i = 0; i < 300 && !stop; i++) usleep(100000);  // 30 s at most
+    say(argv[argc - 1], stop ? "term" : "timeout");
+    return stop ? 0 : 1;
+}
+EOF
+gcc -O1 -o "$rank_bin" "$T/fake_rank.c"
+env TRAIN_GPT_SM_ROOT="$T/not_sagemaker" TRAIN_GPT_BIN="$rank_bin" TRAIN_GPT_GPUS_PER_HOST=2 "$EP" train "$T/ranks.log" >"$T/term.log" 2>&1 &
+ep_pid=$!
+for _ in $(seq 100); do
+  [ "$(grep -c '^start' "$T/ranks.log" 2>/dev/null)" = 2 ] && break
+  sleep 0.2
+done
+kill -TERM "$ep_pid"
+wait "$ep_pid"
+rc=$?
+if [ "$rc" -eq 0 ] && [ "$(grep -c '^term' "$T/ranks.log")" = 2 ]; then
+  ok sigterm_reaches_ranks
+else
+  fail sigterm_reaches_ranks "exit $rc; ranks: $(tr '\n' ' ' <"$T/ranks.log" 2>/dev/null); $(tail -n 3 "$T/term.log")"
+fi
+
+finish
