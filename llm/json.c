@@ -281,7 +281,7 @@ static int parse_object(Parser* p, JsonValue* v, int depth) {
 }
 
 static int parse_value(Parser* p, JsonValue* v, int depth) {
-    if (depth > JSON_MAX_DEPTH) return fail_at(p, p->pos, "nested deeper than %d levels", JSON_MAX_DEPTH);
+    if (depth >= JSON_MAX_DEPTH) return fail_at(p, p->pos, "nested deeper than %d levels", JSON_MAX_DEPTH);
     skip_space(p);
     if (at_end(p)) return fail_at(p, p->pos, "unexpected end of input (expected a value)");
     char c = peek(p);
