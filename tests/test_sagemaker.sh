@@ -7,7 +7,7 @@
 # model folder, honours the command line over the file, and reports every
 # fatal error in output/failure with exit status 1.
 set -u
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/.." || exit 1
 # shellcheck source=tests/lib.sh
 . tests/lib.sh
 

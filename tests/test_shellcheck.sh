@@ -2,7 +2,7 @@
 # test_shellcheck.sh: every shell script under scripts/ (by extension .sh or
 # .sbatch, or by a shell #! line) passes shellcheck at its default severity.
 set -u
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/.." || exit 1
 # shellcheck source=tests/lib.sh
 . tests/lib.sh
 

@@ -101,6 +101,11 @@ world=$(( ${#hosts[@]} * gpus ))
 # over TCP on SageMaker's interface.
 export NCCL_SOCKET_IFNAME=${NCCL_SOCKET_IFNAME:-$interface}
 export FI_EFA_USE_HUGE_PAGE=${FI_EFA_USE_HUGE_PAGE:-0}  # AWS: avoids fork() ENOMEM, minor cost
+# The ranks of a host share its cores (the CPU backend's and the data loader's threads).
+if [ "$gpus" -gt 1 ]; then
+  cores=$(nproc)
+  export OMP_NUM_THREADS=${OMP_NUM_THREADS:-$((cores / gpus > 0 ? cores / gpus : 1))}
+fi
 for legacy in FI_PROVIDER FI_EFA_USE_DEVICE_RDMA NCCL_PROTO; do
   if [ -n "${!legacy:-}" ]; then log "warning: $legacy=${!legacy} is a setting for old EFA stacks; the image's does not need it"; fi
 done
@@ -145,7 +150,7 @@ shell_words() {
 if [ "$dry_run" = 1 ]; then
   echo "host $current_host of ${#hosts[@]} (host 0: $master), $gpus rank(s) per host, $world in all"
   shown=()
-  while read -r var; do shown+=("$var=${!var}"); done < <(compgen -e | grep -E '^(NCCL_|FI_)' | LC_ALL=C sort)
+  while read -r var; do shown+=("$var=${!var}"); done < <(compgen -e | grep -E '^(NCCL_|FI_|OMP_)' | LC_ALL=C sort)
   echo "environment: ${shown[*]}"
   if [ "$current_host" = "$master" ]; then shell_words "${cmd[@]}"; else echo "waits for $master's mpirun"; fi
   exit 0
