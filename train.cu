@@ -12,6 +12,7 @@
 #include "llm/config.h"
 #include "llm/device.h"
 #include "llm/llmc_io.h"
+#include "llm/plan_cli.h"
 #include "llm/report.h"
 #include "llm/sagemaker.h"
 #include "llm/trainer.h"
@@ -24,6 +25,10 @@ int main(int argc, char** argv) {
     TrainConfig cfg;
     config_parse(&cfg, argc, argv);
     sagemaker_configure(&cfg);
+    // --plan: the memory bill and the recommended configuration; no data, no model.
+    if (cfg.plan) return plan_command(&cfg);
+    // --auto: the recommendation fills in the settings not given explicitly.
+    if (cfg.auto_plan) plan_auto(&cfg);
 
     // 2. The compute backend: a GPU when present, else the CPU reference.
     Backend* be = backend_open(cfg.device, cfg.precision, cfg.threads);
@@ -58,6 +63,7 @@ int main(int argc, char** argv) {
         printf("exported weights to %s (llm.c format, %s)\n", cfg.export_path, cfg.export_dtype);
     }
 
+    report_memory_peak(&tr);
     trainer_free(&tr);
     be->destroy(be);
     return 0;

@@ -90,7 +90,9 @@ struct Backend {
     void (*layernorm_forward)(Backend* be, void* out, float* mean, float* rstd, const void* inp,
                               const void* w, const void* b, int N, int C);
     // residual = a + b; out = layernorm(residual). The residual stream and the
-    // next layer's input in one pass. residual may alias a.
+    // next layer's input in one pass. residual may alias a. out, mean and
+    // rstd must be bit for bit what layernorm_forward gives for `residual`:
+    // activation recompute (llm/recompute.h) redoes them that way.
     void (*residual_layernorm_forward)(Backend* be, void* residual, void* out, float* mean,
                                        float* rstd, const void* a, const void* b, const void* w,
                                        const void* bias, int N, int C);
@@ -101,12 +103,14 @@ struct Backend {
 
     // ---- matmul -----------------------------------------------------------------
     // out (N,OC) = inp (N,C) @ weight (OC,C)^T + bias (OC, may be NULL).
-    // If pre_gelu is not NULL: pre_gelu = that result and out = gelu(pre_gelu).
+    // If pre_gelu is not NULL: pre_gelu = that result and out = gelu(pre_gelu),
+    // bit for bit what gelu_forward gives (recompute redoes it that way).
     void (*matmul_forward)(Backend* be, void* out, void* pre_gelu, const void* inp,
                            const void* weight, const void* bias, int N, int C, int OC);
     // dinp (N,C) = dout @ weight (skipped if dinp is NULL);
-    // dweight (OC,C) += dout^T @ inp (skipped if NULL);
+    // dweight (OC,C) += dout^T @ inp (skipped if NULL; inp may then be NULL);
     // dbias (OC) += column sums of dout (skipped if NULL).
+    // Each result is the same bits whether computed alone or with the others.
     void (*matmul_backward)(Backend* be, void* dinp, void* dweight, void* dbias, const void* dout,
                             const void* inp, const void* weight, int N, int C, int OC);
 
@@ -148,6 +152,9 @@ struct Backend {
 
 // Backend constructors. Each exits with a clear error if its device is unusable.
 Backend* cpu_backend_create(DType dtype, int num_threads);
+// The most scratch one CPU attention call allocates (backward's, which is
+// larger than forward's) with `threads` OpenMP threads: the planner bills it.
+size_t cpu_attention_scratch_bytes(int T, int C, int NH, int threads);
 // Defined only in builds with CUDA; returns the number of usable GPUs (0 without).
 int cuda_device_count(void);
 

@@ -22,7 +22,7 @@ typedef struct {
 // The defaults train the bundled demo: `./train_gpt` alone trains a small
 // model on the King James Bible shards that `make data` writes.
 static const Flag FLAGS[] = {
-    {"model", F_STRING, OFF(model), "", "NAME", "preset: gpt2-124M, gpt2-350M, gpt2-774M, gpt2-1558M, or dN (same as --depth N)", "Model"},
+    {"model", F_STRING, OFF(model), "", "NAME", "preset: gpt2-124M, gpt2-350M, gpt2-774M, gpt2-1558M; gpt-1B, gpt-7B, gpt-13B, gpt-30B, gpt-64B (GPT-3 shapes, see README); or dN (same as --depth N)", "Model"},
     {"depth", F_INT, OFF(depth), "4", "D", "llm.c's -e dD: D layers, 64*D channels, D heads", NULL},
     {"layers", F_INT, OFF(layers), "0", "L", "number of layers (overrides --depth)", NULL},
     {"channels", F_INT, OFF(channels), "0", "C", "model width (overrides --depth)", NULL},
@@ -62,6 +62,16 @@ static const Flag FLAGS[] = {
     {"device", F_STRING, OFF(device), "auto", "auto|cpu|cuda", "compute backend; auto: the GPU when one is present", "Runtime"},
     {"precision", F_STRING, OFF(precision), "fp32", "fp32|bf16", "parameter and activation type (master weights and optimizer state are always fp32)", NULL},
     {"threads", F_INT, OFF(threads), "0", "N", "CPU threads; 0: all cores (OMP_NUM_THREADS also works)", NULL},
+
+    {"recompute", F_STRING, OFF(recompute), "none", "MODE", "activation recompute: none; selective (recompute layernorm and GELU outputs in backward); full (keep only each layer's input, re-run its forward in backward)", "Memory and planning"},
+    {"recompute-layers", F_INT, OFF(recompute_layers), "0", "N", "full recompute for the first N layers, the others as --recompute (none or selective)", NULL},
+    {"zero-stage", F_INT, OFF(zero_stage), "0", "Z", "ZeRO stage: 0 replicates everything, 1 shards the optimizer state over the ranks", NULL},
+    {"plan", F_BOOL, OFF(plan), "0", "", "print the memory bill and the recommended configuration for --gpu and --world-size, then exit: 0 when it fits, 2 when nothing fits (reads no data)", NULL},
+    {"auto", F_BOOL, OFF(auto_plan), "0", "", "train with the planner's recommendation (micro-batch, recompute, precision, ZeRO stage); explicitly set flags win", NULL},
+    {"gpu", F_STRING, OFF(gpu), "", "NAME", "GPU for --plan: h100, h200, b200 or a100 (default: the GPU present, else this CPU)", NULL},
+    {"gpu-mem", F_DOUBLE, OFF(gpu_mem), "0", "GiB", "memory per device for --plan/--auto in GiB (2^30 bytes), instead of --gpu's or the device's free memory", NULL},
+    {"world-size", F_INT, OFF(world_size), "0", "N", "ranks for --plan (default: the MPI world under mpirun, else 1)", NULL},
+    {"ranks-per-node", F_INT, OFF(ranks_per_node), "0", "N", "ranks per node for --plan (default: the MPI local size under mpirun, else 8)", NULL},
 };
 #define NUM_FLAGS ((int)(sizeof FLAGS / sizeof FLAGS[0]))
 
@@ -138,12 +148,12 @@ void config_print_help(FILE* f) {
             "\n"
             "Trains a GPT-2 model. With no flags it trains a small model on the bundled\n"
             "King James Bible corpus (run `make data` once first) and prints samples.\n"
-            "Flags take a value as `--flag value` or `--flag=value`.\n");
+            "Flags take a value as `--flag value` or `--flag=value`; a 0|1 flag given alone means 1.\n");
     for (int i = 0; i < NUM_FLAGS; i++) {
         const Flag* fl = &FLAGS[i];
         if (fl->group) fprintf(f, "\n%s:\n", fl->group);
         char left[64];
-        snprintf(left, sizeof left, "--%s %s", fl->name, fl->metavar);
+        snprintf(left, sizeof left, fl->metavar[0] ? "--%s %s" : "--%s", fl->name, fl->metavar);
         fprintf(f, "  %-28s %s", left, fl->help);
         if (fl->def && fl->def[0] && strcmp(fl->def, "0") != 0) fprintf(f, " [%s]", fl->def);
         fprintf(f, "\n");
@@ -182,9 +192,15 @@ void config_parse(TrainConfig* cfg, int argc, char** argv) {
             value = eq + 1;
         } else {
             snprintf(name, sizeof name, "%s", arg + 2);
-            if (!find_flag(name)) fatal("unknown flag '%s' (see --help)", arg);
-            if (i + 1 >= argc) fatal("flag --%s needs a value", name);
-            value = argv[++i];
+            const Flag* f = find_flag(name);
+            if (!f) fatal("unknown flag '%s' (see --help)", arg);
+            int b;
+            if (f->type == F_BOOL && (i + 1 >= argc || !parse_bool(argv[i + 1], &b))) {
+                value = "1";  // a switch: `--plan` alone means on
+            } else {
+                if (i + 1 >= argc) fatal("flag --%s needs a value", name);
+                value = argv[++i];
+            }
         }
         if (!config_set(cfg, name, value, "")) fatal("unknown flag '--%s' (see --help)", name);
     }

@@ -42,6 +42,16 @@ typedef struct {
     char* device;         // auto|cpu|cuda
     char* precision;      // fp32|bf16
     int threads;          // CPU threads; 0: all cores
+    // memory and planning
+    char* recompute;      // none|selective|full
+    int recompute_layers; // full recompute for the first N layers
+    int zero_stage;
+    int plan;             // --plan: print the plan and exit
+    int auto_plan;        // --auto: train with the plan's recommendation
+    char* gpu;            // h100|h200|b200|a100 for --plan ("": the device present)
+    double gpu_mem;       // GiB per device; 0: from --gpu or the device
+    int world_size;       // ranks for --plan; 0: the MPI world, else 1
+    int ranks_per_node;   // 0: the MPI local size, else 8
 } TrainConfig;
 
 // Fills defaults, parses argv (`--flag value` or `--flag=value`), prints help

@@ -180,41 +180,156 @@ static const char* ACT_NAMES[NUM_ACT_KINDS] = {
 
 const char* act_kind_name(ActKind k) { return ACT_NAMES[k]; }
 
-void act_layout_build(ActLayout* al, const GPTConfig* c, int B, int T, DType dtype) {
-    size_t BT = (size_t)B * T, C = c->channels, L = c->num_layers, NH = c->num_heads;
-    size_t Vp = c->padded_vocab_size;
-    // (kind, elements, fp32?) for every activation buffer
-    struct { ActKind k; size_t n; int f32; } spec[NUM_ACT_KINDS] = {
-        {A_ENCODED, BT * C, 0},       {A_LN1, L * BT * C, 0},       {A_LN1_MEAN, L * BT, 1},
-        {A_LN1_RSTD, L * BT, 1},      {A_QKV, L * BT * 3 * C, 0},   {A_ATTY, L * BT * C, 0},
-        {A_ATT_LSE, L * BT * NH, 1},  {A_RESIDUAL2, L * BT * C, 0}, {A_LN2, L * BT * C, 0},
-        {A_LN2_MEAN, L * BT, 1},      {A_LN2_RSTD, L * BT, 1},      {A_FCH, L * BT * 4 * C, 0},
-        {A_FCH_GELU, L * BT * 4 * C, 0}, {A_RESIDUAL3, L * BT * C, 0}, {A_LNF, BT * C, 0},
-        {A_LNF_MEAN, BT, 1},          {A_LNF_RSTD, BT, 1},          {A_LOGITS, BT * Vp, 0},
-        {A_LOSSES, BT, 1},            {A_DRESIDUAL, BT * C, 0},     {A_SCRATCH_BTC, BT * C, 0},
-        {A_SCRATCH_BT4C, BT * 4 * C, 0}, {A_PROJ_OUT, BT * C, 0},
-    };
-    size_t off = 0;
+// Which layers keep a per-layer activation for their backward (recompute.h).
+typedef enum {
+    KEEP_GLOBAL,       // not per layer: one (B, T, ...) buffer
+    KEEP_ALWAYS,       // every layer: its output, the next layer's input
+    KEEP_UNLESS_FULL,  // costs a GEMM or the attention to recompute (or is tiny)
+    KEEP_IF_NONE,      // cheap to recompute: the layernorm and GELU outputs
+} KeepRule;
+
+static KeepRule act_keep(ActKind k) {
+    switch (k) {
+    case A_RESIDUAL3: return KEEP_ALWAYS;
+    case A_LN1_MEAN: case A_LN1_RSTD: case A_QKV: case A_ATTY: case A_ATT_LSE: case A_RESIDUAL2:
+    case A_LN2_MEAN: case A_LN2_RSTD: case A_FCH: return KEEP_UNLESS_FULL;
+    case A_LN1: case A_LN2: case A_FCH_GELU: return KEEP_IF_NONE;
+    default: return KEEP_GLOBAL;
+    }
+}
+
+int act_kind_is_per_layer(ActKind k) { return act_keep(k) != KEEP_GLOBAL; }
+
+// Where a layer that does not keep a KEEP_IF_NONE kind puts it: the backward
+// scratch, free during the forward pass, and where backward recomputes it.
+// ln1 and ln2 share one buffer: each is read by its GEMM before the other is
+// written (ln1 of layer l+1 is written at the end of layer l).
+static ActKind act_scratch_for(ActKind k) { return k == A_FCH_GELU ? A_SCRATCH_BT4C : A_SCRATCH_BTC; }
+
+// Elements per token.
+static size_t act_width(const GPTConfig* c, ActKind k) {
+    size_t C = c->channels;
+    switch (k) {
+    case A_LN1_MEAN: case A_LN1_RSTD: case A_LN2_MEAN: case A_LN2_RSTD: case A_LNF_MEAN: case A_LNF_RSTD:
+    case A_LOSSES: return 1;
+    case A_QKV: return 3 * C;
+    case A_ATT_LSE: return (size_t)c->num_heads;
+    case A_FCH: case A_FCH_GELU: case A_SCRATCH_BT4C: return 4 * C;
+    case A_LOGITS: return (size_t)c->padded_vocab_size;
+    default: return C;
+    }
+}
+
+// Statistics stay FP32 whatever the model's dtype.
+static int act_is_f32(ActKind k) {
+    return k == A_LN1_MEAN || k == A_LN1_RSTD || k == A_LN2_MEAN || k == A_LN2_RSTD || k == A_LNF_MEAN ||
+           k == A_LNF_RSTD || k == A_ATT_LSE || k == A_LOSSES;
+}
+
+void act_layout_build(ActLayout* al, const GPTConfig* c, int B, int T, DType dtype, const RecomputePolicy* recompute) {
+    int L = c->num_layers;
+    al->recompute = recompute ? recompute_policy(recompute->mode, recompute->full_layers, L)
+                              : recompute_policy(RECOMPUTE_NONE, 0, L);
+    int F = al->recompute.full_layers;
+    size_t BT = (size_t)B * T, off = 0;
     for (int i = 0; i < NUM_ACT_KINDS; i++) {
-        ActKind k = spec[i].k;
-        al->count[k] = spec[i].n;
-        al->dtype[k] = spec[i].f32 ? DTYPE_F32 : dtype;
+        ActKind k = (ActKind)i;
+        int stored = 0, slices = 0;
+        switch (act_keep(k)) {
+        case KEEP_GLOBAL: break;
+        case KEEP_ALWAYS: stored = slices = L; break;
+        case KEEP_UNLESS_FULL: stored = L - F; slices = stored + (F > 0); break;
+        case KEEP_IF_NONE: stored = slices = al->recompute.mode == RECOMPUTE_NONE ? L - F : 0; break;
+        }
+        al->stored[k] = stored;
+        al->slices[k] = slices;
+        al->count[k] = (act_keep(k) == KEEP_GLOBAL ? 1 : (size_t)slices) * BT * act_width(c, k);
+        al->dtype[k] = act_is_f32(k) ? DTYPE_F32 : dtype;
         al->offset[k] = off;
-        off = round_up(off + spec[i].n * dtype_size(al->dtype[k]), 256);
+        off += act_kind_bytes(al, k);
     }
     al->bytes = off;
 }
 
-// Base pointer of activation k, and layer l's slice of a per-layer activation.
+size_t act_kind_bytes(const ActLayout* al, ActKind k) { return round_up(al->count[k] * dtype_size(al->dtype[k]), 256); }
+
+// Base pointer of activation k.
 static void* act(const GPT* m, ActKind k) { return (char*)m->arena + m->acts.offset[k]; }
-static void* act_layer(const GPT* m, ActKind k, int l, size_t per_layer) {
-    return (char*)act(m, k) + (size_t)l * per_layer * dtype_size(m->acts.dtype[k]);
+
+// Layer l's buffer of per-layer kind k for a pass over N = B*T tokens: its
+// own slice, the working slice, or the backward scratch.
+static void* act_of_layer(const GPT* m, ActKind k, int l, size_t N) {
+    const ActLayout* al = &m->acts;
+    int F = al->recompute.full_layers, slice = 0;
+    switch (act_keep(k)) {
+    case KEEP_ALWAYS: slice = l; break;
+    case KEEP_UNLESS_FULL: slice = l < F ? al->stored[k] : l - F; break;
+    case KEEP_IF_NONE:
+        if (l < F || al->recompute.mode != RECOMPUTE_NONE) return act(m, act_scratch_for(k));
+        slice = l - F;
+        break;
+    case KEEP_GLOBAL: fatal("internal: %s is not a per-layer activation", act_kind_name(k));
+    }
+    return (char*)act(m, k) + (size_t)slice * N * act_width(&m->config, k) * dtype_size(al->dtype[k]);
+}
+
+// Every activation of one layer.
+typedef struct {
+    void* input;  // the residual stream entering the layer
+    void *ln1, *qkv, *atty, *residual2, *ln2, *fch, *fch_gelu, *output;
+    float *ln1_mean, *ln1_rstd, *lse, *ln2_mean, *ln2_rstd;
+} LayerActs;
+
+static LayerActs layer_acts(const GPT* m, int l, size_t N) {
+    LayerActs a;
+    a.input = l == 0 ? act(m, A_ENCODED) : act_of_layer(m, A_RESIDUAL3, l - 1, N);
+    a.ln1 = act_of_layer(m, A_LN1, l, N);
+    a.ln1_mean = (float*)act_of_layer(m, A_LN1_MEAN, l, N);
+    a.ln1_rstd = (float*)act_of_layer(m, A_LN1_RSTD, l, N);
+    a.qkv = act_of_layer(m, A_QKV, l, N);
+    a.atty = act_of_layer(m, A_ATTY, l, N);
+    a.lse = (float*)act_of_layer(m, A_ATT_LSE, l, N);
+    a.residual2 = act_of_layer(m, A_RESIDUAL2, l, N);
+    a.ln2 = act_of_layer(m, A_LN2, l, N);
+    a.ln2_mean = (float*)act_of_layer(m, A_LN2_MEAN, l, N);
+    a.ln2_rstd = (float*)act_of_layer(m, A_LN2_RSTD, l, N);
+    a.fch = act_of_layer(m, A_FCH, l, N);
+    a.fch_gelu = act_of_layer(m, A_FCH_GELU, l, N);
+    a.output = act_of_layer(m, A_RESIDUAL3, l, N);
+    return a;
 }
 
 // ---------------------------------------------------------------------------
 // creation
 
+StateBytes gpt_state_bytes(const GPTConfig* c, DType dtype, int world, int zero_stage) {
+    if (zero_stage < 0 || zero_stage > 3) fatal("internal: ZeRO stage %d does not exist", zero_stage);
+    ParamLayout pl;
+    param_layout_build(&pl, c, world);
+    size_t es = dtype_size(dtype), N = pl.total, S = N / (size_t)world;
+    size_t E = unit_size(&pl, 0), F = unit_size(&pl, pl.num_units - 1), Lmax = 0;
+    for (int u = 1; u + 1 < pl.num_units; u++)
+        if (unit_size(&pl, u) > Lmax) Lmax = unit_size(&pl, u);
+    param_layout_free(&pl);
+    // Stages 2 and 3 hold full-size buffers only for the units in flight: the
+    // owned shard, the embeddings and final norm (used at both ends of the
+    // pass), and two layers (the one computing and the one being prefetched).
+    size_t in_flight = S + E + F + 2 * Lmax;
+    size_t opt = zero_stage == 0 ? N : S;
+    StateBytes sb;
+    sb.params = (zero_stage == 3 ? in_flight : N) * es;
+    sb.grads = (zero_stage >= 2 ? in_flight : N) * es;
+    sb.master = dtype == DTYPE_F32 ? 0 : opt * sizeof(float);
+    sb.adam = 2 * opt * sizeof(float);
+    return sb;
+}
+
 void gpt_create(GPT* m, const GPTConfig* c, Backend* be, int B, int T, int world, int rank, int zero_stage) {
+    gpt_create_recompute(m, c, be, B, T, world, rank, zero_stage, NULL);
+}
+
+void gpt_create_recompute(GPT* m, const GPTConfig* c, Backend* be, int B, int T, int world, int rank,
+                          int zero_stage, const RecomputePolicy* recompute) {
     memset(m, 0, sizeof *m);
     m->config = *c;
     m->be = be;
@@ -229,20 +344,21 @@ void gpt_create(GPT* m, const GPTConfig* c, Backend* be, int B, int T, int world
     m->zero_stage = zero_stage;
     param_layout_build(&m->layout, c, world);
     m->num_params = gpt_num_params(c);
-    size_t n = m->layout.total, es = dtype_size(m->dtype);
+    size_t n = m->layout.total;
     m->opt_size = zero_stage == 0 ? n : n / (size_t)world;
-    size_t ns = m->opt_size;
-    m->params = be->alloc(be, n * es, "parameters");
-    m->grads = be->alloc(be, n * es, "gradients");
-    if (m->dtype != DTYPE_F32) m->master = (float*)be->alloc(be, ns * sizeof(float), "master weights");
-    m->adam_m = (float*)be->alloc(be, ns * sizeof(float), "AdamW first moment");
-    m->adam_v = (float*)be->alloc(be, ns * sizeof(float), "AdamW second moment");
-    be->zero(be, m->params, n * es);
-    be->zero(be, m->grads, n * es);
-    if (m->master) be->zero(be, m->master, ns * sizeof(float));
-    be->zero(be, m->adam_m, ns * sizeof(float));
-    be->zero(be, m->adam_v, ns * sizeof(float));
-    act_layout_build(&m->acts, c, B, T, m->dtype);
+    // The planner bills these same numbers (llm/planner.c).
+    StateBytes sb = gpt_state_bytes(c, m->dtype, world, zero_stage);
+    m->params = be->alloc(be, sb.params, "parameters");
+    m->grads = be->alloc(be, sb.grads, "gradients");
+    if (sb.master) m->master = (float*)be->alloc(be, sb.master, "master weights");
+    m->adam_m = (float*)be->alloc(be, sb.adam / 2, "AdamW first moment");
+    m->adam_v = (float*)be->alloc(be, sb.adam / 2, "AdamW second moment");
+    be->zero(be, m->params, sb.params);
+    be->zero(be, m->grads, sb.grads);
+    if (m->master) be->zero(be, m->master, sb.master);
+    be->zero(be, m->adam_m, sb.adam / 2);
+    be->zero(be, m->adam_v, sb.adam / 2);
+    act_layout_build(&m->acts, c, B, T, m->dtype, recompute);
     m->arena = be->alloc(be, m->acts.bytes, "activations");
     m->inputs = (int32_t*)be->alloc(be, (size_t)B * T * sizeof(int32_t), "input tokens");
     m->targets = (int32_t*)be->alloc(be, (size_t)B * T * sizeof(int32_t), "target tokens");
@@ -331,13 +447,29 @@ void gpt_get_params_f32(const GPT* m, float* host_flat) {
 // ---------------------------------------------------------------------------
 // forward
 
+// Layer l from its layernormed input a->ln1 (with its statistics) up to the
+// GELU: everything the layer's backward reads. The attention projection
+// passes through A_PROJ_OUT. The forward pass and full recompute both run it.
+static void layer_forward_to_gelu(GPT* m, const LayerTensors* w, const LayerActs* a, int B, int T) {
+    Backend* be = m->be;
+    int C = m->config.channels, NH = m->config.num_heads, N = B * T;
+    void* proj = act(m, A_PROJ_OUT);
+    // attention block: residual2 = input + proj(attention(qkv(ln1)))
+    be->matmul_forward(be, a->qkv, NULL, a->ln1, w->qkvw, w->qkvb, N, C, 3 * C);
+    be->attention_forward(be, a->atty, a->lse, a->qkv, B, T, C, NH);
+    be->matmul_forward(be, proj, NULL, a->atty, w->attprojw, w->attprojb, N, C, C);
+    be->residual_layernorm_forward(be, a->residual2, a->ln2, a->ln2_mean, a->ln2_rstd, a->input, proj, w->ln2w,
+                                   w->ln2b, N, C);
+    // MLP block, first half: fch = fc(ln2), fch_gelu = gelu(fch)
+    be->matmul_forward(be, a->fch_gelu, a->fch, a->ln2, w->fcw, w->fcb, N, C, 4 * C);
+}
+
 void gpt_forward(GPT* m, const int32_t* inputs, const int32_t* targets, int B, int T, float dloss) {
     const GPTConfig* c = &m->config;
     if (B > m->B || T > m->T) fatal("internal: forward at (%d, %d) exceeds the arena (%d, %d)", B, T, m->B, m->T);
     Backend* be = m->be;
-    int C = c->channels, NH = c->num_heads, L = c->num_layers, V = c->vocab_size, Vp = c->padded_vocab_size;
+    int C = c->channels, L = c->num_layers, V = c->vocab_size, Vp = c->padded_vocab_size;
     int N = B * T;
-    size_t BTC = (size_t)N * C, BT = (size_t)N;
     void* embed = unit_params(m, gpt_embed_unit(), 0);
     void* wte = gpt_tensor_in_unit(m, embed, P_WTE, -1);
     void* wpe = gpt_tensor_in_unit(m, embed, P_WPE, -1);
@@ -345,41 +477,24 @@ void gpt_forward(GPT* m, const int32_t* inputs, const int32_t* targets, int B, i
 
     be->encoder_forward(be, act(m, A_ENCODED), inputs, wte, wpe, B, T, C);
     LayerTensors w = gpt_layer_tensors(m, unit_params(m, gpt_layer_unit(0), 0), 0);
-    be->layernorm_forward(be, act(m, A_LN1), act(m, A_LN1_MEAN), act(m, A_LN1_RSTD), act(m, A_ENCODED),
-                          w.ln1w, w.ln1b, N, C);
+    LayerActs a = layer_acts(m, 0, (size_t)N);
+    be->layernorm_forward(be, a.ln1, a.ln1_mean, a.ln1_rstd, a.input, w.ln1w, w.ln1b, N, C);
 
     for (int l = 0; l < L; l++) {
-        void* residual = l == 0 ? act(m, A_ENCODED) : act_layer(m, A_RESIDUAL3, l - 1, BTC);
-        void* ln1 = act_layer(m, A_LN1, l, BTC);
-        void* qkv = act_layer(m, A_QKV, l, 3 * BTC);
-        void* atty = act_layer(m, A_ATTY, l, BTC);
-        float* lse = (float*)act_layer(m, A_ATT_LSE, l, BT * NH);
-        void* residual2 = act_layer(m, A_RESIDUAL2, l, BTC);
-        void* ln2 = act_layer(m, A_LN2, l, BTC);
-        float* ln2_mean = (float*)act_layer(m, A_LN2_MEAN, l, BT);
-        float* ln2_rstd = (float*)act_layer(m, A_LN2_RSTD, l, BT);
-        void* fch = act_layer(m, A_FCH, l, 4 * BTC);
-        void* fch_gelu = act_layer(m, A_FCH_GELU, l, 4 * BTC);
-        void* residual3 = act_layer(m, A_RESIDUAL3, l, BTC);
-
-        // attention block: residual2 = residual + proj(attention(qkv(ln1)))
-        be->matmul_forward(be, qkv, NULL, ln1, w.qkvw, w.qkvb, N, C, 3 * C);
-        be->attention_forward(be, atty, lse, qkv, B, T, C, NH);
-        be->matmul_forward(be, proj, NULL, atty, w.attprojw, w.attprojb, N, C, C);
-        be->residual_layernorm_forward(be, residual2, ln2, ln2_mean, ln2_rstd, residual, proj, w.ln2w,
-                                       w.ln2b, N, C);
-        // MLP block: residual3 = residual2 + fcproj(gelu(fc(ln2)))
-        be->matmul_forward(be, fch_gelu, fch, ln2, w.fcw, w.fcb, N, C, 4 * C);
-        be->matmul_forward(be, proj, NULL, fch_gelu, w.fcprojw, w.fcprojb, N, 4 * C, C);
+        layer_forward_to_gelu(m, &w, &a, B, T);
+        // MLP block, second half: output = residual2 + fcproj(fch_gelu) ...
+        be->matmul_forward(be, proj, NULL, a.fch_gelu, w.fcprojw, w.fcprojb, N, 4 * C, C);
         // ... fused with the layernorm that feeds the next layer (or the final one)
         void *next_ln, *next_w, *next_b;
         float *next_mean, *next_rstd;
         LayerTensors wn = w;
+        LayerActs an = a;
         if (l + 1 < L) {
             wn = gpt_layer_tensors(m, unit_params(m, gpt_layer_unit(l + 1), 0), l + 1);
-            next_ln = act_layer(m, A_LN1, l + 1, BTC);
-            next_mean = (float*)act_layer(m, A_LN1_MEAN, l + 1, BT);
-            next_rstd = (float*)act_layer(m, A_LN1_RSTD, l + 1, BT);
+            an = layer_acts(m, l + 1, (size_t)N);
+            next_ln = an.ln1;
+            next_mean = an.ln1_mean;
+            next_rstd = an.ln1_rstd;
             next_w = wn.ln1w;
             next_b = wn.ln1b;
         } else {
@@ -390,10 +505,11 @@ void gpt_forward(GPT* m, const int32_t* inputs, const int32_t* targets, int B, i
             next_w = gpt_tensor_in_unit(m, fin, P_LNFW, -1);
             next_b = gpt_tensor_in_unit(m, fin, P_LNFB, -1);
         }
-        be->residual_layernorm_forward(be, residual3, next_ln, next_mean, next_rstd, residual2, proj,
-                                       next_w, next_b, N, C);
+        be->residual_layernorm_forward(be, a.output, next_ln, next_mean, next_rstd, a.residual2, proj, next_w,
+                                       next_b, N, C);
         unit_release(m, gpt_layer_unit(l), 0);
         w = wn;
+        a = an;
     }
     unit_release(m, gpt_final_unit(m), 0);
 
@@ -408,12 +524,21 @@ void gpt_forward(GPT* m, const int32_t* inputs, const int32_t* targets, int B, i
 
 void gpt_zero_grads(GPT* m) { m->be->zero(m->be, m->grads, m->layout.total * dtype_size(m->dtype)); }
 
+// matmul_backward when the input `inp` was recomputed into the buffer that
+// receives the input gradient: the weight gradients read it first, then dinp
+// overwrites it. The same bits as one call (the two products are separate).
+static void matmul_backward_over_input(Backend* be, void* inp_then_dinp, void* dweight, void* dbias, const void* dout,
+                                       const void* weight, int N, int C, int OC) {
+    be->matmul_backward(be, NULL, dweight, dbias, dout, inp_then_dinp, weight, N, C, OC);
+    be->matmul_backward(be, inp_then_dinp, NULL, NULL, dout, NULL, weight, N, C, OC);
+}
+
 void gpt_backward(GPT* m, const int32_t* inputs, int B, int T) {
     const GPTConfig* c = &m->config;
     Backend* be = m->be;
     int C = c->channels, NH = c->num_heads, L = c->num_layers, Vp = c->padded_vocab_size;
     int N = B * T;
-    size_t BTC = (size_t)N * C, BT = (size_t)N, es = dtype_size(m->dtype);
+    size_t BTC = (size_t)N * C, es = dtype_size(m->dtype);
     void* dres = act(m, A_DRESIDUAL);       // gradient of the residual stream
     void* dbtc = act(m, A_SCRATCH_BTC);     // (B,T,C) scratch
     void* dbt4c = act(m, A_SCRATCH_BT4C);   // (B,T,4C) scratch, also dqkv (B,T,3C)
@@ -428,7 +553,7 @@ void gpt_backward(GPT* m, const int32_t* inputs, int B, int T) {
                         gpt_tensor_in_unit(m, embed, P_WTE, -1), N, C, Vp);
     be->zero(be, dres, BTC * es);
     be->layernorm_backward(be, dres, gpt_tensor_in_unit(m, dfin, P_LNFW, -1), gpt_tensor_in_unit(m, dfin, P_LNFB, -1),
-                           dbtc, act_layer(m, A_RESIDUAL3, L - 1, BTC), gpt_tensor_in_unit(m, fin, P_LNFW, -1),
+                           dbtc, layer_acts(m, L - 1, (size_t)N).output, gpt_tensor_in_unit(m, fin, P_LNFW, -1),
                            act(m, A_LNF_MEAN), act(m, A_LNF_RSTD), N, C);
     unit_backward_done(m, fu);
     unit_release(m, fu, 1);
@@ -437,31 +562,44 @@ void gpt_backward(GPT* m, const int32_t* inputs, int B, int T) {
         int u = gpt_layer_unit(l);
         LayerTensors w = gpt_layer_tensors(m, unit_params(m, u, 1), l);
         LayerTensors g = gpt_layer_tensors(m, unit_grads(m, u), l);
-        void* residual = l == 0 ? act(m, A_ENCODED) : act_layer(m, A_RESIDUAL3, l - 1, BTC);
-        void* ln1 = act_layer(m, A_LN1, l, BTC);
-        float* ln1_mean = (float*)act_layer(m, A_LN1_MEAN, l, BT);
-        float* ln1_rstd = (float*)act_layer(m, A_LN1_RSTD, l, BT);
-        void* qkv = act_layer(m, A_QKV, l, 3 * BTC);
-        void* atty = act_layer(m, A_ATTY, l, BTC);
-        float* lse = (float*)act_layer(m, A_ATT_LSE, l, BT * NH);
-        void* residual2 = act_layer(m, A_RESIDUAL2, l, BTC);
-        void* ln2 = act_layer(m, A_LN2, l, BTC);
-        float* ln2_mean = (float*)act_layer(m, A_LN2_MEAN, l, BT);
-        float* ln2_rstd = (float*)act_layer(m, A_LN2_RSTD, l, BT);
-        void* fch = act_layer(m, A_FCH, l, 4 * BTC);
-        void* fch_gelu = act_layer(m, A_FCH_GELU, l, 4 * BTC);
+        LayerActs a = layer_acts(m, l, (size_t)N);
+        RecomputeMode mode = recompute_layer_mode(&m->acts.recompute, l);
+        if (mode == RECOMPUTE_FULL) {
+            // Re-run the forward from the layer's input into the working set.
+            // ln2 and the GELU output are then in dbtc and dbt4c, as a
+            // selective layer would recompute them below.
+            be->layernorm_forward(be, a.ln1, a.ln1_mean, a.ln1_rstd, a.input, w.ln1w, w.ln1b, N, C);
+            layer_forward_to_gelu(m, &w, &a, B, T);
+        }
 
-        // MLP block; dres is the gradient of residual3 and, by the identity
-        // path, of residual2, to which the layernorm adds its branch.
-        be->matmul_backward(be, dbt4c, g.fcprojw, g.fcprojb, dres, fch_gelu, w.fcprojw, N, 4 * C, C);
-        be->gelu_backward(be, dbt4c, fch, dbt4c, 4 * BTC);
-        be->matmul_backward(be, dbtc, g.fcw, g.fcb, dbt4c, ln2, w.fcw, N, C, 4 * C);
-        be->layernorm_backward(be, dres, g.ln2w, g.ln2b, dbtc, residual2, w.ln2w, ln2_mean, ln2_rstd, N, C);
+        // MLP block; dres is the gradient of the layer's output and, by the
+        // identity path, of residual2, to which the layernorm adds its branch.
+        if (mode == RECOMPUTE_NONE) {
+            be->matmul_backward(be, dbt4c, g.fcprojw, g.fcprojb, dres, a.fch_gelu, w.fcprojw, N, 4 * C, C);
+        } else {
+            if (mode == RECOMPUTE_SELECTIVE) be->gelu_forward(be, dbt4c, a.fch, 4 * BTC);
+            matmul_backward_over_input(be, dbt4c, g.fcprojw, g.fcprojb, dres, w.fcprojw, N, 4 * C, C);
+        }
+        be->gelu_backward(be, dbt4c, a.fch, dbt4c, 4 * BTC);
+        if (mode == RECOMPUTE_NONE) {
+            be->matmul_backward(be, dbtc, g.fcw, g.fcb, dbt4c, a.ln2, w.fcw, N, C, 4 * C);
+        } else {
+            if (mode == RECOMPUTE_SELECTIVE)
+                be->layernorm_forward(be, dbtc, a.ln2_mean, a.ln2_rstd, a.residual2, w.ln2w, w.ln2b, N, C);
+            matmul_backward_over_input(be, dbtc, g.fcw, g.fcb, dbt4c, w.fcw, N, C, 4 * C);
+        }
+        be->layernorm_backward(be, dres, g.ln2w, g.ln2b, dbtc, a.residual2, w.ln2w, a.ln2_mean, a.ln2_rstd, N, C);
         // attention block; dres becomes the gradient of this layer's input.
-        be->matmul_backward(be, dbtc, g.attprojw, g.attprojb, dres, atty, w.attprojw, N, C, C);
-        be->attention_backward(be, dbt4c, dbtc, qkv, atty, lse, B, T, C, NH);
-        be->matmul_backward(be, dbtc, g.qkvw, g.qkvb, dbt4c, ln1, w.qkvw, N, C, 3 * C);
-        be->layernorm_backward(be, dres, g.ln1w, g.ln1b, dbtc, residual, w.ln1w, ln1_mean, ln1_rstd, N, C);
+        be->matmul_backward(be, dbtc, g.attprojw, g.attprojb, dres, a.atty, w.attprojw, N, C, C);
+        be->attention_backward(be, dbt4c, dbtc, a.qkv, a.atty, a.lse, B, T, C, NH);
+        if (mode == RECOMPUTE_NONE) {
+            be->matmul_backward(be, dbtc, g.qkvw, g.qkvb, dbt4c, a.ln1, w.qkvw, N, C, 3 * C);
+        } else {
+            // ln1 shares dbtc with ln2, so full layers recompute it again too.
+            be->layernorm_forward(be, dbtc, a.ln1_mean, a.ln1_rstd, a.input, w.ln1w, w.ln1b, N, C);
+            matmul_backward_over_input(be, dbtc, g.qkvw, g.qkvb, dbt4c, w.qkvw, N, C, 3 * C);
+        }
+        be->layernorm_backward(be, dres, g.ln1w, g.ln1b, dbtc, a.input, w.ln1w, a.ln1_mean, a.ln1_rstd, N, C);
         unit_backward_done(m, u);
         unit_release(m, u, 1);
     }

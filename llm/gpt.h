@@ -22,6 +22,7 @@
 #include <stdint.h>
 
 #include "kernels/ops.h"
+#include "llm/recompute.h"
 
 EXTERN_C_BEGIN
 
@@ -86,7 +87,8 @@ typedef struct {
 } LayerTensors;
 
 // Activations of one micro-batch (B, T), carved from one arena. Per-layer
-// buffers are (L, B, T, ...) so layer l's slice is an offset.
+// kinds (ln1 .. residual3) are (slices, B, T, ...): which layers keep a
+// slice of their own depends on the recompute policy (llm/recompute.h).
 typedef enum {
     A_ENCODED, A_LN1, A_LN1_MEAN, A_LN1_RSTD, A_QKV, A_ATTY, A_ATT_LSE, A_RESIDUAL2,
     A_LN2, A_LN2_MEAN, A_LN2_RSTD, A_FCH, A_FCH_GELU, A_RESIDUAL3, A_LNF, A_LNF_MEAN,
@@ -101,11 +103,39 @@ typedef struct {
     DType dtype[NUM_ACT_KINDS];
     size_t offset[NUM_ACT_KINDS];  // bytes into the arena (aligned)
     size_t bytes;                  // arena size
+    // Per-layer kinds: layer slices in the buffer: first `stored` slices of
+    // the layers that keep the kind, then (slices > stored) one working slice
+    // that fully recomputed layers share. 0 for the other kinds, and for a
+    // per-layer kind that lives in backward scratch under this policy.
+    int slices[NUM_ACT_KINDS];
+    int stored[NUM_ACT_KINDS];
+    RecomputePolicy recompute;
 } ActLayout;
 
-// The activation bill for micro-batch B and sequence length T.
-void act_layout_build(ActLayout* al, const GPTConfig* c, int B, int T, DType dtype);
+// The activation bill for micro-batch B and sequence length T under a
+// recompute policy (NULL: none). Pure arithmetic: the planner calls it for
+// models it never allocates.
+void act_layout_build(ActLayout* al, const GPTConfig* c, int B, int T, DType dtype, const RecomputePolicy* recompute);
 const char* act_kind_name(ActKind k);
+// Bytes of kind k in the arena, alignment padding included.
+size_t act_kind_bytes(const ActLayout* al, ActKind k);
+// Whether k has one slice per layer (ln1 .. residual3).
+int act_kind_is_per_layer(ActKind k);
+
+// Model-state bytes on one rank (parameters, gradients, FP32 master weights,
+// AdamW moments) for a ZeRO stage over `world` ranks. es = dtype bytes,
+// N = layout total (padded for world), S = N / world, E = unit 0, F = the
+// last unit, Lmax = the largest layer unit:
+//   stage 0: params N*es, grads N*es, master N*4 (16-bit only), adam 2*N*4
+//   stage 1: params N*es, grads N*es, master S*4, adam 2*S*4
+//   stage 2: params N*es, grads (S + E + F + 2*Lmax)*es, master S*4, adam 2*S*4
+//   stage 3: params and grads (S + E + F + 2*Lmax)*es, master S*4, adam 2*S*4
+// With hybrid sharding (inside a node) `world` is the ranks per node.
+// gpt_create allocates exactly these numbers; the planner bills them.
+typedef struct {
+    size_t params, grads, master, adam;
+} StateBytes;
+StateBytes gpt_state_bytes(const GPTConfig* c, DType dtype, int world, int zero_stage);
 
 typedef struct GPT GPT;
 
@@ -114,7 +144,9 @@ typedef struct GPT GPT;
 // 3 install hooks that gather a unit's parameters before use, give it a
 // gradient buffer, and reduce-scatter that buffer when the unit's backward is
 // done. Units are used in this order: forward 0, 1..L, L+1, 0 (the LM head);
-// backward 0 (LM head), L+1, L..1, 0 (the embeddings).
+// backward 0 (LM head), L+1, L..1, 0 (the embeddings). A fully recomputed
+// layer re-runs its forward inside its backward with the parameters that
+// unit_params(u, backward = 1) returned: recompute adds no hook calls.
 typedef struct {
     void* ctx;
     // Base of unit u's full parameters, ready for compute.
@@ -146,7 +178,7 @@ struct GPT {
     float* adam_v;        // (opt_size) FP32
 
     int B, T;             // the micro-batch the arena was sized for
-    ActLayout acts;
+    ActLayout acts;       // includes the recompute policy
     void* arena;          // activations
     int32_t* inputs;      // (B, T) on the backend
     int32_t* targets;     // (B, T) on the backend
@@ -159,6 +191,9 @@ struct GPT {
 // micro-batches up to (B, T) on rank `rank` of `world` at a ZeRO stage.
 // Parameters are left zero.
 void gpt_create(GPT* m, const GPTConfig* c, Backend* be, int B, int T, int world, int rank, int zero_stage);
+// The same with a recompute policy for the activations (NULL: none).
+void gpt_create_recompute(GPT* m, const GPTConfig* c, Backend* be, int B, int T, int world, int rank,
+                          int zero_stage, const RecomputePolicy* recompute);
 
 // The flat range [*lo, *lo + return value) of unit u whose optimizer state
 // this rank holds, and where it starts in master / adam_m / adam_v.

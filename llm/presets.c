@@ -16,6 +16,19 @@ static const Preset PRESETS[] = {
     {"gpt2-1558M", 48, 1600, 25},
 };
 
+// Larger GPT-3-style shapes for planning and training at scale (Brown et al.
+// 2020, Table 2.1, with widths rounded to multiples of 128 and heads of 128
+// channels): the parameter counts with GPT-2's vocabulary and 4K positions
+// are 1.31B, 6.66B, 12.9B, 29.9B and 64.8B. Their maximum sequence length
+// follows --seq-len.
+static const Preset LARGE_PRESETS[] = {
+    {"gpt-1B", 24, 2048, 16},
+    {"gpt-7B", 32, 4096, 32},
+    {"gpt-13B", 40, 5120, 40},
+    {"gpt-30B", 48, 7168, 56},
+    {"gpt-64B", 80, 8192, 64},
+};
+
 static void reject_if_set(const TrainConfig* cfg, const char* flag, const char* why) {
     if (config_is_set(cfg, flag)) fatal("--%s conflicts with %s", flag, why);
 }
@@ -38,27 +51,34 @@ GPTConfig model_config_from_flags(const TrainConfig* cfg, int vocab_from_tokeniz
         return c;
     }
 
-    int is_gpt2 = 0;
+    int is_gpt2 = 0, from_preset = 0;
     int depth = cfg->depth;
     if (cfg->model[0]) {
         reject_if_set(cfg, "depth", "--model");
         const Preset* p = NULL;
         for (size_t i = 0; i < sizeof PRESETS / sizeof PRESETS[0]; i++)
             if (strcmp(cfg->model, PRESETS[i].name) == 0) p = &PRESETS[i];
+        const Preset* large = NULL;
+        for (size_t i = 0; i < sizeof LARGE_PRESETS / sizeof LARGE_PRESETS[0]; i++)
+            if (strcmp(cfg->model, LARGE_PRESETS[i].name) == 0) large = &LARGE_PRESETS[i];
         int d;
         char tail;
-        if (p) {
-            c.num_layers = p->layers;
-            c.channels = p->channels;
-            c.num_heads = p->heads;
-            is_gpt2 = 1;
+        if (large || p) {
+            const Preset* q = large ? large : p;
+            c.num_layers = q->layers;
+            c.channels = q->channels;
+            c.num_heads = q->heads;
+            is_gpt2 = p != NULL;
+            from_preset = 1;
         } else if (sscanf(cfg->model, "d%d%c", &d, &tail) == 1 && d > 0) {
             depth = d;
         } else {
-            fatal("--model '%s' is not a preset (gpt2-124M, gpt2-350M, gpt2-774M, gpt2-1558M) or dN", cfg->model);
+            fatal("--model '%s' is not a preset (gpt2-124M, gpt2-350M, gpt2-774M, gpt2-1558M, gpt-1B, gpt-7B, "
+                  "gpt-13B, gpt-30B, gpt-64B) or dN",
+                  cfg->model);
         }
     }
-    if (!is_gpt2) {
+    if (!from_preset) {
         if (depth <= 0) fatal("--depth must be positive (got %d)", depth);
         c.num_layers = depth;
         c.channels = 64 * depth;

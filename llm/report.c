@@ -3,13 +3,14 @@
 
 #include <stdio.h>
 
+#include "llm/planner.h"
+
 static double mib(size_t bytes) { return (double)bytes / (1024.0 * 1024.0); }
 
 void report_run_summary(const Trainer* tr) {
     if (tr->rank != 0) return;
     const GPT* m = &tr->model;
     const GPTConfig* c = &m->config;
-    size_t n = m->layout.total, es = dtype_size(m->dtype);
     printf("train_gpt | backend %s | precision %s | ranks %d\n", tr->be->name, dtype_name(m->dtype), tr->world);
     printf("model     | %zu parameters (%.2fM) | layers %d | channels %d | heads %d | vocab %d (padded %d) | max seq %d\n",
            m->num_params, (double)m->num_params / 1e6, c->num_layers, c->channels, c->num_heads, c->vocab_size,
@@ -20,9 +21,13 @@ void report_run_summary(const Trainer* tr) {
            (unsigned long long)tr->train.windows_per_epoch, tr->train.num_shards);
     if (tr->has_val) printf(" | val %s: %llu windows", tr->cfg->val_data, (unsigned long long)tr->val.windows_per_epoch);
     printf("\n");
-    printf("memory    | params %.1f MiB | grads %.1f MiB | master %.1f MiB | adam %.1f MiB | activations %.1f MiB | total %.1f MiB\n",
-           mib(n * es), mib(n * es), mib(m->master ? m->opt_size * 4 : 0),
-           mib(2 * m->opt_size * 4), mib(m->acts.bytes), mib(tr->be->allocated_bytes(tr->be)));
+    MemoryBill b = plan_bill_of_model(m);
+    char pol[96];
+    printf("memory    | planned peak %.1f MiB = params %.1f + grads %.1f + master %.1f + adam %.1f + activations %.1f "
+           "(recompute %s) + tokens %.1f + workspace %.1f | allocated now %.1f MiB\n",
+           mib(b.allocated), mib(b.state.params), mib(b.state.grads), mib(b.state.master), mib(b.state.adam),
+           mib(b.activations), recompute_policy_describe(&m->acts.recompute, c->num_layers, pol, sizeof pol),
+           mib(b.tokens), mib(b.workspace), mib(tr->be->allocated_bytes(tr->be)));
     printf("optimizer | AdamW lr %g (warmup %d, cosine to %g x) | betas %g %g | eps %g | wd %g | clip %g | steps %d\n",
            tr->cfg->lr, tr->cfg->warmup, tr->cfg->lr_final_frac, tr->cfg->beta1, tr->cfg->beta2, tr->cfg->eps,
            tr->cfg->weight_decay, tr->cfg->grad_clip, tr->cfg->steps);
@@ -45,5 +50,13 @@ void report_validation(const Trainer* tr, int step, double val_loss) {
 void report_sample(const Trainer* tr, int step, const char* text) {
     if (tr->rank != 0) return;
     printf("---- sample at step %d ----\n%s\n---------------------------\n", step, text);
+    fflush(stdout);
+}
+
+void report_memory_peak(const Trainer* tr) {
+    if (tr->rank != 0) return;
+    size_t planned = plan_bill_of_model(&tr->model).allocated, peak = tr->be->peak_allocated_bytes(tr->be);
+    printf("memory    | peak allocated %zu bytes (%.1f MiB) | planned %zu bytes | %s\n", peak, mib(peak), planned,
+           peak == planned ? "as planned" : peak < planned ? "below plan" : "ABOVE PLAN");
     fflush(stdout);
 }

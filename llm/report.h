@@ -11,5 +11,7 @@ void report_run_summary(const Trainer* tr);
 void report_step(const Trainer* tr, int step, const StepResult* r);
 void report_validation(const Trainer* tr, int step, double val_loss);
 void report_sample(const Trainer* tr, int step, const char* text);
+// The backend's peak allocated bytes against the planner's bill for the run.
+void report_memory_peak(const Trainer* tr);
 
 EXTERN_C_END

@@ -7,6 +7,7 @@
 
 #include "llm/bf16.h"
 #include "llm/llmc_io.h"
+#include "llm/planner.h"
 #include "llm/presets.h"
 #include "llm/rng.h"
 
@@ -14,7 +15,8 @@
 // setup
 
 static void setup_batch_geometry(Trainer* tr, const TrainConfig* cfg) {
-    if (cfg->seq_len <= 0) fatal("--seq-len must be positive (got %d)", cfg->seq_len);
+    if (cfg->seq_len <= 0 || cfg->seq_len > PLAN_MAX_SEQ_LEN)
+        fatal("--seq-len %d is outside 1..%d", cfg->seq_len, PLAN_MAX_SEQ_LEN);
     if (cfg->micro_batch <= 0) fatal("--micro-batch must be positive (got %d)", cfg->micro_batch);
     if (cfg->steps < 0) fatal("--steps must not be negative (got %d)", cfg->steps);
     tr->B = cfg->micro_batch;
@@ -64,7 +66,10 @@ void trainer_setup(Trainer* tr, const TrainConfig* cfg, Backend* be) {
         tr->has_val = 1;
     }
 
-    gpt_create(&tr->model, &mc, be, tr->B, tr->T, 1, 0, 0);
+    RecomputePolicy recompute = recompute_policy_from_flags(cfg->recompute, cfg->recompute_layers, mc.num_layers);
+    if (cfg->zero_stage < 0 || cfg->zero_stage > 3) fatal("--zero-stage %d is not one of 0, 1, 2, 3", cfg->zero_stage);
+    if (cfg->zero_stage > 1) fatal("--zero-stage %d: this build shards up to ZeRO-1", cfg->zero_stage);
+    gpt_create_recompute(&tr->model, &mc, be, tr->B, tr->T, tr->world, tr->rank, cfg->zero_stage, &recompute);
     if (cfg->init_from[0]) llmc_load_weights(&tr->model, cfg->init_from);
     else gpt_init_random(&tr->model, (uint64_t)cfg->seed);
 

@@ -165,12 +165,23 @@ static void attend_query_group(float* o, float* lse, const float* q, int i, cons
     for (int g = 0; g < stored; g++) lse[g] = l[g];
 }
 
+// Floats of scratch per thread: the K and V panels and a group of score rows
+// (forward); K, V, dK, dV panels and three groups of rows (backward).
+static size_t forward_floats_per_thread(const Shape* s) { return (2 * (size_t)s->HS + QUERY_GROUP) * s->ld; }
+static size_t backward_floats_per_thread(const Shape* s) { return (4 * (size_t)s->HS + 3 * QUERY_GROUP) * s->ld; }
+
+size_t cpu_attention_scratch_bytes(int T, int C, int NH, int threads) {
+    Shape s = make_shape(T, C, NH);
+    size_t f = forward_floats_per_thread(&s), b = backward_floats_per_thread(&s);
+    return (size_t)threads * (f > b ? f : b) * sizeof(float);
+}
+
 void cpu_attention_forward(Backend* be, void* out_, float* lse, const void* qkv_, int B, int T,
                            int C, int NH) {
     float* out = (float*)out_;
     const float* qkv = (const float*)qkv_;
     Shape s = make_shape(T, C, NH);
-    size_t per_thread = (2 * (size_t)s.HS + QUERY_GROUP) * s.ld;
+    size_t per_thread = forward_floats_per_thread(&s);
     int nthreads = omp_get_max_threads();
     float* scratch = (float*)cpu_scratch(be, nthreads * per_thread * sizeof(float),
                                          "attention forward panels");
@@ -293,7 +304,7 @@ void cpu_attention_backward(Backend* be, void* dqkv_, const void* dout_, const v
     const float* qkv = (const float*)qkv_;
     const float* out = (const float*)out_;
     Shape s = make_shape(T, C, NH);
-    size_t per_thread = (4 * (size_t)s.HS + 3 * QUERY_GROUP) * s.ld;
+    size_t per_thread = backward_floats_per_thread(&s);
     int nthreads = omp_get_max_threads();
     float* scratch = (float*)cpu_scratch(be, nthreads * per_thread * sizeof(float),
                                          "attention backward panels");

@@ -1,0 +1,285 @@
+// test_planner.c: the memory planner (llm/planner.h).
+//
+// On the CPU backend the planned bytes must equal the backend's peak
+// allocated bytes exactly, for several shapes, every recompute policy and
+// ZeRO stages 0 and 1; the state formulas are checked against numbers worked
+// out by hand; the recommendations against cases checked by hand.
+#include <omp.h>
+#include <string.h>
+
+#include "llm/planner.h"
+#include "llm/rng.h"
+#include "tests/testlib.h"
+
+static const double GIB = 1073741824.0;
+
+static GPTConfig shape(int L, int C, int NH, int V, int max_T) {
+    GPTConfig c = {.max_seq_len = max_T, .vocab_size = V, .num_layers = L, .num_heads = NH, .channels = C};
+    gpt_config_finish(&c);
+    return c;
+}
+
+// One training step on a fresh backend; returns its peak allocated bytes
+// and writes the planned bytes.
+static size_t measure(const GPTConfig* c, int B, int T, RecomputePolicy p, int world, int zero, int threads,
+                      size_t* planned, size_t* planned_of_model) {
+    Backend* be = cpu_backend_create(DTYPE_F32, threads);
+    GPT m;
+    gpt_create_recompute(&m, c, be, B, T, world, 0, zero, &p);
+    gpt_init_random(&m, 3);
+    int32_t* tok = (int32_t*)xmalloc((size_t)B * T * sizeof(int32_t));
+    for (int i = 0; i < B * T; i++) tok[i] = (int32_t)(rng_uniform(11, (uint64_t)i) * c->vocab_size) % c->vocab_size;
+    be->to_device(be, m.inputs, tok, (size_t)B * T * sizeof(int32_t));
+    be->to_device(be, m.targets, tok, (size_t)B * T * sizeof(int32_t));
+    free(tok);
+    gpt_zero_grads(&m);
+    gpt_forward(&m, m.inputs, m.targets, B, T, 1.0f / (B * T));
+    gpt_accumulate_loss(&m, B, T, 0);
+    gpt_backward(&m, m.inputs, B, T);
+    gpt_grad_norm_squared(&m, 0, m.layout.total);
+    gpt_update(&m, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 1.0f, 5);
+    gpt_forward(&m, m.inputs, NULL, 1, T, 0.0f);  // as sampling does
+    size_t peak = be->peak_allocated_bytes(be);
+
+    // The planner's view, built by hand as --plan builds it from flags ...
+    PlanConfig pc;
+    memset(&pc, 0, sizeof pc);
+    pc.model = *c;
+    pc.precision = PREC_FP32;
+    pc.B = B;
+    pc.T = T;
+    pc.recompute = p;
+    pc.zero_stage = zero;
+    pc.world = world;
+    pc.ranks_per_node = world;
+    PlanDevice dev = plan_device_cpu(64 * GIB, omp_get_max_threads());
+    *planned = plan_bill(&pc, &dev).allocated;
+    // ... and from the live model, as the trainer prints it.
+    *planned_of_model = plan_bill_of_model(&m).allocated;
+    gpt_free(&m);
+    be->destroy(be);
+    return peak;
+}
+
+static void planned_equals_allocated(void) {
+    struct {
+        GPTConfig c;
+        int B, T, world, zero, threads;
+        RecomputeMode mode;
+        int full;
+        const char* what;
+    } cases[] = {
+        {shape(2, 64, 2, 100, 32), 4, 32, 1, 0, 0, RECOMPUTE_NONE, 0, "L2 C64 B4 T32 none"},
+        {shape(2, 64, 2, 100, 32), 4, 32, 1, 0, 0, RECOMPUTE_SELECTIVE, 0, "L2 C64 B4 T32 selective"},
+        {shape(2, 64, 2, 100, 32), 4, 32, 1, 0, 0, RECOMPUTE_FULL, 0, "L2 C64 B4 T32 full"},
+        {shape(3, 96, 3, 257, 64), 3, 50, 1, 0, 0, RECOMPUTE_NONE, 2, "L3 C96 B3 T50 none + 2 full"},
+        {shape(4, 48, 3, 101, 16), 2, 13, 1, 0, 0, RECOMPUTE_SELECTIVE, 3, "L4 C48 B2 T13 selective + 3 full"},
+        {shape(2, 64, 2, 100, 32), 4, 32, 2, 1, 0, RECOMPUTE_SELECTIVE, 1, "ZeRO-1 rank 0 of 2, selective + 1 full"},
+        {shape(2, 64, 2, 100, 32), 4, 32, 4, 0, 0, RECOMPUTE_NONE, 0, "ZeRO-0 on 4 ranks"},
+        {shape(1, 64, 4, 100, 1000), 1, 1000, 1, 0, 1, RECOMPUTE_FULL, 0, "L1 T1000 full, 1 thread"},
+        {shape(1, 64, 4, 100, 1000), 1, 1000, 1, 0, 0, RECOMPUTE_FULL, 0, "L1 T1000 full"},
+    };
+    int default_threads = omp_get_max_threads();
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        RecomputePolicy p = recompute_policy(cases[i].mode, cases[i].full, cases[i].c.num_layers);
+        size_t planned, of_model;
+        size_t peak = measure(&cases[i].c, cases[i].B, cases[i].T, p, cases[i].world, cases[i].zero, cases[i].threads,
+                              &planned, &of_model);
+        if (cases[i].threads) omp_set_num_threads(default_threads);
+        printf("# %-40s planned %9zu bytes, peak allocated %9zu\n", cases[i].what, planned, peak);
+        CHECK(peak == planned, "%s: peak allocated %zu, planned %zu", cases[i].what, peak, planned);
+        CHECK(of_model == planned, "%s: bill of the model %zu, of the config %zu", cases[i].what, of_model, planned);
+    }
+}
+
+// A tiny model on 2 ranks, worked out by hand. Units are padded to
+// 64 * 2 = 128 elements: embeddings wte 128x64 + wpe 16x64 = 9216; the layer
+// 64+64 + 192*64 + 192 + 64*64 + 64 + 64+64 + 256*64 + 256 + 64*256 + 64 =
+// 49984 -> 50048; final norm 128. N = 59392, S = N/2 = 29696, and the units
+// in flight at ZeRO-2/3 are S + E + F + 2 Lmax = 139136 elements.
+static void state_bytes_hand_checked(void) {
+    GPTConfig c = shape(1, 64, 1, 128, 16);
+    StateBytes z0 = gpt_state_bytes(&c, DTYPE_BF16, 2, 0), z1 = gpt_state_bytes(&c, DTYPE_BF16, 2, 1),
+               z2 = gpt_state_bytes(&c, DTYPE_BF16, 2, 2), z3 = gpt_state_bytes(&c, DTYPE_BF16, 2, 3),
+               f0 = gpt_state_bytes(&c, DTYPE_F32, 2, 0);
+    CHECK(z0.params == 118784 && z0.grads == 118784 && z0.master == 237568 && z0.adam == 475136,
+          "stage 0: %zu %zu %zu %zu", z0.params, z0.grads, z0.master, z0.adam);
+    CHECK(z1.params == 118784 && z1.grads == 118784 && z1.master == 118784 && z1.adam == 237568,
+          "stage 1: %zu %zu %zu %zu", z1.params, z1.grads, z1.master, z1.adam);
+    CHECK(z2.params == 118784 && z2.grads == 278272 && z2.master == 118784 && z2.adam == 237568,
+          "stage 2: %zu %zu %zu %zu", z2.params, z2.grads, z2.master, z2.adam);
+    CHECK(z3.params == 278272 && z3.grads == 278272 && z3.master == 118784 && z3.adam == 237568,
+          "stage 3: %zu %zu %zu %zu", z3.params, z3.grads, z3.master, z3.adam);
+    CHECK(f0.params == 237568 && f0.master == 0 && f0.adam == 475136, "fp32 stage 0: %zu %zu %zu", f0.params,
+          f0.master, f0.adam);
+}
+
+static PlanConfig request(GPTConfig c, int T, int world) {
+    PlanConfig pc;
+    memset(&pc, 0, sizeof pc);
+    pc.model = c;
+    pc.B = 1;
+    pc.T = T;
+    pc.world = world;
+    pc.ranks_per_node = world < 8 ? world : 8;
+    pc.recompute = recompute_policy(RECOMPUTE_NONE, 0, c.num_layers);
+    return pc;
+}
+
+static PlanDevice gpu(const char* name) {
+    PlanDevice d;
+    if (!plan_device_gpu(&d, name)) memset(&d, 0, sizeof d);
+    return d;
+}
+
+static int fits_with(PlanConfig pc, const PlanDevice* d) {
+    MemoryBill b = plan_bill(&pc, d);
+    return plan_fits(&b, d);
+}
+
+// The recommendation is the boundary: one more sample, or one layer less of
+// full recompute, no longer fits.
+static void check_is_boundary(const PlanResult* r, const PlanDevice* d, const char* what) {
+    PlanConfig pc = r->config;
+    CHECK(fits_with(pc, d), "%s: the recommendation does not fit", what);
+    pc.B++;
+    CHECK(!fits_with(pc, d) || r->config.B == PLAN_MAX_MICRO_BATCH, "%s: micro-batch %d also fits", what, pc.B);
+    pc = r->config;
+    if (pc.recompute.full_layers > 1 && pc.recompute.mode != RECOMPUTE_FULL) {
+        pc.recompute = recompute_policy(pc.recompute.mode, pc.recompute.full_layers - 1, pc.model.num_layers);
+        CHECK(!fits_with(pc, d), "%s: %d full layers also fit", what, pc.recompute.full_layers);
+    }
+}
+
+static void recommendations_hand_checked(void) {
+    PlanDevice b200 = gpu("b200"), h100 = gpu("h100");
+    CHECK(b200.memory == 183359.0 * 1048576 && b200.peak_fp8 == 4500e12, "B200 entry");
+    PlanFixed free_all;
+    memset(&free_all, 0, sizeof free_all);
+
+    // 1B at 4K on 8 x B200: BF16, no sharding, no recompute, a large micro-batch.
+    PlanConfig rq = request(shape(24, 2048, 16, 50257, 4096), 4096, 8);
+    PlanResult r = plan_recommend(&rq, &free_all, &b200);
+    CHECK(r.fits && r.config.precision == PREC_BF16 && r.config.zero_stage == 0 &&
+              r.config.recompute.mode == RECOMPUTE_NONE && r.config.B >= 8,
+          "1B/4K: fits %d %s ZeRO-%d %s B %d", r.fits, precision_name(r.config.precision), r.config.zero_stage,
+          recompute_mode_name(r.config.recompute.mode), r.config.B);
+    check_is_boundary(&r, &b200, "1B/4K");
+
+    // 64B at 4K on 8 x B200: FP8, ZeRO-3, and full recompute of some layers;
+    // no lower stage and no recompute without full layers fits.
+    rq = request(shape(80, 8192, 64, 50257, 4096), 4096, 8);
+    r = plan_recommend(&rq, &free_all, &b200);
+    CHECK(r.fits && r.config.precision == PREC_FP8 && r.config.zero_stage == 3 && r.config.recompute.full_layers > 0,
+          "64B/4K: fits %d %s ZeRO-%d full layers %d", r.fits, precision_name(r.config.precision), r.config.zero_stage,
+          r.config.recompute.full_layers);
+    check_is_boundary(&r, &b200, "64B/4K");
+    PlanConfig t = r.config;
+    t.recompute = recompute_policy(RECOMPUTE_SELECTIVE, 0, 80);
+    CHECK(!fits_with(t, &b200), "64B/4K fits at ZeRO-3 with selective recompute alone");
+    t = r.config;
+    t.zero_stage = 2;
+    t.recompute = recompute_policy(RECOMPUTE_FULL, 0, 80);
+    CHECK(!fits_with(t, &b200), "64B/4K fits at ZeRO-2");
+    // 7B at 128K on 8 x B200 needs full recompute of some layers.
+    rq = request(shape(32, 4096, 32, 50257, 131072), 131072, 8);
+    r = plan_recommend(&rq, &free_all, &b200);
+    CHECK(r.fits && r.config.recompute.full_layers > 0 && r.config.B == 1, "7B/128K: fits %d, full layers %d", r.fits,
+          r.config.recompute.full_layers);
+    // 7B at 4K on 8 x H100 fits with ZeRO-1, not ZeRO-0 (16 bytes x 6.7B > 80 GiB).
+    rq = request(shape(32, 4096, 32, 50257, 4096), 4096, 8);
+    r = plan_recommend(&rq, &free_all, &h100);
+    CHECK(r.fits && r.config.zero_stage == 1, "7B/4K/H100: fits %d ZeRO-%d", r.fits, r.config.zero_stage);
+    // The same on 2 nodes shards inside each node (hybrid).
+    rq = request(shape(32, 4096, 32, 50257, 4096), 4096, 16);
+    r = plan_recommend(&rq, &free_all, &h100);
+    CHECK(r.fits && r.config.zero_stage == 1 && r.config.hybrid && plan_shard_world(&r.config) == 8,
+          "7B/4K on 16 H100: fits %d ZeRO-%d hybrid %d", r.fits, r.config.zero_stage, r.config.hybrid);
+
+    // Explicit choices are kept: a fixed micro-batch and policy.
+    PlanFixed fx = free_all;
+    fx.micro_batch = fx.recompute = 1;
+    rq = request(shape(24, 2048, 16, 50257, 4096), 4096, 8);
+    rq.B = 3;
+    rq.recompute = recompute_policy(RECOMPUTE_SELECTIVE, 0, 24);
+    r = plan_recommend(&rq, &fx, &b200);
+    CHECK(r.fits && r.config.B == 3 && r.config.recompute.mode == RECOMPUTE_SELECTIVE, "fixed choices changed");
+    // The micro-batch divides the sequences per rank of --batch-tokens.
+    fx = free_all;
+    fx.batch_tokens = 8L * 4096 * 18;  // 18 sequences per rank
+    rq = request(shape(24, 2048, 16, 50257, 4096), 4096, 8);
+    r = plan_recommend(&rq, &fx, &b200);
+    CHECK(r.fits && 18 % r.config.B == 0 && r.config.B > 1, "micro-batch %d does not divide 18", r.config.B);
+}
+
+static void nothing_fits_says_what_would(void) {
+    PlanDevice b200 = gpu("b200");
+    PlanFixed free_all;
+    memset(&free_all, 0, sizeof free_all);
+    // 64B at 32K on one node: the 80 layers' inputs alone are 40 GiB.
+    PlanConfig rq = request(shape(80, 8192, 64, 50257, 32768), 32768, 8);
+    PlanResult r = plan_recommend(&rq, &free_all, &b200);
+    CHECK(!r.fits, "64B/32K fits on 8 x B200");
+    CHECK(r.config.zero_stage == 3 && r.config.recompute.mode == RECOMPUTE_FULL && r.config.B == 1,
+          "the shown configuration is not the smallest");
+    CHECK(r.bill.total > b200.memory, "the bill of the smallest configuration fits");
+    CHECK(r.fits_with_world == 16, "fits with %d ranks, want 16", r.fits_with_world);
+    CHECK(r.fits_with_seq_len == 16384, "fits with seq %d, want 16384", r.fits_with_seq_len);
+    // A fixed ZeRO-1 for 64B: nothing fits, but without the choice it does.
+    PlanFixed fx = free_all;
+    fx.zero_stage = 1;
+    rq = request(shape(80, 8192, 64, 50257, 4096), 4096, 8);
+    rq.zero_stage = 1;
+    r = plan_recommend(&rq, &fx, &b200);
+    CHECK(!r.fits && r.config.zero_stage == 1 && r.fits_when_unfixed && r.unfixed.zero_stage == 3,
+          "fixed ZeRO-1: fits %d, unfixed %d at ZeRO-%d", r.fits, r.fits_when_unfixed, r.unfixed.zero_stage);
+    // Activations of one 128K sequence of the 64B model exceed a B200: more
+    // ranks cannot help.
+    rq = request(shape(80, 8192, 64, 50257, 131072), 131072, 8);
+    r = plan_recommend(&rq, &free_all, &b200);
+    CHECK(!r.fits && r.fits_with_world == 0 && r.fits_with_seq_len > 0, "64B/128K: fits %d world %d seq %d", r.fits,
+          r.fits_with_world, r.fits_with_seq_len);
+}
+
+// The GPU extras by their documented formulas.
+static void gpu_bill_formulas(void) {
+    PlanDevice b200 = gpu("b200");
+    GPTConfig c = shape(4, 1024, 8, 50257, 2048);
+    PlanConfig pc = request(c, 2048, 8);
+    pc.B = 2;
+    pc.precision = PREC_FP8;
+    pc.zero_stage = 1;
+    MemoryBill b = plan_bill(&pc, &b200);
+    size_t C = 1024, BT = 2 * 2048;
+    CHECK(b.fp8_weights == 4 * 24 * C * C, "fp8 weights %zu", b.fp8_weights);
+    CHECK(b.fp8_scaling == 4 * 12 * 1026 * 4, "fp8 scaling %zu", b.fp8_scaling);
+    // none keeps ln1, ln2, gelu (6C) per layer: 1 byte each less; atty (C): 1 more; two (B,T,4C) casts.
+    CHECK(b.activations == b.acts.bytes - 4 * BT * 6 * C + 4 * BT * C + 2 * BT * 4 * C, "fp8 activations");
+    CHECK(b.workspace == PLAN_CUBLASLT_WORKSPACE, "workspace %zu", b.workspace);
+    CHECK(b.reserve == PLAN_GPU_RUNTIME_RESERVE + b.allocated / 100 * 5, "reserve %zu", b.reserve);
+    pc.zero_stage = 3;
+    b = plan_bill(&pc, &b200);
+    CHECK(b.fp8_weights == 2 * 24 * C * C, "fp8 weights at ZeRO-3 %zu", b.fp8_weights);
+
+    // FLOPs per token: 6 N (without wpe) + 12 L h s; 40% of the peak.
+    pc.precision = PREC_BF16;
+    pc.recompute = recompute_policy(RECOMPUTE_NONE, 0, 4);
+    PlanSpeed s = plan_speed(&pc, &b200);
+    double n = (double)gpt_num_params(&c) - 2048.0 * 1024;
+    double flops = 6 * n + 12.0 * 4 * 1024 * 2048;
+    CHECK_CLOSE(s.model_flops, flops, 0, 1e-12, "model flops");
+    CHECK_CLOSE(s.tokens_per_s_gpu, 0.4 * 2250e12 / flops, 0, 1e-12, "tokens/s");
+    CHECK_CLOSE(s.gpu_hours_per_billion, 1e9 / s.tokens_per_s_gpu / 3600, 0, 1e-12, "GPU-hours");
+    pc.recompute = recompute_policy(RECOMPUTE_FULL, 0, 4);
+    s = plan_speed(&pc, &b200);
+    CHECK_CLOSE(s.recompute_flops, 4 * (16.0 * C * C + 4.0 * C * 2048), 0, 1e-12, "recompute flops");
+}
+
+int main(void) {
+    RUN(state_bytes_hand_checked);
+    RUN(planned_equals_allocated);
+    RUN(gpu_bill_formulas);
+    RUN(recommendations_hand_checked);
+    RUN(nothing_fits_says_what_would);
+    return TESTS_DONE();
+}
