@@ -24,7 +24,7 @@ BIN      ?= train_gpt
 WARN     := -Wall -Wextra -Wshadow -Wno-unused-parameter -Wno-sign-compare
 CFLAGS   ?= -O3 -march=native -g
 CFLAGS   += -std=c11 -fopenmp -D_GNU_SOURCE -I. $(WARN)
-LDLIBS   := -lopenblas -lzstd -lm
+LDLIBS   := -lopenblas -lzstd -lm -ldl
 
 # Everything except main() lives in a static library that tests link too.
 LIB_SRCS := $(wildcard llm/*.c data/*.c kernels/*.c kernels/cpu/*.c)
@@ -92,7 +92,12 @@ $(BUILD)/asan/test_data: tests/test_data.c $(ASAN_SRCS) tests/testlib.h
 	@mkdir -p $(dir $@)
 	$(CC) -std=c11 -fopenmp -D_GNU_SOURCE -I. $(WARN) $(ASAN_FLAGS) -DUNDER_ASAN -o $@ $< $(ASAN_SRCS) -lzstd -lm
 
-tests: train_gpt $(TEST_BINS) $(BUILD)/asan/test_data data
+# A stand-in for libnvidia-ml.so.1 (tests/fake_nvml.c): NVML telemetry is tested without a GPU.
+$(BUILD)/tests/libfake_nvml.so: tests/fake_nvml.c
+	@mkdir -p $(dir $@)
+	$(CC) -std=c11 -O1 -shared -fPIC -o $@ $<
+
+tests: train_gpt $(TEST_BINS) $(BUILD)/asan/test_data data $(BUILD)/tests/libfake_nvml.so
 
 test: tests
 	@tests/run_tests.sh $(TEST_BINS) $(BUILD)/asan/test_data $(TEST_SCRIPTS)

@@ -36,6 +36,7 @@ int main(int argc, char** argv) {
     // 3. Model, data, tokenizer, batch geometry; print what we are about to do.
     Trainer tr;
     trainer_setup(&tr, &cfg, be);
+    report_open(&tr);
     report_run_summary(&tr);
     sagemaker_report(&cfg, tr.rank);
 
@@ -48,7 +49,8 @@ int main(int argc, char** argv) {
             free(text);
         }
         StepResult r = trainer_step(&tr, step);
-        if (step % cfg.log_every == 0 || step + 1 == cfg.steps) report_step(&tr, step, &r);
+        report_step(&tr, step, &r);
+        guard_stop_if_exhausted(&tr.guard, step + 1);  // too many skipped steps in a row: exit 1
     }
 
     // 5. Final validation and sample, then the weights for other tools.
@@ -64,6 +66,7 @@ int main(int argc, char** argv) {
     }
 
     report_memory_peak(&tr);
+    report_close(&tr);
     trainer_free(&tr);
     be->destroy(be);
     return 0;

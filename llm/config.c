@@ -72,6 +72,14 @@ static const Flag FLAGS[] = {
     {"gpu-mem", F_DOUBLE, OFF(gpu_mem), "0", "GiB", "memory per device for --plan/--auto in GiB (2^30 bytes), instead of --gpu's or the device's free memory", NULL},
     {"world-size", F_INT, OFF(world_size), "0", "N", "ranks for --plan (default: the MPI world under mpirun, else 1)", NULL},
     {"ranks-per-node", F_INT, OFF(ranks_per_node), "0", "N", "ranks per node for --plan (default: the MPI local size under mpirun, else 8)", NULL},
+    {"log-dir", F_STRING, OFF(log_dir), "", "DIR", "write DIR/metrics.jsonl: the config, one JSON object per step, validation, telemetry, a summary", "Metrics and fault tolerance"},
+    {"telemetry-every", F_INT, OFF(telemetry_every), "100", "N", "GPU telemetry (NVML: utilisation, memory, power, temperature, clocks, throttling) every N steps; 0 disables", NULL},
+    {"progress-every", F_DOUBLE, OFF(progress_every), "60", "SECONDS", "a progress line with elapsed time and ETA at most this often; 0 disables", NULL},
+    {"peak-tflops", F_DOUBLE, OFF(peak_tflops), "0", "X", "dense peak TFLOP/s of one device for MFU; 0: the GPU table, or the CPU's sgemm measured at start-up", NULL},
+    {"max-bad-steps", F_INT, OFF(max_bad_steps), "5", "N", "stop (exit 1) after N skipped steps in a row; 0: never stop", NULL},
+    {"spike-z", F_DOUBLE, OFF(spike_z), "5", "Z", "report a loss more than Z standard deviations above the last --spike-window losses; 0 disables", NULL},
+    {"spike-window", F_INT, OFF(spike_window), "100", "N", "steps in the loss-spike baseline", NULL},
+    {"skip-spikes", F_BOOL, OFF(skip_spikes), "0", "0|1", "also skip the update of a loss-spike step (non-finite steps are always skipped)", NULL},
 };
 #define NUM_FLAGS ((int)(sizeof FLAGS / sizeof FLAGS[0]))
 
@@ -171,6 +179,20 @@ void config_print(const TrainConfig* cfg, FILE* f, const char* prefix) {
         case F_LONG: fprintf(f, "%ld\n", *(const long*)field); break;
         case F_DOUBLE: fprintf(f, "%g\n", *(const double*)field); break;
         case F_STRING: fprintf(f, "%s\n", *(char* const*)field); break;
+        }
+    }
+}
+
+void config_write_json(const TrainConfig* cfg, JsonWriter* j) {
+    for (int i = 0; i < NUM_FLAGS; i++) {
+        const Flag* fl = &FLAGS[i];
+        const char* field = (const char*)cfg + fl->offset;
+        switch (fl->type) {
+        case F_INT: json_int(j, fl->name, *(const int*)field); break;
+        case F_BOOL: json_bool(j, fl->name, *(const int*)field); break;
+        case F_LONG: json_int(j, fl->name, *(const long*)field); break;
+        case F_DOUBLE: json_number(j, fl->name, *(const double*)field); break;
+        case F_STRING: json_string(j, fl->name, *(char* const*)field); break;
         }
     }
 }

@@ -8,6 +8,7 @@
 
 #include <stdint.h>
 
+#include "llm/json.h"
 #include "llm/util.h"
 
 EXTERN_C_BEGIN
@@ -52,6 +53,15 @@ typedef struct {
     double gpu_mem;       // GiB per device; 0: from --gpu or the device
     int world_size;       // ranks for --plan; 0: the MPI world, else 1
     int ranks_per_node;   // 0: the MPI local size, else 8
+    // metrics and fault tolerance
+    char* log_dir;        // metrics.jsonl goes here; "" for none
+    int telemetry_every;  // NVML sample every N steps; 0: off
+    double progress_every;  // seconds between progress lines; 0: off
+    double peak_tflops;   // dense peak per device for MFU; 0: from the table / measured
+    int max_bad_steps;    // stop after N skipped steps in a row; 0: never
+    double spike_z;       // loss z-score that counts as a spike; 0: off
+    int spike_window;     // steps in the spike baseline
+    int skip_spikes;      // skip the update on a spike
 } TrainConfig;
 
 // Fills defaults, parses argv (`--flag value` or `--flag=value`), prints help
@@ -68,5 +78,8 @@ int config_has_flag(const char* name);
 // Prints every flag and its value, one per line with a prefix.
 void config_print(const TrainConfig* cfg, FILE* f, const char* prefix);
 void config_print_help(FILE* f);
+// Every flag as a member of the open JSON object, with its type (number,
+// boolean or string), for the metrics log.
+void config_write_json(const TrainConfig* cfg, JsonWriter* j);
 
 EXTERN_C_END

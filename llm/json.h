@@ -1,12 +1,9 @@
-// json.h: a small, strict JSON reader for the configuration files other
-// programs write for us (SageMaker's /opt/ml/input/config/*.json).
+// json.h: building one JSON object in memory, for the one-object-per-line
+// metrics log (JSONL). Only what the log needs: string, number, integer,
+// boolean and null values, and nested objects written by the caller.
 //
-// It parses a whole document into a tree of JsonValue. Strict means RFC 8259:
-// no comments, no trailing commas, no duplicate object keys (a duplicate
-// hyperparameter would otherwise be silently resolved one way or the other),
-// nesting at most 64 deep. Numbers keep the literal text as written, so a
-// caller that maps them onto flags parses "6e-4" exactly as the command line
-// would.
+// Numbers that are not finite (a NaN loss, an unknown MFU) are written as
+// null: JSON has no NaN, and a strict parser must read every line.
 #pragma once
 
 #include <stddef.h>
@@ -15,29 +12,27 @@
 
 EXTERN_C_BEGIN
 
-typedef enum { JSON_NULL, JSON_BOOL, JSON_NUMBER, JSON_STRING, JSON_ARRAY, JSON_OBJECT } JsonType;
+typedef struct {
+    char* text;    // NUL-terminated, owned
+    size_t len, cap;
+    int fields;    // members written at the current nesting level (for commas)
+    int depth;
+    int fields_outer[8];
+} JsonWriter;
 
-typedef struct JsonValue {
-    JsonType type;
-    int boolean;              // JSON_BOOL
-    double number;            // JSON_NUMBER
-    char* text;               // JSON_STRING: decoded UTF-8; JSON_NUMBER: the literal as written
-    int count;                // JSON_ARRAY / JSON_OBJECT: number of elements or members
-    char** keys;              // JSON_OBJECT: member names, in document order
-    struct JsonValue* items;  // JSON_ARRAY / JSON_OBJECT: the values, in document order
-} JsonValue;
+// Starts "{"; json_end closes every open object and returns the text, valid
+// until the next json_begin or json_free on the same writer.
+void json_begin(JsonWriter* j);
+const char* json_end(JsonWriter* j);
+void json_free(JsonWriter* j);
 
-// Parses `len` bytes. On success returns 1 and fills *out (free with
-// json_free). On a syntax error returns 0 and writes "line L, column C: what"
-// into err.
-int json_parse(const char* text, size_t len, JsonValue* out, char* err, size_t err_size);
-// Reads and parses a file; fatal, naming the file, if it cannot be read or is not valid JSON.
-void json_parse_file(const char* path, JsonValue* out);
-void json_free(JsonValue* v);
-
-// The member `key` of an object, or NULL if absent (or if obj is not an object).
-const JsonValue* json_get(const JsonValue* obj, const char* key);
-// "null", "a boolean", "a number", "a string", "an array", "an object": for error messages.
-const char* json_type_name(JsonType type);
+void json_string(JsonWriter* j, const char* key, const char* value);  // NULL value: null
+void json_number(JsonWriter* j, const char* key, double value);       // %.10g; null if not finite
+void json_int(JsonWriter* j, const char* key, long long value);
+void json_bool(JsonWriter* j, const char* key, int value);
+void json_null(JsonWriter* j, const char* key);
+// "key": { ... } until json_close_object.
+void json_open_object(JsonWriter* j, const char* key);
+void json_close_object(JsonWriter* j);
 
 EXTERN_C_END

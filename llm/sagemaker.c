@@ -12,7 +12,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "llm/json.h"
+#include "llm/json_reader.h"
 
 // What was found, kept for sagemaker_report().
 typedef struct {
@@ -165,7 +165,7 @@ static char* value_text(const JsonValue* v) {
         char err[8];
         if (json_parse(v->text, n, &inner, err, sizeof err)) {
             char* s = inner.type == JSON_STRING ? xstrdup(inner.text) : NULL;
-            json_free(&inner);
+            json_value_free(&inner);
             if (s) return s;
         }
     }
@@ -225,7 +225,7 @@ int sagemaker_apply_hyperparameters(TrainConfig* cfg, const char* path) {
         append_name(sm.applied, sizeof sm.applied, name);
         applied++;
     }
-    json_free(&doc);
+    json_value_free(&doc);
     sm.num_applied += applied;
     sm.have_hyperparameters = 1;
     return applied;
@@ -272,7 +272,7 @@ static void read_resources(const char* path) {
     if (iface && iface->type == JSON_STRING && iface->text[0]) sm.interface = xstrdup(iface->text);
     const JsonValue* type = json_get(&doc, "current_instance_type");
     if (type && type->type == JSON_STRING && type->text[0]) sm.instance_type = xstrdup(type->text);
-    json_free(&doc);
+    json_value_free(&doc);
     sm.have_resources = 1;
 }
 
@@ -363,11 +363,17 @@ static void configure_outputs(TrainConfig* cfg) {
         json_parse_file(ckpt_config, &doc);
         const JsonValue* local = json_get(&doc, "LocalPath");
         if (local && local->type == JSON_STRING && local->text[0]) sm.checkpoint_dir = xstrdup(local->text);
-        json_free(&doc);
+        json_value_free(&doc);
     }
     free(ckpt_config);
     if (!sm.checkpoint_dir) sm.checkpoint_dir = path_join(sm.root, "checkpoints");
     set_default(cfg, "checkpoint-dir", sm.checkpoint_dir);
+
+    // The metrics log: with the job's other output, uploaded as output.tar.gz at the end.
+    const char* env_output = getenv("SM_OUTPUT_DATA_DIR");
+    char* output_data = env_output && env_output[0] ? xstrdup(env_output) : path_join(sm.root, "output/data");
+    set_default(cfg, "log-dir", output_data);
+    free(output_data);
 
     // The final weights: into the model folder, which SageMaker uploads as model.tar.gz.
     const char* env_model = getenv("SM_MODEL_DIR");
@@ -417,7 +423,7 @@ void sagemaker_report(const TrainConfig* cfg, int rank) {
     }
     printf("sagemaker | channels: train %s | val %s | tokenizer %s\n", sm.train_dir ? sm.train_dir : "-",
            sm.val_dir ? sm.val_dir : "-", sm.tokenizer_dir ? sm.tokenizer_dir : "-");
-    printf("sagemaker | final weights %s | failure reason %s/output/failure\n",
-           cfg->export_path[0] ? cfg->export_path : "-", sm.root);
+    printf("sagemaker | final weights %s | metrics %s/metrics.jsonl | failure reason %s/output/failure\n",
+           cfg->export_path[0] ? cfg->export_path : "-", cfg->log_dir[0] ? cfg->log_dir : "-", sm.root);
     fflush(stdout);
 }

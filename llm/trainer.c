@@ -79,6 +79,7 @@ void trainer_setup(Trainer* tr, const TrainConfig* cfg, Backend* be) {
     tr->sched.total = cfg->steps;
     tr->host_inputs = (int32_t*)xmalloc((size_t)tr->B * tr->T * sizeof(int32_t));
     tr->host_targets = (int32_t*)xmalloc((size_t)tr->B * tr->T * sizeof(int32_t));
+    guard_init(&tr->guard, cfg);
 }
 
 void trainer_free(Trainer* tr) {
@@ -88,6 +89,7 @@ void trainer_free(Trainer* tr) {
     if (tr->has_tok) tokenizer_free(&tr->tok);
     free(tr->host_inputs);
     free(tr->host_targets);
+    guard_free(&tr->guard);
 }
 
 // ---------------------------------------------------------------------------
@@ -126,6 +128,7 @@ StepResult trainer_step(Trainer* tr, int step) {
         gpt_backward(m, m->inputs, tr->B, tr->T);
     }
     dataloader_set_position(&tr->train, base + (uint64_t)windows_per_step);
+    if (guard_inject_nan_at(&tr->guard, step + 1)) guard_poison_gradient(m);
 
     // One read of (loss sum, grad norm^2): the only host synchronisation of the step.
     gpt_grad_norm_squared(m, 0, m->layout.total);
@@ -134,13 +137,20 @@ StepResult trainer_step(Trainer* tr, int step) {
     double norm = sqrt((double)scalars[1]);
     double clip = grad_clip_scale(norm, cfg->grad_clip);
     double lr = lr_at(&tr->sched, step);
-    gpt_update(m, (float)lr, (float)cfg->beta1, (float)cfg->beta2, (float)cfg->eps, (float)cfg->weight_decay,
-               (float)clip, rng_key((uint64_t)cfg->seed, 0xADA3, (uint64_t)step));
+    double loss = (double)scalars[0] / ((double)tr->B * tr->T * tr->accum);
+    // A non-finite (or spiking) step leaves the model and optimizer untouched.
+    GuardVerdict verdict = guard_check(&tr->guard, step + 1, loss, norm);
+    if (verdict.action == GUARD_UPDATE)
+        gpt_update(m, (float)lr, (float)cfg->beta1, (float)cfg->beta2, (float)cfg->eps, (float)cfg->weight_decay,
+                   (float)clip, rng_key((uint64_t)cfg->seed, 0xADA3, (uint64_t)step));
     be->synchronize(be);
 
     StepResult r;
-    r.loss = (double)scalars[0] / ((double)tr->B * tr->T * tr->accum);
+    r.loss = loss;
     r.grad_norm = norm;
+    r.action = verdict.action;
+    r.spike = verdict.spike;
+    r.loss_z = verdict.loss_z;
     r.lr = lr;
     r.seconds = now_seconds() - t0;
     r.tokens_per_second = (double)tr->tokens_per_step / r.seconds;

@@ -7,6 +7,7 @@
 #include "data/tokenizer.h"
 #include "llm/config.h"
 #include "llm/gpt.h"
+#include "llm/guard.h"
 #include "llm/schedule.h"
 
 EXTERN_C_BEGIN
@@ -29,6 +30,7 @@ typedef struct {
     int32_t* host_inputs;  // (B, T)
     int32_t* host_targets; // (B, T)
     int first_step;        // 0, or the step a resumed run continues from
+    Guard guard;           // skips non-finite (and spiking) steps
 } Trainer;
 
 typedef struct {
@@ -37,6 +39,9 @@ typedef struct {
     double lr;
     double seconds;
     double tokens_per_second;
+    GuardAction action;  // GUARD_UPDATE, or why the update was skipped
+    int spike;          // the loss was a spike (skipped or only reported)
+    double loss_z;      // z-score of the loss against the spike window (NaN: none yet)
 } StepResult;
 
 // Opens data and tokenizer, builds and initialises the model, checks the

@@ -8,7 +8,7 @@
 #include <unistd.h>
 
 #include "llm/config.h"
-#include "llm/json.h"
+#include "llm/json_reader.h"
 #include "llm/sagemaker.h"
 #include "tests/testlib.h"
 
@@ -46,7 +46,7 @@ static void json_parses_documents(void) {
     CHECK(o && o->type == JSON_OBJECT && json_get(o, "x")->type == JSON_OBJECT && json_get(o, "y")->count == 0,
           "nested empties");
     CHECK(json_get(&v, "missing") == NULL && json_get(s, "s") == NULL, "json_get of absent keys / non-objects");
-    json_free(&v);
+    json_value_free(&v);
 }
 
 static void json_rejects_malformed(void) {
@@ -94,7 +94,7 @@ static void json_rejects_malformed(void) {
         char err[256];
         int ok = parse(deep, &v, err);
         CHECK(ok == (depth <= 64), "depth %d: parse returned %d (%s)", depth, ok, err);
-        if (ok) json_free(&v);
+        if (ok) json_value_free(&v);
     }
 }
 

@@ -71,6 +71,11 @@ if sm >"$T/sm.log" 2>&1; then
     fail sm_reports_job "$(grep '^sagemaker' "$T/sm.log")"
   fi
   if [ ! -e "$R/output/failure" ]; then ok sm_no_failure_on_success; else fail sm_no_failure_on_success "$(cat "$R/output/failure")"; fi
+  if [ "$(grep -c '"type":"step"' "$R/output/data/metrics.jsonl" 2>/dev/null)" -eq 6 ]; then
+    ok sm_metrics_log_in_output_data
+  else
+    fail sm_metrics_log_in_output_data "$(ls -R "$R/output")"
+  fi
 else
   fail sm_trains_from_channels "exit $?: $(tail -n 3 "$T/sm.log")"
 fi

@@ -69,50 +69,59 @@ for itype in ["ml.p5.48xlarge", "ml.p5en.48xlarge", "ml.p6-b200.48xlarge"]:
     except (ValueError, KeyError) as e:
         fail(name, f"{type(e).__name__} {e}; stdout {r.stdout[:300]!r}; stderr {r.stderr[-300:]!r}")
 
-# 2. The metric regexes against what train_gpt prints: every step line and
-# every validation line, each captured value equal to the printed field.
+# 2. The metric definitions the job gets are README.md's list (the one place
+# they live; tests/test_metrics.sh checks each against a run's JSON log), and
+# against what train_gpt prints here: every train:* regex matches every step
+# line and no validation line, val:* the reverse, each capturing the value
+# printed in its field.
 run = subprocess.run([TG, "--device", "cpu", "--depth", "1", "--seq-len", "16", "--micro-batch", "2", "--steps", "3",
                       "--val-every", "2", "--val-batches", "1", "--sample-every", "0"], capture_output=True, text=True)
 steps = [l for l in run.stdout.splitlines() if l.startswith("step ")]
 vals = [l for l in run.stdout.splitlines() if l.startswith("val ")]
 job = json.loads(launch(*BASE).stdout)
 metrics = job["estimator"]["metric_definitions"]
+readme = open("README.md").read()
+documented = json.loads(readme.split("<!-- sagemaker-metric-definitions -->", 1)[1].split("```", 2)[1].split("\n", 1)[1])
 
 
 def printed(line, metric):
-    """The value a metric should capture, read off the line by its own grammar."""
+    """The value a metric should capture, read off the line by its own grammar: "| name value |" or "| value unit |"."""
     if metric == "val:loss":
-        return float(line.split("val loss")[1])
-    fields = [f.strip() for f in line.split("|")]
-    by_name = {f.split()[0]: f.split()[1] for f in fields[1:] if len(f.split()) == 2 and not f[0].isdigit()}
-    by_unit = {f.split()[1]: f.split()[0] for f in fields[1:] if len(f.split()) == 2 and f[0].isdigit()}
-    return float({"train:step": fields[0].split()[1].split("/")[0], "train:loss": by_name.get("loss"),
-                  "train:grad_norm": by_name.get("norm"), "train:lr": by_name.get("lr"),
-                  "train:step_ms": by_unit.get("ms"), "train:tokens_per_s": by_unit.get("tok/s")}[metric])
+        return float(line.split("val loss")[1].split("|")[0])
+    fields = [f.strip().split() for f in line.split("|")[1:]]
+    by_name = {f[0]: f[1] for f in fields if len(f) >= 2 and not f[0][0].isdigit()}
+    by_unit = {f[1]: f[0] for f in fields if len(f) == 2 and f[0][0].isdigit()}
+    text = {"train:loss": by_name.get("loss"), "train:grad_norm": by_name.get("norm"), "train:lr": by_name.get("lr"),
+            "train:step_ms": by_unit.get("ms"), "train:tokens_per_s": by_unit.get("tok/s"),
+            "train:mfu_percent": (by_name.get("mfu") or "").rstrip("%"),
+            "train:mem_mib": (by_name.get("mem") or "").split("/")[0],
+            "train:peak_mem_mib": (by_name.get("mem") or "/").split("/")[1]}.get(metric)
+    return float(text) if text else None
 
 
 if run.returncode != 0 or len(steps) != 3 or len(vals) != 2:
     fail("metric_regexes_match_train_gpt", f"train_gpt printed {len(steps)} steps, {len(vals)} vals: {run.stderr[-300:]}")
 else:
-    bad = []
-    for m in metrics:
-        if len(m["Regex"]) > 500:
-            bad.append(f"{m['Name']}: regex longer than SageMaker's 500 characters")
-        lines = vals if m["Name"].startswith("val:") else steps
-        for line in lines:
-            found = re.search(m["Regex"], line)
-            if not found:
-                bad.append(f"{m['Name']} does not match {line!r}")
-            elif float(found.group(1)) != printed(line, m["Name"]):
-                bad.append(f"{m['Name']} captured {found.group(1)} from {line!r}")
-        # A metric must not also fire on the other kind of line (a val loss read as a train loss).
-        for line in (steps if m["Name"].startswith("val:") else vals):
-            if re.search(m["Regex"], line):
-                bad.append(f"{m['Name']} also matches {line!r}")
+    bad = [] if metrics == documented else ["the job's metric definitions differ from README.md's"]
     names = {m["Name"] for m in metrics}
     for need in ["train:loss", "train:grad_norm", "train:lr", "train:tokens_per_s", "val:loss"]:
         if need not in names:
             bad.append(f"no metric {need}")
+    for m in metrics:
+        if len(m["Regex"]) > 500:
+            bad.append(f"{m['Name']}: regex longer than SageMaker's 500 characters")
+        kind = m["Name"].split(":")[0]
+        if kind not in ("train", "val"):
+            continue  # gpu:* read the telemetry line, which needs NVML (tests/test_metrics.sh fakes it)
+        mine, other = (steps, vals) if kind == "train" else (vals, steps)
+        for line in mine:
+            found = re.search(m["Regex"], line)
+            want = printed(line, m["Name"])
+            if not found:
+                bad.append(f"{m['Name']} does not match {line!r}")
+            elif want is not None and float(found.group(1)) != want:
+                bad.append(f"{m['Name']} captured {found.group(1)} from {line!r}")
+        bad += [f"{m['Name']} also matches {line!r}" for line in other if re.search(m["Regex"], line)]
     ok("metric_regexes_match_train_gpt") if not bad else fail("metric_regexes_match_train_gpt", "; ".join(bad[:4]))
 
 # 3. Launches that would go wrong are refused before any AWS call.

@@ -26,6 +26,7 @@ inputs and the job name) as JSON, without the SDK and without calling AWS.
 """
 import argparse
 import json
+import os
 import re
 import sys
 import time
@@ -37,23 +38,22 @@ INSTANCE_GPUS = {
     "ml.p6-b200.48xlarge": 8,  # 8x B200 179 GB, 3,200 Gbps EFA
 }
 
-# What SageMaker extracts from the job's log into CloudWatch metrics: the
-# first group of each regex, on rank 0's lines (llm/report.c):
-#   step    42/300 | loss 5.8123 | norm 0.9876 | lr 8.50e-04 | 640.2 ms | 3199 tok/s
-#   val    300/300 | val loss 4.6700
-# This list is the one place these regexes live; tests/test_sagemaker_launch.py
-# checks each against lines train_gpt really prints.
-_NUM = r"([-+0-9.eE]+|nan|inf)"
-_STEP = r"step +[0-9]+/[0-9]+ .*"
-METRIC_DEFINITIONS = [
-    {"Name": "train:step", "Regex": r"step +([0-9]+)/[0-9]+ "},
-    {"Name": "train:loss", "Regex": _STEP + r"\| loss " + _NUM},
-    {"Name": "train:grad_norm", "Regex": _STEP + r"\| norm " + _NUM},
-    {"Name": "train:lr", "Regex": _STEP + r"\| lr " + _NUM},
-    {"Name": "train:step_ms", "Regex": _STEP + r"\| " + _NUM + r" ms "},
-    {"Name": "train:tokens_per_s", "Regex": _STEP + r"\| " + _NUM + r" tok/s"},
-    {"Name": "val:loss", "Regex": r"val +[0-9]+/[0-9]+ .*\| val loss " + _NUM},
-]
+# What SageMaker extracts from the job's log into CloudWatch metrics (a name
+# and a regex whose first group is the value): the list README.md documents
+# under this marker, read from there so that it lives in one place;
+# tests/test_metrics.sh checks each regex against a real run's log.
+README = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "README.md")
+METRICS_MARKER = "<!-- sagemaker-metric-definitions -->"
+
+
+def metric_definitions():
+    try:
+        with open(README) as f:
+            block = f.read().split(METRICS_MARKER, 1)[1].split("```", 2)[1].split("\n", 1)[1]
+        return json.loads(block)
+    except (OSError, IndexError, ValueError) as e:
+        sys.exit(f"launch.py: cannot read the metric definitions after {METRICS_MARKER} in {README}: {e}")
+
 
 DAY = 24 * 3600
 
@@ -155,7 +155,7 @@ def job_spec(args):
         "input_mode": args.input_mode,
         "base_job_name": args.base_job_name,
         "hyperparameters": hyperparameters,
-        "metric_definitions": METRIC_DEFINITIONS,
+        "metric_definitions": metric_definitions(),
         "enable_sagemaker_metrics": True,
         "environment": dict(args.env),
         "use_spot_instances": args.spot,
