@@ -15,9 +15,10 @@ table() {
   echo "| model | parameters | sequence | GPUs | precision | ZeRO | recompute | micro-batch | GiB per GPU | tok/s per GPU | hours per 1B tokens | GPU-hours per 1B tokens |"
   echo "|---|---|---|---|---|---|---|---|---|---|---|---|"
   row() {  # model seq gpu
-    local line rc=0
+    local line
+    # --plan exits 2 when nothing fits; its summary line is there all the same.
     line=$("$TG" --plan --model "$1" --seq-len "$2" --gpu "$3" --world-size 8 --ranks-per-node 8 \
-      --vocab-size 50257 --tokenizer '' | grep '^summary') || rc=$?
+      --vocab-size 50257 --tokenizer '' | grep '^summary') || true
     [ -n "$line" ] || { echo "plan_table.sh: --plan failed for $1 at $2" >&2; exit 1; }
     # key=value fields of the summary line into shell variables
     local fits params world precision zero hybrid recompute full_layers micro_batch planned_gib memory_gib \
