@@ -21,10 +21,12 @@ table() {
       --vocab-size 50257 --tokenizer '' | grep '^summary') || true
     [ -n "$line" ] || { echo "plan_table.sh: --plan failed for $1 at $2" >&2; exit 1; }
     # key=value fields of the summary line into shell variables
+    # shellcheck disable=SC2034  # every field is set by the eval; some go unused
     local fits params world precision zero hybrid recompute full_layers micro_batch planned_gib memory_gib \
       tok_s_gpu hours_per_btok gpu_hours_per_btok fits_with_world fits_with_seq
     eval "$(printf '%s\n' "$line" | tr ' ' '\n' | grep -E '^[a-z_]+=' | grep -vE '^(model|device|seq)=')"
-    local seq_k=$(($2 / 1024))K gpus="8 x $(echo "$3" | tr a-z A-Z)"
+    local seq_k=$(($2 / 1024))K gpus
+    gpus="8 x $(echo "$3" | tr '[:lower:]' '[:upper:]')"
     local p; p=$(awk -v n="$params" 'BEGIN { printf "%.2fB", n / 1e9 }')
     if [ "$fits" = 1 ]; then
       local rec=$recompute
