@@ -26,6 +26,14 @@ CFLAGS   ?= -O3 -march=native -g
 CFLAGS   += -std=c11 -fopenmp -D_GNU_SOURCE -I. $(WARN)
 LDLIBS   := -lopenblas -lzstd -lm -ldl
 
+# MPI starts the ranks (llm/comm.c); every build links it, and a plain ./train_gpt
+# runs as a world of one. Flags come from the MPI compiler wrapper.
+MPICC       ?= mpicc
+MPI_CFLAGS  := $(shell $(MPICC) --showme:compile 2>/dev/null)
+MPI_LDFLAGS := $(shell $(MPICC) --showme:link 2>/dev/null)
+CFLAGS   += $(MPI_CFLAGS)
+LDLIBS   += $(MPI_LDFLAGS)
+
 # Everything except main() lives in a static library that tests link too.
 LIB_SRCS := $(wildcard llm/*.c data/*.c kernels/*.c kernels/cpu/*.c)
 LIB_OBJS := $(LIB_SRCS:%.c=$(BUILD)/%.o)
@@ -36,8 +44,18 @@ ifneq ($(NVCC),)
                 -gencode arch=compute_100,code=sm_100 -gencode arch=compute_100,code=compute_100
   NVCCFLAGS  := -O3 -std=c++17 $(CUDA_ARCH) -I. -Xcompiler -fopenmp,-Wall,-Wno-unused-parameter
   CUDA_SRCS  := $(wildcard kernels/cuda/*.cu)
-  CUDA_OBJS  := $(CUDA_SRCS:%.cu=$(BUILD)/%.o)
   CUDA_LIBS  := -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcublasLt -lcublas -lcudart -lstdc++
+  # llm/*.cu: NCCL collectives (llm/comm_nccl.cu). Without NCCL headers the
+  # build still links (a weak symbol) and multi-GPU runs say NCCL is missing.
+  NCCL_HOME  ?= $(CUDA_HOME)
+  ifneq ($(wildcard $(NCCL_HOME)/include/nccl.h),)
+    CUDA_SRCS  += $(wildcard llm/*.cu)
+    NVCCFLAGS  += -I$(NCCL_HOME)/include
+    CUDA_LIBS  += -L$(NCCL_HOME)/lib64 -L$(NCCL_HOME)/lib -Wl,-rpath,$(NCCL_HOME)/lib64 -Wl,-rpath,$(NCCL_HOME)/lib -lnccl
+  else
+    $(warning NCCL not found under $(NCCL_HOME): building without multi-GPU collectives)
+  endif
+  CUDA_OBJS  := $(CUDA_SRCS:%.cu=$(BUILD)/%.o)
   MAIN_OBJ   := $(BUILD)/train_cuda.o
   BUILD_KIND := cuda
 else
@@ -54,6 +72,13 @@ all: $(BIN)
 $(BIN): $(MAIN_OBJ) $(BUILD)/libtrain.a $(CUDA_OBJS)
 	$(CC) $(CFLAGS) -o $@ $(MAIN_OBJ) $(CUDA_OBJS) $(BUILD)/libtrain.a $(CUDA_LIBS) $(LDLIBS)
 	@echo "built $@ ($(BUILD_KIND) build)"
+
+# Checked when building, not when reading this file, so that `make run` can install it first.
+.PHONY: mpi-check
+mpi-check:
+	@if [ -z "$(strip $(MPI_LDFLAGS))" ]; then \
+	  echo "MPI not found: '$(MPICC) --showme:link' failed (scripts/install_deps.sh installs libopenmpi-dev)"; exit 1; fi
+$(LIB_OBJS) $(MAIN_OBJ): | mpi-check
 
 $(BUILD)/libtrain.a: $(LIB_OBJS)
 	@rm -f $@
@@ -75,6 +100,10 @@ $(BUILD)/kernels/cuda/%.o: kernels/cuda/%.cu
 	@mkdir -p $(dir $@)
 	$(NVCC) $(NVCCFLAGS) -MMD -MP -c $< -o $@
 
+$(BUILD)/llm/%.o: llm/%.cu
+	@mkdir -p $(dir $@)
+	$(NVCC) $(NVCCFLAGS) -MMD -MP -c $< -o $@
+
 # ---- tests ----------------------------------------------------------------------------------
 # Every tests/test_*.c is one test program linked against the library.
 TEST_SRCS := $(wildcard tests/test_*.c)
@@ -84,6 +113,17 @@ TEST_SCRIPTS := $(sort $(wildcard tests/test_*.sh tests/test_*.py))
 $(BUILD)/tests/%: tests/%.c $(BUILD)/libtrain.a tests/testlib.h
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -o $@ $< $(BUILD)/libtrain.a $(LDLIBS)
+
+# GPU test programs (tests/gpu/*.cu), built in CUDA builds with NCCL so that CI
+# compiles them; run by `make test-gpu` on a machine with GPUs.
+GPU_TEST_BINS :=
+ifneq ($(filter llm/comm_nccl.cu,$(CUDA_SRCS)),)
+  GPU_TEST_BINS += $(BUILD)/tests/gpu/test_comm_nccl
+endif
+$(BUILD)/tests/gpu/%: tests/gpu/%.cu $(BUILD)/libtrain.a $(CUDA_OBJS) tests/testlib.h
+	@mkdir -p $(dir $@)
+	$(NVCC) $(NVCCFLAGS) -MMD -MP -c $< -o $@.o
+	$(CC) $(CFLAGS) -o $@ $@.o $(CUDA_OBJS) $(BUILD)/libtrain.a $(CUDA_LIBS) $(LDLIBS)
 
 # The data and checkpoint readers again, under AddressSanitizer and UBSan.
 ASAN_FLAGS := -O1 -g -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=all
@@ -97,12 +137,12 @@ $(BUILD)/tests/libfake_nvml.so: tests/fake_nvml.c
 	@mkdir -p $(dir $@)
 	$(CC) -std=c11 -O1 -shared -fPIC -o $@ $<
 
-tests: train_gpt $(TEST_BINS) $(BUILD)/asan/test_data data $(BUILD)/tests/libfake_nvml.so
+tests: train_gpt $(TEST_BINS) $(GPU_TEST_BINS) $(BUILD)/asan/test_data data $(BUILD)/tests/libfake_nvml.so
 
 test: tests
 	@tests/run_tests.sh $(TEST_BINS) $(BUILD)/asan/test_data $(TEST_SCRIPTS)
 
-test-gpu: train_gpt
+test-gpu: train_gpt $(GPU_TEST_BINS)
 	@tests/gpu/run_gpu_tests.sh
 
 # ---- data, demo, benchmarks --------------------------------------------------------------------

@@ -9,33 +9,41 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "llm/comm.h"
 #include "llm/config.h"
 #include "llm/device.h"
-#include "llm/llmc_io.h"
 #include "llm/plan_cli.h"
 #include "llm/report.h"
 #include "llm/sagemaker.h"
 #include "llm/trainer.h"
 
 int main(int argc, char** argv) {
-    // 1. Configuration: flags with defaults that train the bundled demo. Inside a
-    //    SageMaker training container also its hyperparameters, data channels and
-    //    output folders, and a fatal error is reported to SageMaker as well.
+    // 0. The ranks: MPI tells this process who it is (a world of one without mpirun).
+    //    Inside a SageMaker training container a fatal error from here on is also
+    //    reported to SageMaker.
     sagemaker_detect();
+    Comm* comm = comm_init(&argc, &argv);
+
+    // 1. Configuration: flags with defaults that train the bundled demo; inside
+    //    SageMaker also its hyperparameters, data channels and output folders.
     TrainConfig cfg;
     config_parse(&cfg, argc, argv);
     sagemaker_configure(&cfg);
     // --plan: the memory bill and the recommended configuration; no data, no model.
-    if (cfg.plan) return plan_command(&cfg);
+    if (cfg.plan) {
+        int status = plan_command(&cfg);
+        comm_finalize(comm);
+        return status;
+    }
     // --auto: the recommendation fills in the settings not given explicitly.
     if (cfg.auto_plan) plan_auto(&cfg);
 
-    // 2. The compute backend: a GPU when present, else the CPU reference.
-    Backend* be = backend_open(cfg.device, cfg.precision, cfg.threads);
+    // 2. The compute backend: a GPU when present (this rank's, by local rank), else the CPU reference.
+    Backend* be = backend_open(cfg.device, cfg.precision, cfg.threads, comm->local_rank, comm->local_world);
 
-    // 3. Model, data, tokenizer, batch geometry; print what we are about to do.
+    // 3. Sharding over the ranks, model, data, tokenizer, batch geometry; print what we are about to do.
     Trainer tr;
-    trainer_setup(&tr, &cfg, be);
+    trainer_setup(&tr, &cfg, be, comm);
     report_open(&tr);
     report_run_summary(&tr);
     sagemaker_report(&cfg, tr.rank);
@@ -61,13 +69,14 @@ int main(int argc, char** argv) {
         free(text);
     }
     if (cfg.export_path[0]) {
-        llmc_save_weights(&tr.model, cfg.export_path, strcmp(cfg.export_dtype, "bf16") == 0 ? DTYPE_BF16 : DTYPE_F32);
+        trainer_export(&tr, cfg.export_path, strcmp(cfg.export_dtype, "bf16") == 0 ? DTYPE_BF16 : DTYPE_F32);
         printf("exported weights to %s (llm.c format, %s)\n", cfg.export_path, cfg.export_dtype);
     }
 
     report_memory_peak(&tr);
     report_close(&tr);
     trainer_free(&tr);
+    comm_finalize(comm);
     be->destroy(be);
     return 0;
 }

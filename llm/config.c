@@ -61,11 +61,10 @@ static const Flag FLAGS[] = {
 
     {"device", F_STRING, OFF(device), "auto", "auto|cpu|cuda", "compute backend; auto: the GPU when one is present", "Runtime"},
     {"precision", F_STRING, OFF(precision), "fp32", "fp32|bf16", "parameter and activation type (master weights and optimizer state are always fp32)", NULL},
-    {"threads", F_INT, OFF(threads), "0", "N", "CPU threads; 0: all cores (OMP_NUM_THREADS also works)", NULL},
+    {"threads", F_INT, OFF(threads), "0", "N", "CPU threads per rank; 0: the machine's cores divided by its ranks (OMP_NUM_THREADS also works)", NULL},
 
     {"recompute", F_STRING, OFF(recompute), "none", "MODE", "activation recompute: none; selective (recompute layernorm and GELU outputs in backward); full (keep only each layer's input, re-run its forward in backward)", "Memory and planning"},
     {"recompute-layers", F_INT, OFF(recompute_layers), "0", "N", "full recompute for the first N layers, the others as --recompute (none or selective)", NULL},
-    {"zero-stage", F_INT, OFF(zero_stage), "0", "Z", "ZeRO stage: 0 replicates everything, 1 shards the optimizer state over the ranks", NULL},
     {"plan", F_BOOL, OFF(plan), "0", "", "print the memory bill and the recommended configuration for --gpu and --world-size, then exit: 0 when it fits, 2 when nothing fits (reads no data)", NULL},
     {"auto", F_BOOL, OFF(auto_plan), "0", "", "train with the planner's recommendation (micro-batch, recompute, precision, ZeRO stage); explicitly set flags win", NULL},
     {"gpu", F_STRING, OFF(gpu), "", "NAME", "GPU for --plan: h100, h200, b200 or a100 (default: the GPU present, else this CPU)", NULL},
@@ -80,6 +79,9 @@ static const Flag FLAGS[] = {
     {"spike-z", F_DOUBLE, OFF(spike_z), "5", "Z", "report a loss more than Z standard deviations above the last --spike-window losses; 0 disables", NULL},
     {"spike-window", F_INT, OFF(spike_window), "100", "N", "steps in the loss-spike baseline", NULL},
     {"skip-spikes", F_BOOL, OFF(skip_spikes), "0", "0|1", "also skip the update of a loss-spike step (non-finite steps are always skipped)", NULL},
+
+    {"zero", F_INT, OFF(zero_stage), "1", "0|1|2|3", "ZeRO stage: 0 replicates everything, 1 shards optimizer state, 2 also gradients, 3 also parameters", "Distributed (mpirun -np N ./train_gpt ...)"},
+    {"shard-scope", F_STRING, OFF(shard_scope), "world", "world|node", "shard over all ranks, or inside each node with gradients all-reduced across nodes (hybrid; ZeRO 1-3)", NULL},
 };
 #define NUM_FLAGS ((int)(sizeof FLAGS / sizeof FLAGS[0]))
 

@@ -42,11 +42,9 @@ typedef struct {
     // runtime
     char* device;         // auto|cpu|cuda
     char* precision;      // fp32|bf16
-    int threads;          // CPU threads; 0: all cores
     // memory and planning
     char* recompute;      // none|selective|full
     int recompute_layers; // full recompute for the first N layers
-    int zero_stage;
     int plan;             // --plan: print the plan and exit
     int auto_plan;        // --auto: train with the plan's recommendation
     char* gpu;            // h100|h200|b200|a100 for --plan ("": the device present)
@@ -62,6 +60,10 @@ typedef struct {
     double spike_z;       // loss z-score that counts as a spike; 0: off
     int spike_window;     // steps in the spike baseline
     int skip_spikes;      // skip the update on a spike
+    int threads;          // CPU threads; 0: all cores (shared by the ranks of a machine)
+    // distributed
+    int zero_stage;       // 0..3
+    char* shard_scope;    // world|node
 } TrainConfig;
 
 // Fills defaults, parses argv (`--flag value` or `--flag=value`), prints help

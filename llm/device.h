@@ -7,11 +7,16 @@ EXTERN_C_BEGIN
 
 // "auto" picks CUDA when this build has the CUDA backend and a GPU is
 // present, else the CPU. Fatal with the reason when the choice is impossible.
-Backend* backend_open(const char* device, const char* precision, int threads);
+// local_rank / local_world: this process among the ranks on its machine; a
+// GPU rank uses GPU local_rank (of those visible), and CPU ranks share the
+// cores when threads is 0.
+Backend* backend_open(const char* device, const char* precision, int threads, int local_rank, int local_world);
 DType parse_precision(const char* precision);
 
 // Provided by kernels/cuda in CUDA builds; weak, so CPU-only builds link too.
 int cuda_device_count(void) __attribute__((weak));
 Backend* cuda_backend_create(DType dtype) __attribute__((weak));
+// Makes GPU `index` the current device of this process (before the backend is created).
+void cuda_select_device(int index) __attribute__((weak));
 
 EXTERN_C_END

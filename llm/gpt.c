@@ -300,29 +300,54 @@ static LayerActs layer_acts(const GPT* m, int l, size_t N) {
 }
 
 // ---------------------------------------------------------------------------
-// creation
+// model state per ZeRO stage
+
+static size_t max_layer_unit(const ParamLayout* pl) {
+    size_t mx = 0;
+    for (int u = 1; u + 1 < pl->num_units; u++) mx = unit_size(pl, u) > mx ? unit_size(pl, u) : mx;
+    return mx;
+}
+
+// Elements of the shard plus full-unit staging (see gpt_state_bytes).
+static size_t staged_size(const ParamLayout* pl) {
+    return pl->total / (size_t)pl->world + unit_size(pl, 0) + unit_size(pl, pl->num_units - 1) +
+           2 * max_layer_unit(pl);
+}
+
+// Elements of params, grads and each optimizer buffer at a stage.
+static void state_sizes(const ParamLayout* pl, int zero_stage, size_t* params, size_t* grads, size_t* opt) {
+    size_t n = pl->total;
+    *params = zero_stage >= 3 ? staged_size(pl) : n;
+    *grads = zero_stage >= 2 ? staged_size(pl) : n;
+    *opt = zero_stage == 0 ? n : n / (size_t)pl->world;
+}
 
 StateBytes gpt_state_bytes(const GPTConfig* c, DType dtype, int world, int zero_stage) {
     if (zero_stage < 0 || zero_stage > 3) fatal("internal: ZeRO stage %d does not exist", zero_stage);
     ParamLayout pl;
     param_layout_build(&pl, c, world);
-    size_t es = dtype_size(dtype), N = pl.total, S = N / (size_t)world;
-    size_t E = unit_size(&pl, 0), F = unit_size(&pl, pl.num_units - 1), Lmax = 0;
-    for (int u = 1; u + 1 < pl.num_units; u++)
-        if (unit_size(&pl, u) > Lmax) Lmax = unit_size(&pl, u);
+    size_t params, grads, opt, es = dtype_size(dtype);
+    state_sizes(&pl, zero_stage, &params, &grads, &opt);
     param_layout_free(&pl);
-    // Stages 2 and 3 hold full-size buffers only for the units in flight: the
-    // owned shard, the embeddings and final norm (used at both ends of the
-    // pass), and two layers (the one computing and the one being prefetched).
-    size_t in_flight = S + E + F + 2 * Lmax;
-    size_t opt = zero_stage == 0 ? N : S;
-    StateBytes sb;
-    sb.params = (zero_stage == 3 ? in_flight : N) * es;
-    sb.grads = (zero_stage >= 2 ? in_flight : N) * es;
-    sb.master = dtype == DTYPE_F32 ? 0 : opt * sizeof(float);
-    sb.adam = 2 * opt * sizeof(float);
-    return sb;
+    StateBytes b;
+    b.params = params * es;
+    b.grads = grads * es;
+    b.master = dtype == DTYPE_F32 ? 0 : opt * sizeof(float);
+    b.adam = 2 * opt * sizeof(float);
+    return b;
 }
+
+void* gpt_staging(const GPT* m, void* sharded, StagingSlot slot) {
+    const ParamLayout* pl = &m->layout;
+    size_t off = m->opt_size;
+    if (slot > STAGING_EMBED) off += unit_size(pl, 0);
+    if (slot > STAGING_FINAL) off += unit_size(pl, pl->num_units - 1);
+    if (slot > STAGING_LAYER_A) off += max_layer_unit(pl);
+    return (char*)sharded + off * dtype_size(m->dtype);
+}
+
+// ---------------------------------------------------------------------------
+// creation
 
 void gpt_create(GPT* m, const GPTConfig* c, Backend* be, int B, int T, int world, int rank, int zero_stage) {
     gpt_create_recompute(m, c, be, B, T, world, rank, zero_stage, NULL);
@@ -338,26 +363,26 @@ void gpt_create_recompute(GPT* m, const GPTConfig* c, Backend* be, int B, int T,
     m->T = T;
     if (T > c->max_seq_len)
         fatal("sequence length %d exceeds the model's maximum sequence length %d", T, c->max_seq_len);
-    if (zero_stage < 0 || zero_stage > 1) fatal("internal: ZeRO stage %d is not available", zero_stage);
+    if (zero_stage < 0 || zero_stage > 3) fatal("internal: ZeRO stage %d is not available", zero_stage);
+    if (rank < 0 || rank >= world) fatal("internal: rank %d of %d", rank, world);
     m->world = world;
     m->rank = rank;
     m->zero_stage = zero_stage;
     param_layout_build(&m->layout, c, world);
     m->num_params = gpt_num_params(c);
-    size_t n = m->layout.total;
-    m->opt_size = zero_stage == 0 ? n : n / (size_t)world;
-    // The planner bills these same numbers (llm/planner.c).
-    StateBytes sb = gpt_state_bytes(c, m->dtype, world, zero_stage);
-    m->params = be->alloc(be, sb.params, "parameters");
-    m->grads = be->alloc(be, sb.grads, "gradients");
-    if (sb.master) m->master = (float*)be->alloc(be, sb.master, "master weights");
-    m->adam_m = (float*)be->alloc(be, sb.adam / 2, "AdamW first moment");
-    m->adam_v = (float*)be->alloc(be, sb.adam / 2, "AdamW second moment");
-    be->zero(be, m->params, sb.params);
-    be->zero(be, m->grads, sb.grads);
-    if (m->master) be->zero(be, m->master, sb.master);
-    be->zero(be, m->adam_m, sb.adam / 2);
-    be->zero(be, m->adam_v, sb.adam / 2);
+    size_t es = dtype_size(m->dtype);
+    state_sizes(&m->layout, zero_stage, &m->params_size, &m->grads_size, &m->opt_size);
+    size_t ns = m->opt_size;
+    m->params = be->alloc(be, m->params_size * es, "parameters");
+    m->grads = be->alloc(be, m->grads_size * es, "gradients");
+    if (m->dtype != DTYPE_F32) m->master = (float*)be->alloc(be, ns * sizeof(float), "master weights");
+    m->adam_m = (float*)be->alloc(be, ns * sizeof(float), "AdamW first moment");
+    m->adam_v = (float*)be->alloc(be, ns * sizeof(float), "AdamW second moment");
+    be->zero(be, m->params, m->params_size * es);
+    be->zero(be, m->grads, m->grads_size * es);
+    if (m->master) be->zero(be, m->master, ns * sizeof(float));
+    be->zero(be, m->adam_m, ns * sizeof(float));
+    be->zero(be, m->adam_v, ns * sizeof(float));
     act_layout_build(&m->acts, c, B, T, m->dtype, recompute);
     m->arena = be->alloc(be, m->acts.bytes, "activations");
     m->inputs = (int32_t*)be->alloc(be, (size_t)B * T * sizeof(int32_t), "input tokens");
@@ -407,9 +432,26 @@ void gpt_init_random(GPT* m, uint64_t seed) {
     free(host);
 }
 
+// ZeRO-3: the owned pieces become the parameter shard (and master).
+static void set_sharded_params_f32(GPT* m, const float* host_flat) {
+    Backend* be = m->be;
+    float* staging = (float*)be->alloc(be, m->opt_size * sizeof(float), "parameter staging");
+    for (int u = 0; u < m->layout.num_units; u++) {
+        size_t lo, off, len = gpt_owned_piece(m, u, &lo, &off);
+        be->to_device(be, staging + off, host_flat + lo, len * sizeof(float));
+    }
+    be->convert(be, m->params, m->dtype, staging, DTYPE_F32, m->opt_size);
+    if (m->master) be->copy(be, m->master, staging, m->opt_size * sizeof(float));
+    be->free(be, staging);
+}
+
 void gpt_set_params_f32(GPT* m, const float* host_flat) {
     Backend* be = m->be;
     size_t n = m->layout.total;
+    if (gpt_params_sharded(m)) {
+        set_sharded_params_f32(m, host_flat);
+        return;
+    }
     if (m->dtype == DTYPE_F32) {
         be->to_device(be, m->params, host_flat, n * sizeof(float));
         return;
@@ -429,6 +471,15 @@ void gpt_set_params_f32(GPT* m, const float* host_flat) {
 void gpt_get_params_f32(const GPT* m, float* host_flat) {
     Backend* be = m->be;
     size_t n = m->layout.total;
+    if (gpt_params_sharded(m)) {
+        // The FP32 values of the owned pieces: master, or the FP32 shard itself.
+        const float* src = m->master ? m->master : (const float*)m->params;
+        for (int u = 0; u < m->layout.num_units; u++) {
+            size_t lo, off, len = gpt_owned_piece(m, u, &lo, &off);
+            be->to_host(be, host_flat + lo, src + off, len * sizeof(float));
+        }
+        return;
+    }
     if (m->dtype == DTYPE_F32) {
         be->to_host(be, host_flat, m->params, n * sizeof(float));
         return;
@@ -522,7 +573,7 @@ void gpt_forward(GPT* m, const int32_t* inputs, const int32_t* targets, int B, i
 // ---------------------------------------------------------------------------
 // backward
 
-void gpt_zero_grads(GPT* m) { m->be->zero(m->be, m->grads, m->layout.total * dtype_size(m->dtype)); }
+void gpt_zero_grads(GPT* m) { m->be->zero(m->be, m->grads, m->grads_size * dtype_size(m->dtype)); }
 
 // matmul_backward when the input `inp` was recomputed into the buffer that
 // receives the input gradient: the weight gradients read it first, then dinp
@@ -635,6 +686,8 @@ void gpt_update(GPT* m, float lr, float beta1, float beta2, float eps, float wei
         size_t b = t->offset + t->count < hi ? t->offset + t->count : hi;
         if (a >= b) continue;
         size_t s = state_off + (a - lo);  // index into master / adam_m / adam_v
+        // A sharded buffer holds the piece at the optimizer state's index.
+        size_t gi = gpt_grads_sharded(m) ? s : a, pi = gpt_params_sharded(m) ? s : a;
         AdamWParams p;
         p.lr = lr;
         p.beta1 = beta1;
@@ -645,7 +698,7 @@ void gpt_update(GPT* m, float lr, float beta1, float beta2, float eps, float wei
         p.step = m->adam_step;
         p.seed = seed;
         p.index_base = a;
-        be->adamw(be, (char*)m->params + a * es, m->master ? m->master + s : NULL, (char*)m->grads + a * es,
+        be->adamw(be, (char*)m->params + pi * es, m->master ? m->master + s : NULL, (char*)m->grads + gi * es,
                   m->adam_m + s, m->adam_v + s, b - a, &p);
     }
 }

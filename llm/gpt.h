@@ -122,20 +122,6 @@ size_t act_kind_bytes(const ActLayout* al, ActKind k);
 // Whether k has one slice per layer (ln1 .. residual3).
 int act_kind_is_per_layer(ActKind k);
 
-// Model-state bytes on one rank (parameters, gradients, FP32 master weights,
-// AdamW moments) for a ZeRO stage over `world` ranks. es = dtype bytes,
-// N = layout total (padded for world), S = N / world, E = unit 0, F = the
-// last unit, Lmax = the largest layer unit:
-//   stage 0: params N*es, grads N*es, master N*4 (16-bit only), adam 2*N*4
-//   stage 1: params N*es, grads N*es, master S*4, adam 2*S*4
-//   stage 2: params N*es, grads (S + E + F + 2*Lmax)*es, master S*4, adam 2*S*4
-//   stage 3: params and grads (S + E + F + 2*Lmax)*es, master S*4, adam 2*S*4
-// With hybrid sharding (inside a node) `world` is the ranks per node.
-// gpt_create allocates exactly these numbers; the planner bills them.
-typedef struct {
-    size_t params, grads, master, adam;
-} StateBytes;
-StateBytes gpt_state_bytes(const GPTConfig* c, DType dtype, int world, int zero_stage);
 
 typedef struct GPT GPT;
 
@@ -166,12 +152,17 @@ struct GPT {
     DType dtype;          // parameters, gradients, activations
     size_t num_params;    // unpadded count
 
-    void* params;         // (total) dtype
-    void* grads;          // (total) dtype
+    void* params;         // (params_size) dtype: the flat parameters, or (ZeRO-3) shard + staging
+    void* grads;          // (grads_size) dtype: the flat gradients, or (ZeRO-2/3) shard + staging
     // Data parallelism. With zero_stage 0 every rank holds the whole
     // optimizer state; from stage 1 on, rank r holds chunk r of every unit,
-    // concatenated in unit order (opt_size = total / world elements).
+    // concatenated in unit order (opt_size = total / world elements): its
+    // shard. Stage 2 keeps only the gradient shard, stage 3 also only the
+    // parameter shard; such a buffer is the shard followed by full-unit
+    // staging (gpt_staging) that the ZeRO hooks (llm/zero.c) fill and reuse.
     int world, rank, zero_stage;
+    size_t params_size;   // elements of params
+    size_t grads_size;    // elements of grads
     size_t opt_size;      // elements of master / adam_m / adam_v on this rank
     float* master;        // (opt_size) FP32 master weights; NULL when dtype is FP32
     float* adam_m;        // (opt_size) FP32
@@ -195,6 +186,30 @@ void gpt_create(GPT* m, const GPTConfig* c, Backend* be, int B, int T, int world
 void gpt_create_recompute(GPT* m, const GPTConfig* c, Backend* be, int B, int T, int world, int rank,
                           int zero_stage, const RecomputePolicy* recompute);
 
+// Model-state bytes per rank for `world` ranks sharing the shards at a ZeRO
+// stage, without allocating (gpt_create allocates exactly these). With
+// es = bytes of dtype, N = the padded flat size for `world`, S = N / world,
+// E, F = the sizes of the first (embeddings) and last (final norm) units and
+// Lmax = the largest layer unit:
+//   stage 0: params N*es, grads N*es, master N*4 (16-bit dtypes), adam 2*N*4
+//   stage 1: params N*es, grads N*es, master S*4, adam 2*S*4
+//   stage 2: params N*es, grads (S + E + F + 2*Lmax)*es, master S*4, adam 2*S*4
+//   stage 3: params and grads (S + E + F + 2*Lmax)*es, master S*4, adam 2*S*4
+// The staging holds the embeddings' and final norm's full units for the step
+// and two layer units (one in use while the other is communicated).
+typedef struct {
+    size_t params, grads, master, adam;  // adam: both moments
+} StateBytes;
+StateBytes gpt_state_bytes(const GPTConfig* c, DType dtype, int world, int zero_stage);
+
+// Full-unit staging after the shard in a sharded buffer (ZeRO-2 gradients,
+// ZeRO-3 parameters): the embeddings unit, the final unit, two layer slots.
+typedef enum { STAGING_EMBED, STAGING_FINAL, STAGING_LAYER_A, STAGING_LAYER_B, NUM_STAGING } StagingSlot;
+void* gpt_staging(const GPT* m, void* sharded, StagingSlot slot);
+// Whether m->grads / m->params hold only this rank's shard (plus staging).
+static inline int gpt_grads_sharded(const GPT* m) { return m->zero_stage >= 2; }
+static inline int gpt_params_sharded(const GPT* m) { return m->zero_stage >= 3; }
+
 // The flat range [*lo, *lo + return value) of unit u whose optimizer state
 // this rank holds, and where it starts in master / adam_m / adam_v.
 size_t gpt_owned_piece(const GPT* m, int u, size_t* lo, size_t* state_offset);
@@ -205,9 +220,12 @@ void gpt_free(GPT* m);
 // value is a function of (seed, tensor, layer, index) only.
 void gpt_init_random(GPT* m, uint64_t seed);
 
-// Copies FP32 host values in the flat layout into the model (params and master).
+// Copies FP32 host values in the flat layout into the model (params and
+// master; with ZeRO-3 only this rank's owned pieces are read).
 void gpt_set_params_f32(GPT* m, const float* host_flat);
-// Reads the model's parameters as FP32 (from master when it exists) in the flat layout.
+// Reads the model's parameters as FP32 (from master when it exists) in the
+// flat layout. With ZeRO-3 only the owned pieces are written (zero.h's
+// zero_gather_params_f32 assembles the whole model from every rank).
 void gpt_get_params_f32(const GPT* m, float* host_flat);
 
 // Forward over inputs (B, T) already on the backend. With targets, computes
@@ -219,11 +237,12 @@ void gpt_backward(GPT* m, const int32_t* inputs, int B, int T);
 void gpt_zero_grads(GPT* m);
 // Adds the sum of the last forward's per-token losses into scalars[0] (or sets it).
 void gpt_accumulate_loss(GPT* m, int B, int T, int accumulate);
-// Squared L2 norm of the gradients over the flat range [lo, hi) into scalars[1].
+// Squared L2 norm of m->grads over the element range [lo, hi) into scalars[1].
 void gpt_grad_norm_squared(GPT* m, size_t lo, size_t hi);
 
-// One AdamW step over the pieces whose optimizer state this rank holds.
-// Weight decay applies to the 2-D tensors only.
+// One AdamW step over the pieces whose optimizer state this rank holds,
+// reading the reduced gradients of those pieces. Weight decay applies to the
+// 2-D tensors only.
 void gpt_update(GPT* m, float lr, float beta1, float beta2, float eps, float weight_decay,
                 float grad_scale, uint64_t seed);
 

@@ -140,6 +140,13 @@ void llmc_load_weights(GPT* m, const char* path) {
 }
 
 void llmc_save_weights(const GPT* m, const char* path, DType dtype) {
+    float* flat = (float*)xmalloc(m->layout.total * sizeof(float));
+    gpt_get_params_f32(m, flat);
+    llmc_write_weights(m, flat, path, dtype);
+    free(flat);
+}
+
+void llmc_write_weights(const GPT* m, const float* flat, const char* path, DType dtype) {
     if (dtype != DTYPE_F32 && dtype != DTYPE_BF16) fatal("llm.c model files hold float32 or bfloat16, not %s", dtype_name(dtype));
     const GPTConfig* c = &m->config;
     int32_t h[256] = {0};
@@ -152,11 +159,8 @@ void llmc_save_weights(const GPT* m, const char* path, DType dtype) {
     h[6] = c->channels;
     h[7] = c->padded_vocab_size;
     size_t n = llmc_num_elements(c);
-    float* flat = (float*)xmalloc(m->layout.total * sizeof(float));
-    gpt_get_params_f32(m, flat);
     float* vals = (float*)xmalloc(n * sizeof(float));
     llmc_from_flat(m, flat, vals);
-    free(flat);
 
     AtomicFile af;
     atomic_file_open(&af, path);

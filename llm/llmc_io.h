@@ -23,6 +23,8 @@ void llmc_load_weights(GPT* m, const char* path);
 // Writes the weights (FP32 or BF16 values), atomically: a temporary file,
 // fsync, rename.
 void llmc_save_weights(const GPT* m, const char* path, DType dtype);
+// The same from FP32 values in m's flat layout (e.g. gathered from every rank).
+void llmc_write_weights(const GPT* m, const float* flat, const char* path, DType dtype);
 
 // Permutes between the flat layer-major layout and llm.c's order (both FP32,
 // both of size m->layout.total; llm.c's order has no padding and so uses a prefix).

@@ -174,13 +174,13 @@ static void build_request(const TrainConfig* cfg, int for_auto, PlanRequest* rq)
     pc->precision = config_is_set(cfg, "precision") ? parse_plan_precision(cfg->precision, &rq->dev)
                                                     : plan_default_precision(&pc->model, &rq->dev);
     pc->recompute = recompute_policy_from_flags(cfg->recompute, cfg->recompute_layers, pc->model.num_layers);
-    if (cfg->zero_stage < 0 || cfg->zero_stage > 3) fatal("--zero-stage %d is not one of 0, 1, 2, 3", cfg->zero_stage);
+    if (cfg->zero_stage < 0 || cfg->zero_stage > 3) fatal("--zero %d is not one of 0, 1, 2, 3", cfg->zero_stage);
     pc->zero_stage = cfg->zero_stage;
 
     rq->fixed.precision = config_is_set(cfg, "precision");
     rq->fixed.micro_batch = config_is_set(cfg, "micro-batch");
     rq->fixed.recompute = config_is_set(cfg, "recompute") || config_is_set(cfg, "recompute-layers");
-    rq->fixed.zero_stage = config_is_set(cfg, "zero-stage");
+    rq->fixed.zero_stage = config_is_set(cfg, "zero");
     if (config_is_set(cfg, "batch-tokens") && cfg->batch_tokens > 0) {
         long unit = (long)pc->T * pc->world * (rq->fixed.micro_batch ? pc->B : 1);
         if (cfg->batch_tokens % unit != 0)
@@ -418,6 +418,7 @@ void plan_auto(TrainConfig* cfg) {
     const PlanConfig* pc = &r.config;
     cfg->micro_batch = pc->B;
     cfg->zero_stage = pc->zero_stage;
+    if (pc->hybrid) set_string(&cfg->shard_scope, "node");
     cfg->recompute_layers = pc->recompute.mode == RECOMPUTE_FULL ? 0 : pc->recompute.full_layers;
     set_string(&cfg->recompute, recompute_mode_name(pc->recompute.mode));
     set_string(&cfg->precision, precision_name(pc->precision));

@@ -171,9 +171,9 @@ void report_run_summary(const Trainer* tr) {
     const TrainConfig* cfg = tr->cfg;
     const GPT* m = &tr->model;
     const GPTConfig* c = &m->config;
-    printf("train_gpt | backend %s | precision %s | ranks %d", tr->be->name, dtype_name(m->dtype), tr->world);
-    if (tr->world > 1) printf(" | zero stage %d", m->zero_stage);
-    printf("\n");
+    printf("train_gpt | backend %s | precision %s | ranks %d | zero %d, sharded over %d rank%s%s\n", tr->be->name,
+           dtype_name(m->dtype), tr->world, m->zero_stage, m->world, m->world == 1 ? "" : "s",
+           tr->comm->node_scope ? " per node" : "");
     printf("model     | %zu parameters (%.2fM) | layers %d | channels %d | heads %d | vocab %d (padded %d) | max seq %d\n",
            m->num_params, (double)m->num_params / 1e6, c->num_layers, c->channels, c->num_heads, c->vocab_size,
            c->padded_vocab_size, c->max_seq_len);

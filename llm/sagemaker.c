@@ -61,14 +61,18 @@ const char* sagemaker_root(void) {
 
 int sagemaker_active(void) { return sm.active; }
 
-// The MPI rank of this process as the launcher exported it, or -1: the
-// failure hook runs before (or without) the communicator being set up.
+// The MPI rank of this process as the launcher exported it, or -1 in a world
+// of one: the failure hook may run before (or without) the communicator.
 static int launcher_rank(void) {
-    static const char* vars[] = {"OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK", "SLURM_PROCID"};
+    static const char* vars[][2] = {{"OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE"},
+                                    {"PMIX_RANK", "PMIX_SIZE"},
+                                    {"PMI_RANK", "PMI_SIZE"},
+                                    {"SLURM_PROCID", "SLURM_NTASKS"}};
     for (size_t i = 0; i < sizeof vars / sizeof vars[0]; i++) {
-        long r;
-        const char* v = getenv(vars[i]);
-        if (v && parse_long(v, &r)) return (int)r;
+        long r, n;
+        const char* rank = getenv(vars[i][0]);
+        const char* size = getenv(vars[i][1]);
+        if (rank && size && parse_long(rank, &r) && parse_long(size, &n)) return n > 1 ? (int)r : -1;
     }
     return -1;
 }

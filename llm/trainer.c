@@ -31,12 +31,27 @@ static void setup_batch_geometry(Trainer* tr, const TrainConfig* cfg) {
     tr->tokens_per_step = total;
 }
 
-void trainer_setup(Trainer* tr, const TrainConfig* cfg, Backend* be) {
+// --zero and --shard-scope: the rank groups the model is sharded over.
+static void setup_sharding(Trainer* tr, const TrainConfig* cfg) {
+    if (cfg->zero_stage < 0 || cfg->zero_stage > 3) fatal("--zero %d is not one of 0, 1, 2, 3", cfg->zero_stage);
+    int node_scope;
+    if (!strcmp(cfg->shard_scope, "world")) node_scope = 0;
+    else if (!strcmp(cfg->shard_scope, "node")) node_scope = 1;
+    else fatal("--shard-scope '%s' is not one of world, node", cfg->shard_scope);
+    if (node_scope && cfg->zero_stage == 0)
+        fatal("--shard-scope node needs --zero 1, 2 or 3 (ZeRO-0 shards nothing)");
+    comm_set_shard_scope(tr->comm, node_scope);
+    comm_attach_backend(tr->comm, tr->be);
+}
+
+void trainer_setup(Trainer* tr, const TrainConfig* cfg, Backend* be, Comm* comm) {
     memset(tr, 0, sizeof *tr);
     tr->cfg = cfg;
     tr->be = be;
-    tr->rank = 0;
-    tr->world = 1;
+    tr->comm = comm;
+    tr->rank = comm->rank;
+    tr->world = comm->world;
+    setup_sharding(tr, cfg);
     setup_batch_geometry(tr, cfg);
     if (cfg->warmup < 0) fatal("--warmup must not be negative (got %d)", cfg->warmup);
     if (!(cfg->lr > 0)) fatal("--lr must be positive (got %g)", cfg->lr);
@@ -67,9 +82,9 @@ void trainer_setup(Trainer* tr, const TrainConfig* cfg, Backend* be) {
     }
 
     RecomputePolicy recompute = recompute_policy_from_flags(cfg->recompute, cfg->recompute_layers, mc.num_layers);
-    if (cfg->zero_stage < 0 || cfg->zero_stage > 3) fatal("--zero-stage %d is not one of 0, 1, 2, 3", cfg->zero_stage);
-    if (cfg->zero_stage > 1) fatal("--zero-stage %d: this build shards up to ZeRO-1", cfg->zero_stage);
-    gpt_create_recompute(&tr->model, &mc, be, tr->B, tr->T, tr->world, tr->rank, cfg->zero_stage, &recompute);
+    const CommGroupInfo* shard = &comm->group[COMM_SHARD];
+    gpt_create_recompute(&tr->model, &mc, be, tr->B, tr->T, shard->size, shard->rank, cfg->zero_stage, &recompute);
+    zero_init(&tr->zero, &tr->model, comm);
     if (cfg->init_from[0]) llmc_load_weights(&tr->model, cfg->init_from);
     else gpt_init_random(&tr->model, (uint64_t)cfg->seed);
 
@@ -83,6 +98,7 @@ void trainer_setup(Trainer* tr, const TrainConfig* cfg, Backend* be) {
 }
 
 void trainer_free(Trainer* tr) {
+    zero_free(&tr->zero);
     gpt_free(&tr->model);
     dataloader_free(&tr->train);
     if (tr->has_val) dataloader_free(&tr->val);
@@ -101,10 +117,10 @@ double grad_clip_scale(double norm, double max_norm) {
     return s < 1.0 ? s : 1.0;
 }
 
-// Copies B windows starting at global window `first` to the backend.
-static void load_micro_batch(Trainer* tr, DataLoader* dl, uint64_t first) {
-    dataloader_read(dl, first, tr->B, tr->host_inputs, tr->host_targets);
-    size_t bytes = (size_t)tr->B * tr->T * sizeof(int32_t);
+// Copies `count` (<= B) windows starting at global window `first` to the backend.
+static void load_micro_batch(Trainer* tr, DataLoader* dl, uint64_t first, int count) {
+    dataloader_read(dl, first, count, tr->host_inputs, tr->host_targets);
+    size_t bytes = (size_t)count * tr->T * sizeof(int32_t);
     tr->be->to_device(tr->be, tr->model.inputs, tr->host_inputs, bytes);
     tr->be->to_device(tr->be, tr->model.targets, tr->host_targets, bytes);
 }
@@ -120,29 +136,30 @@ StepResult trainer_step(Trainer* tr, int step) {
     long windows_per_step = (long)tr->accum * tr->world * tr->B;
     float dloss = 1.0f / (float)((double)tr->tokens_per_step);
 
-    gpt_zero_grads(m);
+    zero_begin_step(&tr->zero);
     for (int a = 0; a < tr->accum; a++) {
-        load_micro_batch(tr, &tr->train, base + ((uint64_t)a * tr->world + tr->rank) * tr->B);
+        load_micro_batch(tr, &tr->train, base + ((uint64_t)a * tr->world + tr->rank) * tr->B, tr->B);
+        zero_begin_micro_step(&tr->zero, a, tr->accum);
         gpt_forward(m, m->inputs, m->targets, tr->B, tr->T, dloss);
         gpt_accumulate_loss(m, tr->B, tr->T, a > 0);
-        gpt_backward(m, m->inputs, tr->B, tr->T);
+        gpt_backward(m, m->inputs, tr->B, tr->T);  // the hooks reduce gradients unit by unit
     }
     dataloader_set_position(&tr->train, base + (uint64_t)windows_per_step);
     if (guard_inject_nan_at(&tr->guard, step + 1)) guard_poison_gradient(m);
 
-    // One read of (loss sum, grad norm^2): the only host synchronisation of the step.
-    gpt_grad_norm_squared(m, 0, m->layout.total);
-    float scalars[2];
-    be->to_host(be, scalars, m->scalars, sizeof scalars);
-    double norm = sqrt((double)scalars[1]);
+    // One read of (loss sum, grad norm^2), summed over the ranks: the only
+    // host synchronisation of the step.
+    double loss_sum, norm_sq;
+    zero_step_totals(&tr->zero, &loss_sum, &norm_sq);
+    double norm = sqrt(norm_sq);
     double clip = grad_clip_scale(norm, cfg->grad_clip);
     double lr = lr_at(&tr->sched, step);
-    double loss = (double)scalars[0] / ((double)tr->B * tr->T * tr->accum);
+    double loss = loss_sum / (double)tr->tokens_per_step;
     // A non-finite (or spiking) step leaves the model and optimizer untouched.
     GuardVerdict verdict = guard_check(&tr->guard, step + 1, loss, norm);
     if (verdict.action == GUARD_UPDATE)
-        gpt_update(m, (float)lr, (float)cfg->beta1, (float)cfg->beta2, (float)cfg->eps, (float)cfg->weight_decay,
-                   (float)clip, rng_key((uint64_t)cfg->seed, 0xADA3, (uint64_t)step));
+        zero_update(&tr->zero, (float)lr, (float)cfg->beta1, (float)cfg->beta2, (float)cfg->eps,
+                    (float)cfg->weight_decay, (float)clip, rng_key((uint64_t)cfg->seed, 0xADA3, (uint64_t)step));
     be->synchronize(be);
 
     StepResult r;
@@ -163,19 +180,36 @@ StepResult trainer_step(Trainer* tr, int step) {
 double trainer_validate(Trainer* tr) {
     GPT* m = &tr->model;
     Backend* be = tr->be;
-    uint64_t windows = tr->val.windows_per_epoch;
-    uint64_t per_batch = (uint64_t)tr->B * tr->world;
-    int batches = tr->cfg->val_batches;
-    if (batches <= 0 || (uint64_t)batches * per_batch > windows) batches = (int)(windows / per_batch);
-    if (batches == 0) batches = 1;  // fewer windows than one batch: read with wrap-around
-    for (int i = 0; i < batches; i++) {
-        load_micro_batch(tr, &tr->val, (uint64_t)i * per_batch + (uint64_t)tr->rank * tr->B);
-        gpt_forward(m, m->inputs, m->targets, tr->B, tr->T, 0.0f);
-        gpt_accumulate_loss(m, tr->B, tr->T, i > 0);
+    // The first `total` windows of the validation set, whatever the number of
+    // ranks: round i gives rank r the windows [(i*world + r)*B, ... + B)
+    // clipped to total, so a rank can get fewer than B, or none.
+    uint64_t total = (uint64_t)tr->cfg->val_batches * tr->B;
+    if (total == 0 || total > tr->val.windows_per_epoch) total = tr->val.windows_per_epoch;
+    uint64_t per_round = (uint64_t)tr->B * tr->world;
+    uint64_t rounds = ceil_div(total, per_round);
+    int counted = 0;
+    for (uint64_t i = 0; i < rounds; i++) {
+        uint64_t first = i * per_round + (uint64_t)tr->rank * tr->B;
+        int count = first < total ? (int)(total - first < (uint64_t)tr->B ? total - first : (uint64_t)tr->B) : 0;
+        // A rank without windows still runs the forward (ZeRO-3 gathers
+        // parameters in it, with every rank), on window 0, uncounted.
+        int rows = count > 0 ? count : 1;
+        load_micro_batch(tr, &tr->val, count > 0 ? first : 0, rows);
+        gpt_forward(m, m->inputs, m->targets, rows, tr->T, 0.0f);
+        if (count > 0) gpt_accumulate_loss(m, count, tr->T, counted++ > 0);
     }
-    float sum;
-    be->to_host(be, &sum, m->scalars, sizeof sum);
-    return (double)sum / ((double)batches * tr->B * tr->T);
+    float local = 0.0f;
+    if (counted) be->to_host(be, &local, m->scalars, sizeof local);
+    double sum = local;
+    comm_host_sum(tr->comm, COMM_WORLD, &sum, 1);
+    return sum / ((double)total * tr->T);
+}
+
+void trainer_export(Trainer* tr, const char* path, DType dtype) {
+    float* flat = (float*)xmalloc(tr->model.layout.total * sizeof(float));
+    zero_gather_params_f32(&tr->zero, flat);
+    if (tr->rank == 0) llmc_write_weights(&tr->model, flat, path, dtype);
+    free(flat);
 }
 
 // ---------------------------------------------------------------------------

@@ -5,24 +5,28 @@
 
 #include "data/dataloader.h"
 #include "data/tokenizer.h"
+#include "llm/comm.h"
 #include "llm/config.h"
 #include "llm/gpt.h"
 #include "llm/guard.h"
 #include "llm/schedule.h"
+#include "llm/zero.h"
 
 EXTERN_C_BEGIN
 
 typedef struct {
     const TrainConfig* cfg;
     Backend* be;
+    Comm* comm;
     GPT model;
+    Zero zero;             // how the ranks share the model (--zero, --shard-scope)
     DataLoader train;
     DataLoader val;
     int has_val;
     Tokenizer tok;
     int has_tok;
 
-    int rank, world;       // this process among the data-parallel ranks
+    int rank, world;       // this process among the data-parallel ranks (all of them)
     int B, T;              // micro-batch and sequence length
     int accum;             // micro-steps per optimizer step
     long tokens_per_step;  // B * T * world * accum
@@ -44,15 +48,21 @@ typedef struct {
     double loss_z;      // z-score of the loss against the spike window (NaN: none yet)
 } StepResult;
 
-// Opens data and tokenizer, builds and initialises the model, checks the
-// batch geometry. Fatal, naming the flag, on any inconsistency.
-void trainer_setup(Trainer* tr, const TrainConfig* cfg, Backend* be);
+// Opens data and tokenizer, sets up the ranks' sharding, builds and
+// initialises the model, checks the batch geometry. Fatal, naming the flag,
+// on any inconsistency. Collective: every rank calls it.
+void trainer_setup(Trainer* tr, const TrainConfig* cfg, Backend* be, Comm* comm);
 void trainer_free(Trainer* tr);
+// Writes the final weights in llm.c's format from rank 0 (collective: the
+// shards are gathered from every rank).
+void trainer_export(Trainer* tr, const char* path, DType dtype);
 
 // One optimizer step: accumulate gradients over the global batch's windows
 // of this rank, clip by the global norm, AdamW.
 StepResult trainer_step(Trainer* tr, int step);
-// Mean loss over --val-batches micro-batches of the validation set.
+// Mean loss over the first --val-batches x micro-batch windows of the
+// validation set (0: all of it), shared out among the ranks; the same on
+// every rank and, up to summation order, for any number of ranks.
 double trainer_validate(Trainer* tr);
 // Generates --sample-tokens tokens from an end-of-text prompt; returns the
 // decoded text (malloc'ed).

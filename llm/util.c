@@ -13,6 +13,13 @@
 static FatalHook fatal_hooks[MAX_FATAL_HOOKS];
 static int num_fatal_hooks;
 static int in_fatal;
+static const char* (*fatal_before_print)(void);
+static void (*fatal_terminate)(void);
+
+void set_fatal_exit(const char* (*before_print)(void), void (*terminate)(void)) {
+    fatal_before_print = before_print;
+    fatal_terminate = terminate;
+}
 
 void add_fatal_hook(FatalHook hook) {
     if (num_fatal_hooks < MAX_FATAL_HOOKS) fatal_hooks[num_fatal_hooks++] = hook;
@@ -25,12 +32,15 @@ void fatal(const char* fmt, ...) {
     vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
     fflush(stdout);
-    fprintf(stderr, "train_gpt: error: %s\n", msg);
-    fflush(stderr);
     // A hook that itself fails must not recurse back into the hooks.
-    if (!in_fatal) {
-        in_fatal = 1;
+    int first = !in_fatal;
+    in_fatal = 1;
+    const char* prefix = first && fatal_before_print ? fatal_before_print() : NULL;
+    fprintf(stderr, "train_gpt: error: %s%s\n", prefix ? prefix : "", msg);
+    fflush(stderr);
+    if (first) {
         for (int i = 0; i < num_fatal_hooks; i++) fatal_hooks[i](msg);
+        if (fatal_terminate) fatal_terminate();
     }
     exit(1);
 }

@@ -37,6 +37,15 @@ NORETURN void fatal(const char* fmt, ...) PRINTF_LIKE(1, 2);
 typedef void (*FatalHook)(const char* message);
 void add_fatal_hook(FatalHook hook);
 
+// Makes fatal() work across ranks (installed by llm/comm.c): `before_print`
+// runs before the error line is printed and returns text to put before the
+// message, or NULL (ranks other than 0 wait there briefly, so that an error
+// every rank hits is printed once, by rank 0, whose abort stops the others
+// first; a rank that prints names itself), and `terminate` replaces exit(1)
+// after the hooks have run (MPI_Abort, so that no rank is left waiting in a
+// collective). NULL: none.
+void set_fatal_exit(const char* (*before_print)(void), void (*terminate)(void));
+
 // Prints "train_gpt: warning: <message>" to stderr.
 void warn(const char* fmt, ...) PRINTF_LIKE(1, 2);
 

@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "llm/comm.h"
 #include "llm/guard.h"
 #include "llm/trainer.h"
 #include "tests/testlib.h"
@@ -117,6 +118,8 @@ static void snapshot_free(Snapshot* s) {
     free(s->v);
 }
 
+static Comm* comm;  // a world of one
+
 static void poisoned_step_leaves_model_untouched(void) {
     setenv("TRAIN_GPT_INJECT_NAN", "4", 1);
     char* argv[] = {"t", "--device", "cpu", "--depth", "2", "--seq-len", "32", "--micro-batch", "2", "--steps", "6",
@@ -124,7 +127,7 @@ static void poisoned_step_leaves_model_untouched(void) {
     TrainConfig cfg = config_from((int)(sizeof argv / sizeof argv[0]), argv);
     Backend* be = cpu_backend_create(DTYPE_F32, 0);
     Trainer tr;
-    trainer_setup(&tr, &cfg, be);
+    trainer_setup(&tr, &cfg, be, comm);
     unsetenv("TRAIN_GPT_INJECT_NAN");
     for (int step = 0; step < 3; step++) {
         StepResult r = trainer_step(&tr, step);
@@ -160,10 +163,12 @@ static void poisoned_step_leaves_model_untouched(void) {
     be->destroy(be);
 }
 
-int main(void) {
+int main(int argc, char** argv) {
+    comm = comm_init(&argc, &argv);
     RUN(nonfinite_steps_skipped_and_counted);
     RUN(spikes_by_z_score);
     RUN(inject_steps_parsed);
     RUN(poisoned_step_leaves_model_untouched);
+    comm_finalize(comm);
     return TESTS_DONE();
 }

@@ -224,8 +224,10 @@ static void failure_file_first_writer_wins(void) {
     mkdir(root, 0755);
     setenv("TRAIN_GPT_SM_ROOT", root, 1);
     setenv("OMPI_COMM_WORLD_RANK", "3", 1);
+    setenv("OMPI_COMM_WORLD_SIZE", "4", 1);
     sagemaker_write_failure("--steps: 'x' is not an integer");
     unsetenv("OMPI_COMM_WORLD_RANK");
+    unsetenv("OMPI_COMM_WORLD_SIZE");
     sagemaker_write_failure("a consequence");
     snprintf(path, sizeof path, "%s/output/failure", root);
     FILE* f = fopen(path, "r");

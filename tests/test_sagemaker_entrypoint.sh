@@ -27,12 +27,12 @@ hyperparameters '{"steps": "10", "sagemaker_mpi_enabled": "true", "sagemaker_mpi
 want="mpirun --allow-run-as-root -np 16 -H algo-1:8,algo-2:8 --prefix /opt/amazon/openmpi"
 want+=" --mca plm_rsh_no_tree_spawn 1 --mca btl_tcp_if_include eth0 --mca oob_tcp_if_include eth0"
 want+=" --map-by slot --bind-to none --mca pml ob1 --mca btl ^openib --mca btl_vader_single_copy_mechanism none"
-want+=" --mca orte_abort_on_non_zero_status 1 -x FI_EFA_USE_HUGE_PAGE -x NCCL_SOCKET_IFNAME -x OMP_NUM_THREADS -x PATH -x TRAIN_GPT_SM_ROOT"
+want+=" --mca orte_abort_on_non_zero_status 1 -x NCCL_SOCKET_IFNAME -x OMP_NUM_THREADS -x PATH -x TRAIN_GPT_SM_ROOT"
 want+=" /opt/train_gpt/train_gpt --steps 10"
 ep env TRAIN_GPT_DRY_RUN=1 "$EP" train --steps 10 >"$T/master.txt" 2>"$T/master.err"
 if [ "$(sed -n 3p "$T/master.txt")" = "$want" ] &&
    [ "$(sed -n 1p "$T/master.txt")" = "host algo-1 of 2 (host 0: algo-1), 8 rank(s) per host, 16 in all" ] &&
-   [ "$(sed -n 2p "$T/master.txt")" = "environment: FI_EFA_USE_HUGE_PAGE=0 NCCL_SOCKET_IFNAME=eth0 OMP_NUM_THREADS=$threads" ]; then
+   [ "$(sed -n 2p "$T/master.txt")" = "environment: NCCL_SOCKET_IFNAME=eth0 OMP_NUM_THREADS=$threads" ]; then
   ok mpirun_2_hosts_x_8_gpus
 else
   fail mpirun_2_hosts_x_8_gpus "got: $(cat "$T/master.txt" "$T/master.err")"
@@ -43,10 +43,11 @@ if ep "$EP" --dry-run train --steps 10 | cmp -s - "$T/master.txt"; then ok dry_r
 # SDK json-encodes them inside the string); a legacy EFA setting is warned about.
 resources '{"current_host": "algo-1", "hosts": ["algo-1", "algo-2", "algo-3"], "network_interface_name": "ens5"}'
 hyperparameters '{"sagemaker_mpi_num_of_processes_per_host": "8", "sagemaker_mpi_custom_mpi_options": "\"--bind-to numa --report-bindings\""}'
-ep env NCCL_DEBUG=INFO FI_PROVIDER=efa "$EP" --dry-run train >"$T/custom.txt" 2>"$T/custom.err"
+ep env NCCL_DEBUG=INFO FI_PROVIDER=efa FI_EFA_USE_HUGE_PAGE=0 "$EP" --dry-run train >"$T/custom.txt" 2>"$T/custom.err"
 cmdline=$(sed -n 3p "$T/custom.txt")
 if [[ "$cmdline" == *"-np 24 -H algo-1:8,algo-2:8,algo-3:8 "* ]] && [[ "$cmdline" == *"--mca btl_tcp_if_include ens5 "* ]] &&
    [[ "$cmdline" == *"-x FI_EFA_USE_HUGE_PAGE -x FI_PROVIDER -x NCCL_DEBUG -x NCCL_SOCKET_IFNAME -x OMP_NUM_THREADS "* ]] &&
+   grep -q 'environment: FI_EFA_USE_HUGE_PAGE=0 FI_PROVIDER=efa NCCL_DEBUG=INFO NCCL_SOCKET_IFNAME=ens5 ' "$T/custom.txt" &&
    [[ "$cmdline" == *" --bind-to numa --report-bindings /opt/train_gpt/train_gpt" ]] &&
    grep -q 'NCCL_SOCKET_IFNAME=ens5' "$T/custom.txt" && grep -q 'warning: FI_PROVIDER=efa' "$T/custom.err"; then
   ok mpirun_env_and_custom_options

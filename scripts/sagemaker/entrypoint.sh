@@ -99,8 +99,9 @@ world=$(( ${#hosts[@]} * gpus ))
 # finds EFA by itself: FI_PROVIDER, FI_EFA_USE_DEVICE_RDMA and
 # NCCL_PROTO=simple are legacy settings and are not set. The bootstrap goes
 # over TCP on SageMaker's interface.
+# (FI_EFA_USE_HUGE_PAGE=0 is the remedy if fork() fails with ENOMEM; train_gpt
+# does not fork, so huge pages stay on.)
 export NCCL_SOCKET_IFNAME=${NCCL_SOCKET_IFNAME:-$interface}
-export FI_EFA_USE_HUGE_PAGE=${FI_EFA_USE_HUGE_PAGE:-0}  # AWS: avoids fork() ENOMEM, minor cost
 # The ranks of a host share its cores (the CPU backend's and the data loader's threads).
 if [ "$gpus" -gt 1 ]; then
   cores=$(nproc)
