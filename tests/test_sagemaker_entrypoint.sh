@@ -2,7 +2,7 @@
 # test_sagemaker_entrypoint.sh: the container entrypoint
 # (scripts/sagemaker/entrypoint.sh): the mpirun command line for 2 hosts x 8
 # GPUs (checked as text in dry-run mode), the other hosts' role, the
-# single-host forms, a real single-rank run in a fake /opt/ml, a worker
+# single-host forms, real 1- and 2-rank jobs in a fake /opt/ml, a worker
 # waiting for host 0's word, and SIGTERM reaching the ranks under mpirun.
 set -u
 cd "$(dirname "$0")/.." || exit 1
@@ -94,6 +94,27 @@ if env TRAIN_GPT_SM_ROOT="$R" TRAIN_GPT_GPUS_PER_HOST=1 "$EP" train >"$T/run.log
   ok single_rank_job_trains
 else
   fail single_rank_job_trains "$(tail -n 3 "$T/run.log")"
+fi
+
+# 6b. The same job with 2 ranks on the host: mpirun starts them, rank 0 exports
+# the weights; a bad hyperparameter stops both with the reason in
+# output/failure, from rank 0, kept over the entrypoint's own note.
+rm -f "$R/model/model.bin"
+hyperparameters '{"device": "cpu", "depth": "1", "seq-len": "32", "micro-batch": "2", "steps": "3", "sample-every": "0", "vocab-size": "4096", "zero": "2", "sagemaker_mpi_num_of_processes_per_host": "2"}'
+if env TRAIN_GPT_SM_ROOT="$R" "$EP" train >"$T/run2.log" 2>&1 && grep -q '^train_gpt | .* | ranks 2 | zero 2' "$T/run2.log" &&
+   [ "$(grep -c '^step ' "$T/run2.log")" -eq 3 ] && [ -s "$R/model/model.bin" ]; then
+  ok two_rank_job_trains
+else
+  fail two_rank_job_trains "$(grep -E '^(train_gpt|step)|error' "$T/run2.log" | tail -n 4)"
+fi
+hyperparameters '{"device": "cpu", "steps": "three", "sagemaker_mpi_num_of_processes_per_host": "2"}'
+rm -f "$R/output/failure"
+env TRAIN_GPT_SM_ROOT="$R" "$EP" train >"$T/run2bad.log" 2>&1
+rc=$?
+if [ "$rc" -eq 1 ] && [ "$(cat "$R/output/failure")" = "hyperparameters.json: --steps: 'three' is not an integer (host algo-1, rank 0)" ]; then
+  ok two_rank_job_failure_reason
+else
+  fail two_rank_job_failure_reason "exit $rc, failure '$(cat "$R/output/failure" 2>/dev/null)'"
 fi
 
 # 7. A worker exits with the status host 0 leaves it, and gives up (failure
