@@ -65,7 +65,7 @@ else
   BUILD_KIND := cpu
 endif
 
-.PHONY: all clean test test-gpu bench data run deps tests
+.PHONY: all clean test test-gpu bench bench-gpu data run deps tests
 all: $(BIN)
 
 # ---- the binary -------------------------------------------------------------------------------
@@ -114,8 +114,8 @@ $(BUILD)/tests/%: tests/%.c $(BUILD)/libtrain.a tests/testlib.h
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -o $@ $< $(BUILD)/libtrain.a $(LDLIBS)
 
-# GPU test programs (tests/gpu/*.cu), built in CUDA builds with NCCL so that CI
-# compiles them; run by `make test-gpu` on a machine with GPUs.
+# GPU test programs in CUDA C (tests/gpu/*.cu), built in CUDA builds with NCCL so
+# that CI compiles them; run by `make test-gpu` on a machine with GPUs (the C ones below).
 GPU_TEST_BINS :=
 ifneq ($(filter llm/comm_nccl.cu,$(CUDA_SRCS)),)
   GPU_TEST_BINS += $(BUILD)/tests/gpu/test_comm_nccl
@@ -140,10 +140,110 @@ $(BUILD)/tests/libfake_nvml.so: tests/fake_nvml.c
 tests: train_gpt $(TEST_BINS) $(GPU_TEST_BINS) $(BUILD)/asan/test_data data $(BUILD)/tests/libfake_nvml.so
 
 test: tests
-	@tests/run_tests.sh $(TEST_BINS) $(BUILD)/asan/test_data $(TEST_SCRIPTS)
+	@tests/run_tests.sh $(TEST_BINS) $(BUILD)/asan/test_data $(TEST_SCRIPTS) $(SIM_TESTS)
 
-test-gpu: train_gpt $(GPU_TEST_BINS)
-	@tests/gpu/run_gpu_tests.sh
+# ---- GPU tests and benchmarks (CUDA builds) ----------------------------------------------------
+# tests/gpu/test_*.c and dev/bench_gpu.c linked against the nvcc-built backend.
+# `make tests` (and so CI, which has no GPU) only compiles and links them;
+# `make test-gpu` runs them where a GPU exists and reports itself skipped
+# elsewhere; `make bench-gpu` runs the benchmarks (scripts/gpu_check.sh does all).
+GPU_TEST_BINS += $(if $(NVCC),$(patsubst tests/gpu/%.c,$(BUILD)/gpu/%,$(wildcard tests/gpu/test_*.c)),)
+GPU_BENCH     := $(if $(NVCC),$(BUILD)/gpu/bench_gpu,)
+tests: $(GPU_TEST_BINS) $(GPU_BENCH)
+
+test-gpu: $(BIN) $(GPU_TEST_BINS)
+	@tests/gpu/run_gpu_tests.sh $(GPU_TEST_BINS) $(if $(GPU_TEST_BINS),$(wildcard tests/gpu/test_*.sh))
+
+bench-gpu: $(BIN) $(GPU_BENCH)
+	@test -n "$(GPU_BENCH)" || { echo "bench-gpu: this build has no CUDA"; exit 1; }
+	$(GPU_BENCH)
+
+$(BUILD)/gpu/bench_gpu: dev/bench_gpu.c $(BUILD)/libtrain.a $(CUDA_OBJS)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -I$(CUDA_HOME)/include -o $@ $< $(CUDA_OBJS) $(BUILD)/libtrain.a $(CUDA_LIBS) $(LDLIBS)
+$(BUILD)/gpu/%: tests/gpu/%.c tests/gpu/gpu_test.h tests/testlib.h $(BUILD)/libtrain.a $(CUDA_OBJS)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -o $@ $< $(CUDA_OBJS) $(BUILD)/libtrain.a $(CUDA_LIBS) $(LDLIBS)
+
+# ---- CUDA kernels on the CPU: the tests/cuda_sim harness (begin) -------------------------------
+# The CUDA backend's sources (kernels/cuda/*.cu, llm/*.cu) compiled by the host C++
+# compiler with -DCUDA_SIM into $(SIM)/ and linked with the harness
+# (tests/cuda_sim: CUDA's execution model, the runtime, cuBLASLt and NCCL on
+# the CPU) and libtrain.a, so that `make test` runs every kernel and the GPU
+# test suite (tests/gpu/test_*.c, test_*.cu) without a GPU. Needs the CUDA headers only.
+SIM          := $(BUILD)/sim
+SIM_CXX      ?= g++
+SIM_ENABLED  := $(if $(wildcard $(CUDA_HOME)/include/cuda_runtime_api.h),1,)
+SIM_MPI_CFLAGS := $(shell mpicc --showme:compile 2>/dev/null)
+SIM_MPI_LIBS   := $(shell mpicc --showme:link 2>/dev/null)
+SIM_CXXFLAGS := -std=c++17 -O2 -march=native -g -DCUDA_SIM -fno-extern-tls-init -fstack-clash-protection -fopenmp -pthread -I. \
+                -isystem $(CUDA_HOME)/include $(SIM_MPI_CFLAGS) -DOMPI_SKIP_MPICXX -DMPICH_SKIP_MPICXX -Wall -Wno-unused-parameter -Wno-unused-function
+# Without nccl.h the NCCL parts (tests/cuda_sim/*nccl*, llm/*.cu) are left out.
+SIM_NCCL     := $(shell echo '\#include <nccl.h>' | $(SIM_CXX) -isystem $(CUDA_HOME)/include -E -x c++ - >/dev/null 2>&1 && echo 1)
+SIM_NO_NCCL  := $(if $(SIM_NCCL),,%nccl.cpp %nccl.cu %nccl.sh)
+SIM_HARNESS_OBJS := $(patsubst %.cpp,$(SIM)/%.o,$(filter-out $(SIM_NO_NCCL),$(wildcard tests/cuda_sim/*.cpp)))
+SIM_KERNEL_OBJS  := $(patsubst %.cu,$(SIM)/%.o,$(wildcard kernels/cuda/*.cu $(if $(SIM_NCCL),llm/*.cu)))
+SIM_SELF_TESTS   := $(patsubst tests/cuda_sim/%.cu,$(SIM)/bin/%,$(filter-out $(SIM_NO_NCCL),$(wildcard tests/cuda_sim/test_*.cu)))
+SIM_GPU_TESTS    := $(patsubst tests/gpu/%,$(SIM)/bin/gpu_%,$(basename $(filter-out $(SIM_NO_NCCL),$(wildcard tests/gpu/test_*.c tests/gpu/test_*.cu))))
+# The GPU tests run twice: in order, and with every block's threads in a random order.
+SIM_GPU_RANDOM   := $(SIM_GPU_TESTS:%=%.random)
+SIM_SCRIPTS      := $(filter-out $(SIM_NO_NCCL),tests/cuda_sim/test_sim_train_gpt.sh tests/cuda_sim/test_sim_zero_nccl.sh)
+SIM_TESTS        := $(if $(SIM_ENABLED),$(SIM_SELF_TESTS) $(SIM_GPU_TESTS) $(SIM_GPU_RANDOM) $(SIM_SCRIPTS),)
+SIM_LINK_LIBS    := $(SIM)/libkernels.a $(SIM)/libcudasim.a $(BUILD)/libtrain.a
+
+# Keep the test programs' objects (make would delete them as intermediates).
+.PRECIOUS: $(SIM)/tests/cuda_sim/%.o $(SIM)/tests/gpu/%.o
+.PHONY: sim-tests
+sim-tests: $(SIM_TESTS) $(if $(SIM_ENABLED),$(SIM)/train_gpt)
+tests: sim-tests
+
+$(SIM)/libcudasim.a: $(SIM_HARNESS_OBJS)
+	@rm -f $@
+	ar rcs $@ $^
+$(SIM)/libkernels.a: $(SIM_KERNEL_OBJS)
+	@rm -f $@
+	ar rcs $@ $^
+$(SIM)/tests/cuda_sim/%.o: tests/cuda_sim/%.cpp
+	@mkdir -p $(dir $@)
+	$(SIM_CXX) $(SIM_CXXFLAGS) -MMD -MP -c $< -o $@
+$(SIM)/%.o: %.cu
+	@mkdir -p $(dir $@)
+	$(SIM_CXX) $(SIM_CXXFLAGS) -MMD -MP -x c++ -c $< -o $@
+$(SIM)/tests/gpu/%.o: tests/gpu/%.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -DCUDA_SIM -MMD -MP -c $< -o $@
+
+# A test program: its object, the extern __shared__ arrays its objects use
+# (gen_dynamic_smem.sh), the kernels (whole: libtrain.a refers to parts of
+# the CUDA backend weakly, which does not pull them out of an archive), the
+# harness and the CPU library.
+define sim_link
+	@mkdir -p $(dir $@)
+	tests/cuda_sim/gen_dynamic_smem.sh $@.smem.cpp $< $(SIM_LINK_LIBS)
+	$(SIM_CXX) $(SIM_CXXFLAGS) -c $@.smem.cpp -o $@.smem.o
+	$(SIM_CXX) $(SIM_CXXFLAGS) -o $@ $< $@.smem.o -Wl,--whole-archive $(SIM)/libkernels.a -Wl,--no-whole-archive \
+		$(SIM)/libcudasim.a $(BUILD)/libtrain.a $(LDLIBS) $(SIM_MPI_LIBS) -ldl
+endef
+$(SIM)/bin/%: $(SIM)/tests/cuda_sim/%.o $(SIM_LINK_LIBS) tests/cuda_sim/gen_dynamic_smem.sh
+	$(sim_link)
+$(SIM)/bin/gpu_%: $(SIM)/tests/gpu/%.o $(SIM_LINK_LIBS) tests/cuda_sim/gen_dynamic_smem.sh
+	$(sim_link)
+$(SIM)/bin/%.random: $(SIM)/bin/% tests/cuda_sim/random_schedule.sh
+	printf '#!/bin/sh\nexec $(CURDIR)/tests/cuda_sim/random_schedule.sh $(abspath $<) "$$@"\n' > $@
+	@chmod +x $@
+
+# train_gpt itself on the simulated GPU (--device auto picks it): main() as in
+# the CPU build, the backend's objects linked whole (libtrain.a refers to the
+# CUDA backend weakly, which would not pull them out of an archive).
+$(SIM)/train_gpt: $(SIM)/train.o $(SIM_KERNEL_OBJS) $(SIM)/libcudasim.a $(BUILD)/libtrain.a tests/cuda_sim/gen_dynamic_smem.sh
+	tests/cuda_sim/gen_dynamic_smem.sh $@.smem.cpp $(SIM_KERNEL_OBJS) $(SIM)/libcudasim.a
+	$(SIM_CXX) $(SIM_CXXFLAGS) -c $@.smem.cpp -o $@.smem.o
+	$(SIM_CXX) $(SIM_CXXFLAGS) -o $@ $(SIM)/train.o $@.smem.o $(SIM_KERNEL_OBJS) $(SIM)/libcudasim.a $(BUILD)/libtrain.a \
+		$(LDLIBS) $(SIM_MPI_LIBS) -ldl
+$(SIM)/train.o: train.cu
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -MMD -MP -x c -c $< -o $@
+# ---- CUDA kernels on the CPU: the tests/cuda_sim harness (end) ---------------------------------
 
 # ---- data, demo, benchmarks --------------------------------------------------------------------
 DATA_DIR := data/kjv

@@ -1,0 +1,434 @@
+// bench_gpu.c: benchmarks of the CUDA backend on one GPU (make bench-gpu;
+// scripts/gpu_check.sh runs it after the GPU tests).
+//
+// Part 1, ops: each op of kernels/ops.h in BF16 at GPT-2-like shapes, timed
+// over repeated calls after a warm-up; GEMMs and attention are reported in
+// TFLOP/s against the GPU's dense BF16 peak, memory-bound ops in GB/s against
+// its memory bandwidth (from the device's memory clock and bus width).
+// Part 2, models: whole BF16 training steps (forward, backward, norm, AdamW)
+// of GPT-2 124M at T = 1024, a 24-layer 2048-channel model, and GPT-2 124M at
+// the largest micro-batch that fits; tokens/s and MFU, counting
+// 6 N + 12 L C T FLOPs per token (N parameters) over the dense BF16 peak.
+// The last lines are the summary table.
+//
+//   bench_gpu [--quick]     --quick: fewer repetitions and only the first model
+#include <cuda_runtime.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kernels/ops.h"
+#include "llm/gpt.h"
+#include "llm/rng.h"
+#include "llm/trainer.h"
+
+Backend* cuda_backend_create(DType dtype);
+
+static Backend* be;
+static double peak_tflops;   // dense BF16
+static double peak_gbs;      // memory bandwidth
+static int reps = 20;
+
+#define MAX_ROWS 64
+static char table[MAX_ROWS][160];
+static int rows;
+
+static void add_row(const char* fmt, ...) __attribute__((format(printf, 1, 2)));
+static void add_row(const char* fmt, ...) {
+    if (rows == MAX_ROWS) return;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(table[rows++], sizeof table[0], fmt, ap);
+    va_end(ap);
+}
+
+// Dense BF16 tensor-core peak by product name (TFLOP/s, without sparsity).
+static double bf16_peak_for(const char* name) {
+    struct { const char* key; double tflops; } known[] = {
+        {"B200", 2250}, {"B100", 1750}, {"GB200", 2500}, {"H200", 989}, {"GH200", 989}, {"H100 PCIe", 756},
+        {"H100", 989}, {"H800", 989}, {"A100", 312}, {"A800", 312}, {"L40S", 362}, {"A10", 125},
+    };
+    for (size_t i = 0; i < sizeof known / sizeof known[0]; i++) {
+        if (strstr(name, known[i].key)) return known[i].tflops;
+    }
+    return 0;
+}
+
+static void device_info(void) {
+    int dev = 0;
+    struct cudaDeviceProp p;
+    cudaGetDevice(&dev);
+    cudaGetDeviceProperties(&p, dev);
+    int mem_khz = 0;
+    cudaDeviceGetAttribute(&mem_khz, cudaDevAttrMemoryClockRate, dev);
+    peak_gbs = 2.0 * mem_khz * 1e3 * (p.memoryBusWidth / 8.0) / 1e9;
+    peak_tflops = bf16_peak_for(p.name);
+    printf("device: %s, %d SMs, compute capability %d.%d, %.0f GiB, memory %.0f GB/s, dense BF16 peak %s%.0f TFLOP/s\n",
+           p.name, p.multiProcessorCount, p.major, p.minor, p.totalGlobalMem / 1073741824.0, peak_gbs,
+           peak_tflops ? "" : "unknown, assuming ", peak_tflops ? peak_tflops : 989.0);
+    if (!peak_tflops) peak_tflops = 989.0;
+}
+
+// ---- buffers --------------------------------------------------------------------------------------
+
+static void* rand_buf(size_t n, float scale) {
+    uint16_t* h = (uint16_t*)xmalloc(n * 2);
+    uint64_t key = rng_key(77, n, 0);
+    for (size_t i = 0; i < n; i++) {
+        float x = scale * (rng_uniform(key, i) * 2.0f - 1.0f);
+        uint32_t u;
+        memcpy(&u, &x, 4);
+        h[i] = (uint16_t)(u >> 16);
+    }
+    void* d = be->alloc(be, n * 2, "bench buffer");
+    be->to_device(be, d, h, n * 2);
+    free(h);
+    return d;
+}
+
+static float* rand_f32(size_t n, float scale) {
+    float* h = (float*)xmalloc(n * 4);
+    uint64_t key = rng_key(78, n, 0);
+    for (size_t i = 0; i < n; i++) h[i] = scale * rng_uniform(key, i);
+    float* d = (float*)be->alloc(be, n * 4, "bench buffer");
+    be->to_device(be, d, h, n * 4);
+    free(h);
+    return d;
+}
+
+static int32_t* rand_tokens(size_t n, int V) {
+    int32_t* h = (int32_t*)xmalloc(n * 4);
+    uint64_t key = rng_key(79, n, 0);
+    for (size_t i = 0; i < n; i++) h[i] = (int32_t)rng_below(key, i, (uint64_t)V);
+    int32_t* d = (int32_t*)be->alloc(be, n * 4, "bench tokens");
+    be->to_device(be, d, h, n * 4);
+    free(h);
+    return d;
+}
+
+// ---- timing -------------------------------------------------------------------------------------------
+
+typedef void (*OpFn)(void* ctx);
+
+// Mean seconds per call over `reps` calls after 2 warm-up calls.
+static double time_op(OpFn fn, void* ctx) {
+    fn(ctx);
+    fn(ctx);
+    be->synchronize(be);
+    double t0 = now_seconds();
+    for (int i = 0; i < reps; i++) fn(ctx);
+    be->synchronize(be);
+    return (now_seconds() - t0) / reps;
+}
+
+static void report_flops(const char* op, const char* shape, double sec, double flops) {
+    double tf = flops / sec / 1e12;
+    printf("%-26s %-34s %9.3f ms %8.1f TFLOP/s %5.1f%% of peak\n", op, shape, sec * 1e3, tf, 100 * tf / peak_tflops);
+    add_row("%-26s %-34s %9.3f ms %8.1f TFLOP/s %5.1f%%", op, shape, sec * 1e3, tf, 100 * tf / peak_tflops);
+}
+
+static void report_bytes(const char* op, const char* shape, double sec, double bytes) {
+    double gbs = bytes / sec / 1e9;
+    printf("%-26s %-34s %9.3f ms %8.0f GB/s    %5.1f%% of peak\n", op, shape, sec * 1e3, gbs, 100 * gbs / peak_gbs);
+    add_row("%-26s %-34s %9.3f ms %8.0f GB/s    %5.1f%%", op, shape, sec * 1e3, gbs, 100 * gbs / peak_gbs);
+}
+
+// ---- ops ------------------------------------------------------------------------------------------------
+
+typedef struct {
+    int N, C, OC, gelu;
+    void *inp, *w, *b, *out, *pre, *dout, *dinp, *dw, *db;
+} MatmulCtx;
+
+static void mm_fwd(void* p) {
+    MatmulCtx* c = (MatmulCtx*)p;
+    be->matmul_forward(be, c->out, c->gelu ? c->pre : NULL, c->inp, c->w, c->b, c->N, c->C, c->OC);
+}
+static void mm_bwd(void* p) {
+    MatmulCtx* c = (MatmulCtx*)p;
+    be->matmul_backward(be, c->dinp, c->dw, c->db, c->dout, c->inp, c->w, c->N, c->C, c->OC);
+}
+
+static void bench_matmul(const char* name, int N, int C, int OC, int gelu, int bias) {
+    MatmulCtx c;
+    memset(&c, 0, sizeof c);
+    c.N = N;
+    c.C = C;
+    c.OC = OC;
+    c.gelu = gelu;
+    c.inp = rand_buf((size_t)N * C, 1);
+    c.w = rand_buf((size_t)OC * C, 0.05f);
+    c.b = bias ? rand_buf(OC, 0.1f) : NULL;
+    c.out = rand_buf((size_t)N * OC, 1);
+    c.pre = gelu ? rand_buf((size_t)N * OC, 1) : NULL;
+    c.dout = rand_buf((size_t)N * OC, 1);
+    c.dinp = rand_buf((size_t)N * C, 1);
+    c.dw = rand_buf((size_t)OC * C, 1);
+    c.db = bias ? rand_buf(OC, 1) : NULL;
+    char shape[64];
+    snprintf(shape, sizeof shape, "%d x %d -> %d%s", N, C, OC, gelu ? " +gelu" : "");
+    double flops = 2.0 * N * C * OC;
+    char op[48];
+    snprintf(op, sizeof op, "matmul fwd %s", name);
+    report_flops(op, shape, time_op(mm_fwd, &c), flops);
+    snprintf(op, sizeof op, "matmul bwd %s", name);
+    report_flops(op, shape, time_op(mm_bwd, &c), 2 * flops);
+    void* bufs[] = {c.inp, c.w, c.b, c.out, c.pre, c.dout, c.dinp, c.dw, c.db};
+    for (int i = 0; i < 9; i++) if (bufs[i]) be->free(be, bufs[i]);
+}
+
+typedef struct {
+    int B, T, C, NH;
+    void *qkv, *out, *dout, *dqkv;
+    float* lse;
+} AttnCtx;
+
+static void at_fwd(void* p) {
+    AttnCtx* c = (AttnCtx*)p;
+    be->attention_forward(be, c->out, c->lse, c->qkv, c->B, c->T, c->C, c->NH);
+}
+static void at_bwd(void* p) {
+    AttnCtx* c = (AttnCtx*)p;
+    be->attention_backward(be, c->dqkv, c->dout, c->qkv, c->out, c->lse, c->B, c->T, c->C, c->NH);
+}
+
+static void bench_attention(int B, int T, int NH, int HS) {
+    AttnCtx c;
+    memset(&c, 0, sizeof c);
+    c.B = B;
+    c.T = T;
+    c.C = NH * HS;
+    c.NH = NH;
+    size_t n = (size_t)B * T * c.C;
+    c.qkv = rand_buf(3 * n, 1);
+    c.out = rand_buf(n, 1);
+    c.dout = rand_buf(n, 1);
+    c.dqkv = rand_buf(3 * n, 1);
+    c.lse = rand_f32((size_t)B * NH * T, 1);
+    // Causal: half of the T x T scores; forward 2 products, backward 5 (the usual count).
+    double fwd = 2.0 * 2.0 * B * NH * ((double)T * T / 2) * HS;
+    char shape[64];
+    snprintf(shape, sizeof shape, "B=%d T=%d NH=%d HS=%d", B, T, NH, HS);
+    double tf = time_op(at_fwd, &c);
+    double tb = time_op(at_bwd, &c);
+    report_flops("attention fwd", shape, tf, fwd);
+    report_flops("attention bwd", shape, tb, 2.5 * fwd);
+    report_flops("attention fwd+bwd", shape, tf + tb, 3.5 * fwd);
+    be->free(be, c.qkv);
+    be->free(be, c.out);
+    be->free(be, c.dout);
+    be->free(be, c.dqkv);
+    be->free(be, c.lse);
+}
+
+typedef struct {
+    int N, C, V, Vp, B, T;
+    void *a, *b, *res, *out, *w, *bias, *dinp, *dw, *db, *logits, *wte, *wpe;
+    float *mean, *rstd, *losses;
+    int32_t* tok;
+    size_t n;
+    float *m, *v, *master, *scalar;
+} MemCtx;
+
+static void op_ln_fwd(void* p) {
+    MemCtx* c = (MemCtx*)p;
+    be->residual_layernorm_forward(be, c->res, c->out, c->mean, c->rstd, c->a, c->b, c->w, c->bias, c->N, c->C);
+}
+static void op_ln_bwd(void* p) {
+    MemCtx* c = (MemCtx*)p;
+    be->layernorm_backward(be, c->dinp, c->dw, c->db, c->out, c->res, c->w, c->mean, c->rstd, c->N, c->C);
+}
+static void op_gelu_bwd(void* p) {
+    MemCtx* c = (MemCtx*)p;
+    be->gelu_backward(be, c->a, c->b, c->a, (size_t)c->N * c->C);
+}
+static void op_ce(void* p) {
+    MemCtx* c = (MemCtx*)p;
+    be->cross_entropy(be, c->losses, c->logits, c->tok, c->N, c->V, c->Vp, 1e-6f);
+}
+static void op_enc_fwd(void* p) {
+    MemCtx* c = (MemCtx*)p;
+    be->encoder_forward(be, c->out, c->tok, c->wte, c->wpe, c->B, c->T, c->C);
+}
+static void op_enc_bwd(void* p) {
+    MemCtx* c = (MemCtx*)p;
+    be->encoder_backward(be, c->wte, c->wpe, c->out, c->tok, c->B, c->T, c->C);
+}
+static void op_adamw(void* p) {
+    MemCtx* c = (MemCtx*)p;
+    AdamWParams a = {1e-4f, 0.9f, 0.95f, 1e-8f, 0.1f, 1.0f, 1, 7, 0};
+    be->adamw(be, c->a, c->master, c->b, c->m, c->v, c->n, &a);
+}
+static void op_norm(void* p) {
+    MemCtx* c = (MemCtx*)p;
+    be->sum_squares(be, c->scalar, c->b, c->n, 0);
+}
+
+static void bench_memory_ops(int B, int T, int C, int V) {
+    MemCtx c;
+    memset(&c, 0, sizeof c);
+    c.B = B;
+    c.T = T;
+    c.N = B * T;
+    c.C = C;
+    c.V = V;
+    c.Vp = (int)round_up((size_t)V, 128);
+    size_t nc = (size_t)c.N * C;
+    c.a = rand_buf(nc, 1);
+    c.b = rand_buf(nc, 1);
+    c.res = rand_buf(nc, 1);
+    c.out = rand_buf(nc, 1);
+    c.dinp = rand_buf(nc, 1);
+    c.w = rand_buf(C, 1);
+    c.bias = rand_buf(C, 1);
+    c.dw = rand_buf(C, 1);
+    c.db = rand_buf(C, 1);
+    c.mean = rand_f32(c.N, 1);
+    c.rstd = rand_f32(c.N, 1);
+    char shape[64];
+    snprintf(shape, sizeof shape, "N=%d C=%d", c.N, C);
+    report_bytes("residual+layernorm fwd", shape, time_op(op_ln_fwd, &c), nc * 2.0 * 4);
+    report_bytes("layernorm bwd", shape, time_op(op_ln_bwd, &c), nc * 2.0 * 4);
+    snprintf(shape, sizeof shape, "N=%d x 4C=%d (in place)", c.N, 4 * C);
+    be->free(be, c.a);
+    be->free(be, c.b);
+    c.a = rand_buf(4 * nc, 1);
+    c.b = rand_buf(4 * nc, 1);
+    c.N *= 4;
+    report_bytes("gelu bwd", shape, time_op(op_gelu_bwd, &c), 4 * nc * 2.0 * 3);
+    c.N /= 4;
+
+    c.logits = rand_buf((size_t)c.N * c.Vp, 4);
+    c.losses = rand_f32(c.N, 1);
+    c.tok = rand_tokens(c.N, V);
+    snprintf(shape, sizeof shape, "N=%d V=%d", c.N, V);
+    report_bytes("cross-entropy fwd+bwd", shape, time_op(op_ce, &c), (double)c.N * c.Vp * 2.0 * 3);
+    be->free(be, c.logits);
+
+    c.wte = rand_buf((size_t)c.Vp * C, 1);
+    c.wpe = rand_buf((size_t)T * C, 1);
+    snprintf(shape, sizeof shape, "B=%d T=%d C=%d", B, T, C);
+    report_bytes("encoder fwd", shape, time_op(op_enc_fwd, &c), nc * 2.0 * 3);
+    report_bytes("encoder bwd (sorted)", shape, time_op(op_enc_bwd, &c), nc * 2.0 * 3);
+
+    // The optimizer over 124M parameters: bf16 params/grads, fp32 master/m/v.
+    c.n = (size_t)124 << 20;
+    be->free(be, c.a);
+    be->free(be, c.b);
+    c.a = rand_buf(c.n, 1);
+    c.b = rand_buf(c.n, 1);
+    c.m = rand_f32(c.n, 1);
+    c.v = rand_f32(c.n, 1);
+    c.master = rand_f32(c.n, 1);
+    c.scalar = rand_f32(1, 1);
+    snprintf(shape, sizeof shape, "n=%zuM", c.n >> 20);
+    report_bytes("adamw (bf16 + master)", shape, time_op(op_adamw, &c), c.n * (2.0 + 2 + 3 * 8));
+    report_bytes("grad norm (sum_squares)", shape, time_op(op_norm, &c), c.n * 2.0);
+    void* bufs[] = {c.a, c.b, c.res, c.out, c.dinp, c.w, c.bias, c.dw, c.db, c.mean, c.rstd, c.losses, c.tok,
+                    c.wte, c.wpe, c.m, c.v, c.master, c.scalar};
+    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) be->free(be, bufs[i]);
+}
+
+// ---- models ----------------------------------------------------------------------------------------------
+
+// Bytes gpt_create would allocate for (c, B, T) in BF16 (parameters, grads,
+// master, Adam moments, activations), to find the largest micro-batch that fits.
+static size_t model_bytes(const GPTConfig* c, int B, int T) {
+    StateBytes sb = gpt_state_bytes(c, DTYPE_BF16, 1, 0);
+    ActLayout al;
+    act_layout_build(&al, c, B, T, DTYPE_BF16, NULL);
+    return sb.params + sb.grads + sb.master + sb.adam + al.bytes;
+}
+
+static void bench_model(const char* name, GPTConfig c, int B, int T, int steps) {
+    gpt_config_finish(&c);
+    GPT m;
+    gpt_create(&m, &c, be, B, T, 1, 0, 0);
+    gpt_init_random(&m, 1);
+    int32_t* in = (int32_t*)xmalloc((size_t)B * T * 4);
+    uint64_t key = rng_key(3, 3, 3);
+    for (size_t i = 0; i < (size_t)B * T; i++) in[i] = (int32_t)rng_below(key, i, (uint64_t)c.vocab_size);
+    be->to_device(be, m.inputs, in, (size_t)B * T * 4);
+    be->to_device(be, m.targets, in, (size_t)B * T * 4);
+    double t0 = 0, loss = 0;
+    for (int s = 0; s < steps + 2; s++) {
+        if (s == 2) {
+            be->synchronize(be);
+            t0 = now_seconds();
+        }
+        gpt_zero_grads(&m);
+        gpt_forward(&m, m.inputs, m.targets, B, T, 1.0f / (float)(B * T));
+        gpt_accumulate_loss(&m, B, T, 0);
+        gpt_backward(&m, m.inputs, B, T);
+        gpt_grad_norm_squared(&m, 0, m.layout.total);
+        float sc[2];
+        be->to_host(be, sc, m.scalars, sizeof sc);
+        loss = sc[0] / ((double)B * T);
+        gpt_update(&m, 1e-4f, 0.9f, 0.95f, 1e-8f, 0.1f, (float)grad_clip_scale(sqrt(sc[1]), 1.0), (uint64_t)s);
+    }
+    be->synchronize(be);
+    double sec = (now_seconds() - t0) / steps;
+    double tok_s = (double)B * T / sec;
+    double flops_per_token = 6.0 * (double)gpt_num_params(&c) + 12.0 * c.num_layers * c.channels * (double)T;
+    double mfu = tok_s * flops_per_token / (peak_tflops * 1e12);
+    char shape[64];
+    snprintf(shape, sizeof shape, "L=%d C=%d B=%d T=%d", c.num_layers, c.channels, B, T);
+    printf("model %-20s %-30s %8.1f ms/step %10.0f tok/s  MFU %5.1f%%  (loss %.3f, %.1f GiB)\n", name, shape,
+           sec * 1e3, tok_s, 100 * mfu, loss, be->peak_allocated_bytes(be) / 1073741824.0);
+    add_row("model %-20s %-30s %8.1f ms %10.0f tok/s MFU %5.1f%%", name, shape, sec * 1e3, tok_s, 100 * mfu);
+    free(in);
+    gpt_free(&m);
+}
+
+static GPTConfig gpt2(int L, int C, int NH, int V) {
+    GPTConfig c;
+    memset(&c, 0, sizeof c);
+    c.max_seq_len = 1024;
+    c.vocab_size = V;
+    c.num_layers = L;
+    c.num_heads = NH;
+    c.channels = C;
+    return c;
+}
+
+int main(int argc, char** argv) {
+    int quick = argc > 1 && strcmp(argv[1], "--quick") == 0;
+    if (quick) reps = 5;
+    be = cuda_backend_create(DTYPE_BF16);
+    device_info();
+    printf("---- ops (BF16) ----\n");
+    int N = 16 * 1024;
+    bench_matmul("qkv", N, 768, 2304, 0, 1);
+    bench_matmul("fc", N, 768, 3072, 1, 1);
+    bench_matmul("fcproj", N, 3072, 768, 0, 1);
+    bench_matmul("lm head", N, 768, 50304, 0, 0);
+    bench_matmul("fc 2048", 8192, 2048, 8192, 1, 1);
+    bench_attention(16, 1024, 12, 64);
+    bench_attention(4, 4096, 16, 128);
+    bench_attention(1, 8192, 16, 128);
+    bench_attention(1, 16384, 16, 128);
+    bench_memory_ops(16, 1024, 768, 50257);
+
+    printf("---- models (BF16 training steps) ----\n");
+    int steps = quick ? 3 : 10;
+    GPTConfig g124 = gpt2(12, 768, 12, 50257);
+    bench_model("gpt2-124M", g124, 16, 1024, steps);
+    if (!quick) {
+        bench_model("24L-2048C", gpt2(24, 2048, 16, 50257), 8, 1024, steps);
+        // The largest micro-batch of GPT-2 124M (T = 1024) that fits in 90% of the free memory.
+        size_t free_b = 0, total_b = 0;
+        cudaMemGetInfo(&free_b, &total_b);
+        GPTConfig c = g124;
+        gpt_config_finish(&c);
+        int B = 16;
+        while (model_bytes(&c, B + 8, 1024) < (size_t)(0.9 * free_b)) B += 8;
+        bench_model("gpt2-124M max batch", g124, B, 1024, steps);
+    }
+
+    printf("---- summary (peak: %.0f TFLOP/s dense BF16, %.0f GB/s) ----\n", peak_tflops, peak_gbs);
+    for (int i = 0; i < rows; i++) printf("%s\n", table[i]);
+    be->destroy(be);
+    return 0;
+}

@@ -1,0 +1,25 @@
+// attention.cuh: what attention.cu (dispatch, the CUDA-core kernels) and
+// attention_wmma.cu (the BF16 tensor-core kernels) share.
+#pragma once
+
+#include "kernels/cuda/cuda_backend.cuh"
+
+#define ATTN_LOG2E 1.4426950408889634f
+#define ATTN_LN2 0.6931471805599453f
+
+// Head sizes the tensor-core kernels are compiled for.
+static inline int attention_wmma_head_size(int HS) { return HS == 32 || HS == 64 || HS == 128; }
+
+// Shared memory the tensor-core kernels need for head size HS (0 if unsupported).
+size_t attention_wmma_smem_bytes(int HS);
+
+// BF16 tensor-core flash attention. Needs attention_wmma_head_size(HS), 16-byte
+// aligned buffers, and the shared memory above.
+void attention_forward_wmma(Backend* be, bf16* out, float* lse, const bf16* qkv, int B, int T, int C, int NH);
+// D (B, NH, T) = rowsum(dout * out), computed by the caller.
+void attention_backward_wmma(Backend* be, bf16* dqkv, const bf16* dout, const bf16* qkv, const float* lse,
+                             const float* D, int B, int T, int C, int NH);
+
+// Raises a kernel's dynamic shared memory limit when it needs more than the
+// default 48 KiB; fatal if the device cannot give that much.
+void attention_set_smem(Backend* be, const void* kernel, size_t bytes, const char* name);

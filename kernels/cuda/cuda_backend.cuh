@@ -1,0 +1,118 @@
+// cuda_backend.cuh: what the files of the CUDA backend share and nothing
+// else includes: the backend's private state (stream, cuBLASLt handle and
+// workspace, byte accounting, the scratch buffer), and the op entry points
+// that backend.cu puts into the table of kernels/ops.h.
+//
+// Every op enqueues its kernels on the backend's one stream and returns
+// without waiting; only to_host (and synchronize) wait for the device.
+#pragma once
+
+#include "kernels/cuda/device_utils.cuh"
+#include "kernels/ops.h"
+
+#include <cublasLt.h>
+
+// The cuBLASLt heuristic result of one GEMM shape (see matmul.cu).
+typedef struct GemmPlan GemmPlan;
+
+typedef struct {
+    int device;
+    cudaStream_t stream;
+    int sm_count;
+    size_t smem_optin;  // max dynamic shared memory per block (bytes)
+
+    // Every cudaMalloc of the backend, so that free() knows the size.
+    void** live_ptr;
+    size_t* live_bytes;
+    int live_count, live_cap;
+    size_t allocated, peak;
+
+    // One scratch buffer shared by all ops: an op's temporary memory lives
+    // only until its kernels are enqueued and the next op's kernels run after
+    // them on the same stream. It grows (with a stream sync) when an op needs
+    // more, which happens in the first step only.
+    void* scratch;
+    size_t scratch_bytes;
+
+    // cuBLASLt.
+    cublasLtHandle_t lt;
+    void* lt_workspace;
+    size_t lt_workspace_bytes;
+    GemmPlan* plans;
+    int plan_count, plan_cap;
+
+    // Pinned staging buffers for to_device, so host-to-device copies do not
+    // wait for the stream (a pageable source would).
+    struct {
+        void* host;
+        size_t bytes;
+        cudaEvent_t done;
+        int used;
+    } staging[4];
+    int next_staging;
+} CudaState;
+
+static inline CudaState* cuda_state(Backend* be) { return (CudaState*)be->impl; }
+static inline cudaStream_t cuda_stream(Backend* be) { return cuda_state(be)->stream; }
+
+// Temporary device memory of at least `bytes` (256-byte aligned), valid until
+// the next call; counted in the backend's allocated bytes.
+void* cuda_scratch(Backend* be, size_t bytes);
+
+// Checks the last launch; every LAUNCH is followed by it.
+#define CUDA_CHECK_LAUNCH() CUDA_CHECK(cudaGetLastError())
+
+// Blocks for a grid-stride loop over n items with `threads` per block and
+// `per_thread` items each; at least 1, at most 65535 * 4.
+static inline unsigned grid_for(size_t n, int threads, int per_thread) {
+    size_t blocks = ceil_div(n ? n : 1, (size_t)threads * per_thread);
+    return (unsigned)(blocks < 262140 ? blocks : 262140);
+}
+
+// ---- ops (one family per file) --------------------------------------------------------------------
+void cuda_convert(Backend* be, void* dst, DType dst_type, const void* src, DType src_type, size_t n);
+
+void cuda_encoder_forward(Backend* be, void* out, const int32_t* tokens, const void* wte,
+                          const void* wpe, int B, int T, int C);
+void cuda_encoder_backward(Backend* be, void* dwte, void* dwpe, const void* dout,
+                           const int32_t* tokens, int B, int T, int C);
+
+void cuda_layernorm_forward(Backend* be, void* out, float* mean, float* rstd, const void* inp,
+                            const void* w, const void* b, int N, int C);
+void cuda_residual_layernorm_forward(Backend* be, void* residual, void* out, float* mean,
+                                     float* rstd, const void* a, const void* b, const void* w,
+                                     const void* bias, int N, int C);
+void cuda_layernorm_backward(Backend* be, void* dinp, void* dw, void* db, const void* dout,
+                             const void* inp, const void* w, const float* mean, const float* rstd,
+                             int N, int C);
+
+void cuda_matmul_forward(Backend* be, void* out, void* pre_gelu, const void* inp,
+                         const void* weight, const void* bias, int N, int C, int OC);
+void cuda_matmul_backward(Backend* be, void* dinp, void* dweight, void* dbias, const void* dout,
+                          const void* inp, const void* weight, int N, int C, int OC);
+// Column sums of x (N, C) added into out (C): deterministic (fixed row chunks
+// reduced in order). Shared by matmul's dbias.
+void cuda_column_sum_add(Backend* be, void* out, const void* x, int N, int C);
+void cuda_matmul_init(Backend* be);
+void cuda_matmul_destroy(Backend* be);
+
+void cuda_gelu_forward(Backend* be, void* out, const void* inp, size_t n);
+void cuda_gelu_backward(Backend* be, void* dinp, const void* inp, const void* dout, size_t n);
+
+void cuda_attention_forward(Backend* be, void* out, float* lse, const void* qkv, int B, int T,
+                            int C, int NH);
+void cuda_attention_backward(Backend* be, void* dqkv, const void* dout, const void* qkv,
+                             const void* out, const float* lse, int B, int T, int C, int NH);
+
+void cuda_cross_entropy(Backend* be, float* losses, void* logits, const int32_t* targets, int N,
+                        int V, int Vp, float dloss);
+
+// out[c] += sum over b < blocks of partial[b * stride + c], c < C, in a fixed
+// order (out has the backend's dtype): the second pass of every deterministic
+// column reduction (layernorm dw/db, matmul dbias).
+void cuda_reduce_partials_add(Backend* be, void* out, const float* partial, int blocks, size_t stride, int C);
+void cuda_sum(Backend* be, float* out, const float* x, size_t n, int accumulate);
+void cuda_sum_squares(Backend* be, float* out, const void* x, size_t n, int accumulate);
+
+void cuda_adamw(Backend* be, void* params, float* master, const void* grads, float* m, float* v,
+                size_t n, const AdamWParams* p);

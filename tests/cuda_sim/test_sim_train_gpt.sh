@@ -1,0 +1,65 @@
+#!/usr/bin/env bash
+# test_sim_train_gpt.sh: train_gpt itself on the simulated GPU
+# (build/sim/train_gpt: the CUDA backend compiled for tests/cuda_sim). The
+# CUDA training loop of train.cu, end to end, against the CPU backend in the
+# same binary: FP32 follows the CPU's losses and gradient norms, BF16 learns,
+# runs are deterministic, validation, sampling and export work.
+set -u
+cd "$(dirname "$0")/../.."
+# shellcheck source=tests/lib.sh
+. tests/lib.sh
+TG=${SIM_TG:-build/sim/train_gpt}
+T=$TEST_TMP
+tiny=(--layers 2 --channels 64 --heads 2 --seq-len 32 --micro-batch 2 --steps 6 --warmup 2 --lr 3e-3
+      --val-every 3 --val-batches 2 --sample-every 6 --sample-tokens 8)
+
+run() {  # run NAME ARGS...: train_gpt into $T/NAME.log; returns its status
+  local name=$1
+  shift
+  "$TG" "${tiny[@]}" "$@" >"$T/$name.log" 2>&1
+}
+
+# 1. The default device of this binary is the (simulated) GPU.
+if run auto && grep -q '^train_gpt | backend cuda' "$T/auto.log"; then
+  ok sim_train_gpt_picks_cuda
+else
+  fail sim_train_gpt_picks_cuda "$(head -n 3 "$T/auto.log")"
+fi
+
+# 2. FP32 on the GPU follows the CPU step by step: loss and norm within 1e-4 relative.
+run cpu --device cpu --export "$T/cpu.bin"
+run gpu --device cuda --precision fp32 --export "$T/gpu.bin"
+if [ "$(step_losses "$T/gpu.log" | wc -l)" -eq 6 ] &&
+   paste <(step_losses "$T/cpu.log") <(step_losses "$T/gpu.log") |
+     awk '{ for (i = 1; i <= 2; i++) if ((($i - $(i + 2)) ^ 2) > (1e-4 * $i) ^ 2) bad = 1 } END { exit bad }'; then
+  ok sim_fp32_follows_cpu
+else
+  fail sim_fp32_follows_cpu "cpu/gpu (loss norm): $(paste <(step_losses "$T/cpu.log") <(step_losses "$T/gpu.log") | tr '\n' ';') $(tail -n 2 "$T/gpu.log")"
+fi
+cpu_val=$(grep -E '^val ' "$T/cpu.log" | tail -n 1 | sed -E 's/.*val loss ([^ ]+).*/\1/')
+gpu_val=$(grep -E '^val ' "$T/gpu.log" | tail -n 1 | sed -E 's/.*val loss ([^ ]+).*/\1/')
+if [ -n "$gpu_val" ] && awk -v a="$cpu_val" -v b="$gpu_val" 'BEGIN { d = a - b; exit !(d * d < (1e-4 * a) ^ 2) }' &&
+   grep -q '^---- sample at step 6' "$T/gpu.log" && [ -s "$T/gpu.bin" ] &&
+   [ "$(stat -c %s "$T/gpu.bin")" = "$(stat -c %s "$T/cpu.bin")" ]; then
+  ok sim_fp32_validation_sample_export
+else
+  fail sim_fp32_validation_sample_export "val cpu $cpu_val gpu $gpu_val; $(tail -n 2 "$T/gpu.log")"
+fi
+
+# 3. BF16 learns, and two runs are bit-identical.
+run bf16a --device cuda --precision bf16 --steps 12 --sample-every 0 --val-every 0
+run bf16b --device cuda --precision bf16 --steps 12 --sample-every 0 --val-every 0
+first=$(step_losses "$T/bf16a.log" | head -n 1 | cut -d' ' -f1)
+last=$(step_losses "$T/bf16a.log" | tail -n 1 | cut -d' ' -f1)
+if [ "$(step_losses "$T/bf16a.log" | wc -l)" -eq 12 ] && awk -v f="$first" -v l="$last" 'BEGIN { exit !(l < f - 0.5) }'; then
+  ok sim_bf16_learns
+else
+  fail sim_bf16_learns "loss $first -> $last; $(tail -n 2 "$T/bf16a.log")"
+fi
+if [ -n "$first" ] && [ "$(step_losses "$T/bf16a.log")" = "$(step_losses "$T/bf16b.log")" ]; then
+  ok sim_bf16_deterministic
+else
+  fail sim_bf16_deterministic "two runs differ"
+fi
+
+finish

@@ -1,0 +1,267 @@
+// test_gpu_train.c: the whole GPT model (llm/gpt.c) on the CUDA backend
+// against the CPU backend:
+//   - one training step in FP32: loss and every parameter's gradient agree
+//     with the CPU to 1e-5 (relative to each tensor's largest value), the
+//     parameters after AdamW to 1e-5 of the largest parameter;
+//   - training in BF16 on the GPU follows FP32 training on the CPU on the
+//     same batches for 50 steps (30 small): every step's loss within 0.03
+//     (and the loss falls);
+//   - two GPU runs from the same seed give bit-identical losses and weights,
+//     in FP32 and in BF16;
+//   - (full size only) a 1-layer model trains a step at T = 131072.
+// TEST_SMALL=1 (the CPU execution harness) shrinks the model and the number
+// of steps.
+#include "llm/gpt.h"
+#include "llm/trainer.h"
+#include "tests/gpu/gpu_test.h"
+
+static int small;
+
+static GPTConfig small_config(int T) {
+    GPTConfig c;
+    c.max_seq_len = T;
+    c.vocab_size = small ? 250 : 1000;
+    c.num_layers = 2;
+    c.num_heads = 2;
+    c.channels = small ? 64 : 128;
+    gpt_config_finish(&c);
+    return c;
+}
+
+// Batches with structure to learn: each sequence follows t' = (5 t + 3) mod V
+// with a random restart every ~8 tokens, so the loss can fall well below log V.
+static void make_batch(int32_t* in, int32_t* tgt, int B, int T, int V, uint64_t step) {
+    uint64_t key = rng_key(4242, step, 0);
+    for (int b = 0; b < B; b++) {
+        int32_t t = (int32_t)rng_below(key, (uint64_t)b * 1000003, (uint64_t)V);
+        for (int i = 0; i <= T; i++) {
+            uint64_t k = (uint64_t)b * (T + 1) + i;
+            int32_t next = rng_below(key, 2 * k + 1, 8) == 0 ? (int32_t)rng_below(key, 2 * k, (uint64_t)V)
+                                                             : (int32_t)((5 * t + 3) % V);
+            if (i < T) in[b * T + i] = t;
+            if (i > 0) tgt[b * T + i - 1] = t;
+            t = next;
+        }
+    }
+}
+
+// One optimizer step on (in, tgt) with clipping at 1.0; returns the mean loss.
+static double train_step(GPT* m, const int32_t* in, const int32_t* tgt, int B, int T, int step) {
+    Backend* be = m->be;
+    size_t bytes = (size_t)B * T * sizeof(int32_t);
+    be->to_device(be, m->inputs, in, bytes);
+    be->to_device(be, m->targets, tgt, bytes);
+    gpt_zero_grads(m);
+    gpt_forward(m, m->inputs, m->targets, B, T, 1.0f / (float)(B * T));
+    gpt_accumulate_loss(m, B, T, 0);
+    gpt_backward(m, m->inputs, B, T);
+    gpt_grad_norm_squared(m, 0, m->layout.total);
+    float s[2];
+    be->to_host(be, s, m->scalars, sizeof s);
+    double clip = grad_clip_scale(sqrt((double)s[1]), 1.0);
+    gpt_update(m, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, (float)clip, rng_key(11, 0xADA3, (uint64_t)step));
+    return (double)s[0] / ((double)B * T);
+}
+
+// Host FP32 copy of a model's flat buffer (parameters or gradients).
+static float* read_flat(GPT* m, void* flat) {
+    size_t n = m->layout.total;
+    float* x = (float*)xmalloc(n * sizeof(float));
+    if (m->dtype == DTYPE_F32) {
+        m->be->to_host(m->be, x, flat, n * sizeof(float));
+    } else {
+        uint16_t* h = (uint16_t*)xmalloc(n * 2);
+        m->be->to_host(m->be, h, flat, n * 2);
+        for (size_t i = 0; i < n; i++) x[i] = bf16_to_f32(h[i]);
+        free(h);
+    }
+    return x;
+}
+
+// Relative error per tensor of the layout; returns the worst and names it.
+static double worst_tensor_error(const GPT* m, const float* got, const float* want, char* name, size_t cap) {
+    double worst = 0.0;
+    for (int i = 0; i < m->layout.num_tensors; i++) {
+        const ParamTensor* t = &m->layout.tensors[i];
+        double e = rel_error(got + t->offset, want + t->offset, t->count);
+        if (e > worst || !(e == e)) {
+            worst = e;
+            snprintf(name, cap, "%s (layer %d)", param_kind_name(t->kind), t->layer);
+        }
+    }
+    return worst;
+}
+
+static void test_fp32_step_matches_cpu(void) {
+    int B = small ? 2 : 4, T = small ? 32 : 64;
+    GPTConfig c = small_config(T);
+    GPT mc, mg;
+    gpt_create(&mc, &c, ref, B, T, 1, 0, 0);
+    gpt_create(&mg, &c, gpu, B, T, 1, 0, 0);
+    gpt_init_random(&mc, 5);
+    gpt_init_random(&mg, 5);
+    int32_t* in = (int32_t*)xmalloc((size_t)B * T * 4);
+    int32_t* tgt = (int32_t*)xmalloc((size_t)B * T * 4);
+    make_batch(in, tgt, B, T, c.vocab_size, 0);
+
+    // Forward and backward, then compare loss and gradients before the update.
+    double losses[2];
+    GPT* models[2] = {&mc, &mg};
+    for (int k = 0; k < 2; k++) {
+        GPT* m = models[k];
+        m->be->to_device(m->be, m->inputs, in, (size_t)B * T * 4);
+        m->be->to_device(m->be, m->targets, tgt, (size_t)B * T * 4);
+        gpt_zero_grads(m);
+        gpt_forward(m, m->inputs, m->targets, B, T, 1.0f / (float)(B * T));
+        gpt_accumulate_loss(m, B, T, 0);
+        gpt_backward(m, m->inputs, B, T);
+        float s;
+        m->be->to_host(m->be, &s, m->scalars, sizeof s);
+        losses[k] = s / ((double)B * T);
+    }
+    printf("#   loss cpu %.7f gpu %.7f\n", losses[0], losses[1]);
+    CHECK_CLOSE(losses[1], losses[0], 0, 1e-5, "FP32 loss");
+    float *gc = read_flat(&mc, mc.grads), *gg = read_flat(&mg, mg.grads);
+    char name[64] = "";
+    double e = worst_tensor_error(&mc, gg, gc, name, sizeof name);
+    printf("#   worst gradient: %s rel err %.2e\n", name, e);
+    CHECK(e <= 1e-5, "FP32 gradient of %s differs by %.3g relative", name, e);
+    free(gc);
+    free(gg);
+
+    // The update (norm, clipping, AdamW) on both.
+    float sc[2], sg[2];
+    gpt_grad_norm_squared(&mc, 0, mc.layout.total);
+    gpt_grad_norm_squared(&mg, 0, mg.layout.total);
+    ref->to_host(ref, sc, mc.scalars, sizeof sc);
+    gpu->to_host(gpu, sg, mg.scalars, sizeof sg);
+    CHECK_CLOSE(sg[1], sc[1], 0, 1e-5, "FP32 squared gradient norm");
+    double clip = grad_clip_scale(sqrt((double)sc[1]), 1.0);
+    // eps 1e-6: the k part of qkvb has a zero true gradient (softmax ignores
+    // a shift shared by all keys), so both backends hold rounding noise there
+    // (~3e-11), which AdamW's g / (|g| + eps) would turn into different
+    // updates of up to lr / 300 with eps 1e-8.
+    gpt_update(&mc, 1e-3f, 0.9f, 0.95f, 1e-6f, 0.1f, (float)clip, 1);
+    gpt_update(&mg, 1e-3f, 0.9f, 0.95f, 1e-6f, 0.1f, (float)clip, 1);
+    // Parameters against the largest parameter of the model: per tensor, the
+    // biases (zero before the step) would be compared with the step alone.
+    float *pc = read_flat(&mc, mc.params), *pg = read_flat(&mg, mg.params);
+    e = worst_tensor_error(&mc, pg, pc, name, sizeof name);
+    double global = rel_error(pg, pc, mc.layout.total);
+    printf("#   updated parameters: rel err %.2e (worst tensor on its own scale: %s %.2e)\n", global, name, e);
+    CHECK(global <= 1e-5, "FP32 updated parameters differ by %.3g relative", global);
+    free(pc);
+    free(pg);
+    free(in);
+    free(tgt);
+    gpt_free(&mc);
+    gpt_free(&mg);
+}
+
+// Loss curve of `steps` steps of a fresh model (seed 5) on backend be.
+static double* train_curve(Backend* be, int steps, int B, int T, float** final_params, size_t* nparams) {
+    GPTConfig c = small_config(T);
+    GPT m;
+    gpt_create(&m, &c, be, B, T, 1, 0, 0);
+    gpt_init_random(&m, 5);
+    int32_t* in = (int32_t*)xmalloc((size_t)B * T * 4);
+    int32_t* tgt = (int32_t*)xmalloc((size_t)B * T * 4);
+    double* losses = (double*)xmalloc(steps * sizeof(double));
+    for (int s = 0; s < steps; s++) {
+        make_batch(in, tgt, B, T, c.vocab_size, (uint64_t)s);
+        losses[s] = train_step(&m, in, tgt, B, T, s);
+    }
+    if (final_params) {
+        *final_params = read_flat(&m, m.params);
+        *nparams = m.layout.total;
+    }
+    free(in);
+    free(tgt);
+    gpt_free(&m);
+    return losses;
+}
+
+static void test_bf16_training_follows_fp32_cpu(void) {
+    int steps = small ? 30 : 50, B = small ? 2 : 8, T = small ? 32 : 64;
+    double* cpu = train_curve(ref, steps, B, T, NULL, NULL);
+    double* g16 = train_curve(gpu, steps, B, T, NULL, NULL);
+    double worst = 0.0;
+    int at = 0;
+    for (int s = 0; s < steps; s++) {
+        if (getenv("TEST_VERBOSE")) printf("#   step %d: cpu %.5f gpu %.5f\n", s, cpu[s], g16[s]);
+        double d = fabs(g16[s] - cpu[s]);
+        if (d > worst || !(d == d)) {
+            worst = d;
+            at = s;
+        }
+    }
+    printf("#   %d steps: loss cpu fp32 %.4f -> %.4f, gpu bf16 %.4f -> %.4f, largest gap %.4f at step %d\n", steps,
+           cpu[0], cpu[steps - 1], g16[0], g16[steps - 1], worst, at);
+    CHECK(worst <= 0.03, "BF16 GPU loss departs from the FP32 CPU loss by %.4f at step %d", worst, at);
+    CHECK(g16[steps - 1] < g16[0] - (small ? 0.3 : 1.0), "BF16 GPU training did not learn (%.4f -> %.4f)", g16[0],
+          g16[steps - 1]);
+    free(cpu);
+    free(g16);
+}
+
+static void test_training_is_deterministic(void) {
+    int steps = small ? 4 : 20, B = small ? 2 : 4, T = small ? 32 : 64;
+    float *p1, *p2;
+    size_t n1, n2;
+    double* a = train_curve(gpu, steps, B, T, &p1, &n1);
+    double* b = train_curve(gpu, steps, B, T, &p2, &n2);
+    CHECK(same_bits(a, b, steps * sizeof(double)), "two %s runs from one seed gave different losses",
+          dtype_name(gdt()));
+    CHECK(n1 == n2 && same_bits(p1, p2, n1 * sizeof(float)), "two %s runs from one seed gave different weights",
+          dtype_name(gdt()));
+    free(a);
+    free(b);
+    free(p1);
+    free(p2);
+}
+
+// A 1-layer model at T = 131072 on one GPU: attention memory is linear in T.
+static void test_long_context_step(void) {
+    int T = 131072;
+    GPTConfig c;
+    c.max_seq_len = T;
+    c.vocab_size = 512;
+    c.num_layers = 1;
+    c.num_heads = 2;
+    c.channels = 128;
+    gpt_config_finish(&c);
+    GPT m;
+    gpt_create(&m, &c, gpu, 1, T, 1, 0, 0);
+    gpt_init_random(&m, 5);
+    int32_t* in = (int32_t*)xmalloc((size_t)T * 4);
+    int32_t* tgt = (int32_t*)xmalloc((size_t)T * 4);
+    make_batch(in, tgt, 1, T, c.vocab_size, 0);
+    double loss = train_step(&m, in, tgt, 1, T, 0);
+    printf("#   T=%d: loss %.4f, peak %.1f MiB on the GPU\n", T, loss, gpu->peak_allocated_bytes(gpu) / 1048576.0);
+    CHECK(isfinite(loss) && loss > 0, "the T=%d step gave loss %g", T, loss);
+    free(in);
+    free(tgt);
+    gpt_free(&m);
+}
+
+#define RUN_AS(dt, fn)                                                  \
+    do {                                                                \
+        gpu = cuda_backend_create(dt);                                  \
+        RUN(fn);                                                        \
+        gpu->destroy(gpu);                                              \
+    } while (0)
+
+static void test_training_is_deterministic_fp32(void) { test_training_is_deterministic(); }
+static void test_training_is_deterministic_bf16(void) { test_training_is_deterministic(); }
+
+int main(void) {
+    small = test_small();
+    ref = cpu_backend_create(DTYPE_F32, 0);
+    RUN_AS(DTYPE_F32, test_fp32_step_matches_cpu);
+    RUN_AS(DTYPE_BF16, test_bf16_training_follows_fp32_cpu);
+    RUN_AS(DTYPE_F32, test_training_is_deterministic_fp32);
+    RUN_AS(DTYPE_BF16, test_training_is_deterministic_bf16);
+    if (!small) RUN_AS(DTYPE_BF16, test_long_context_step);
+    ref->destroy(ref);
+    return TESTS_DONE();
+}
