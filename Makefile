@@ -24,7 +24,7 @@ BIN      ?= train_gpt
 WARN     := -Wall -Wextra -Wshadow -Wno-unused-parameter -Wno-sign-compare
 CFLAGS   ?= -O3 -march=native -g
 CFLAGS   += -std=c11 -fopenmp -D_GNU_SOURCE -I. $(WARN)
-LDLIBS   := -lopenblas -lzstd -lm -ldl
+LDLIBS   := -lopenblas -lzstd -lxxhash -lpthread -lm -ldl
 
 # MPI starts the ranks (llm/comm.c); every build links it, and a plain ./train_gpt
 # runs as a world of one. Flags come from the MPI compiler wrapper.
@@ -132,15 +132,21 @@ $(BUILD)/asan/test_data: tests/test_data.c $(ASAN_SRCS) tests/testlib.h
 	@mkdir -p $(dir $@)
 	$(CC) -std=c11 -fopenmp -D_GNU_SOURCE -I. $(WARN) $(ASAN_FLAGS) -DUNDER_ASAN -o $@ $< $(ASAN_SRCS) -lzstd -lm
 
+# The checkpoint format tests (JSON and manifest readers, resharding) under the sanitizers too.
+$(BUILD)/asan/test_checkpoint: tests/test_checkpoint.c $(LIB_SRCS) $(wildcard llm/*.h) tests/testlib.h
+	@mkdir -p $(dir $@)
+	$(CC) -std=c11 -fopenmp -D_GNU_SOURCE -I. $(WARN) $(MPI_CFLAGS) $(ASAN_FLAGS) -DUNDER_ASAN -o $@ $< $(LIB_SRCS) $(LDLIBS)
+ASAN_TESTS := $(BUILD)/asan/test_data $(BUILD)/asan/test_checkpoint
+
 # A stand-in for libnvidia-ml.so.1 (tests/fake_nvml.c): NVML telemetry is tested without a GPU.
 $(BUILD)/tests/libfake_nvml.so: tests/fake_nvml.c
 	@mkdir -p $(dir $@)
 	$(CC) -std=c11 -O1 -shared -fPIC -o $@ $<
 
-tests: train_gpt $(TEST_BINS) $(GPU_TEST_BINS) $(BUILD)/asan/test_data data $(BUILD)/tests/libfake_nvml.so
+tests: train_gpt $(TEST_BINS) $(GPU_TEST_BINS) $(ASAN_TESTS) data $(BUILD)/tests/libfake_nvml.so
 
 test: tests
-	@tests/run_tests.sh $(TEST_BINS) $(BUILD)/asan/test_data $(TEST_SCRIPTS) $(SIM_TESTS)
+	@tests/run_tests.sh $(TEST_BINS) $(ASAN_TESTS) $(TEST_SCRIPTS) $(SIM_TESTS)
 
 # ---- GPU tests and benchmarks (CUDA builds) ----------------------------------------------------
 # tests/gpu/test_*.c and dev/bench_gpu.c linked against the nvcc-built backend.
@@ -187,7 +193,8 @@ SIM_SELF_TESTS   := $(patsubst tests/cuda_sim/%.cu,$(SIM)/bin/%,$(filter-out $(S
 SIM_GPU_TESTS    := $(patsubst tests/gpu/%,$(SIM)/bin/gpu_%,$(basename $(filter-out $(SIM_NO_NCCL),$(wildcard tests/gpu/test_*.c tests/gpu/test_*.cu))))
 # The GPU tests run twice: in order, and with every block's threads in a random order.
 SIM_GPU_RANDOM   := $(SIM_GPU_TESTS:%=%.random)
-SIM_SCRIPTS      := $(filter-out $(SIM_NO_NCCL),tests/cuda_sim/test_sim_train_gpt.sh tests/cuda_sim/test_sim_zero_nccl.sh)
+SIM_SCRIPTS      := $(filter-out $(SIM_NO_NCCL),tests/cuda_sim/test_sim_train_gpt.sh tests/cuda_sim/test_sim_zero_nccl.sh \
+                               tests/cuda_sim/test_sim_checkpoint.sh)
 SIM_TESTS        := $(if $(SIM_ENABLED),$(SIM_SELF_TESTS) $(SIM_GPU_TESTS) $(SIM_GPU_RANDOM) $(SIM_SCRIPTS),)
 SIM_LINK_LIBS    := $(SIM)/libkernels.a $(SIM)/libcudasim.a $(BUILD)/libtrain.a
 

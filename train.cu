@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "llm/checkpoint.h"
 #include "llm/comm.h"
 #include "llm/config.h"
 #include "llm/device.h"
@@ -44,12 +45,19 @@ int main(int argc, char** argv) {
     // 3. Sharding over the ranks, model, data, tokenizer, batch geometry; print what we are about to do.
     Trainer tr;
     trainer_setup(&tr, &cfg, be, comm);
+
+    // 4. Checkpoints: continue from the newest complete one (--resume auto);
+    //    SIGTERM/SIGINT from here on end the run with a checkpoint.
+    Checkpointer* ck = checkpointer_create(&cfg, &tr);
+    checkpoint_resume(ck);
     report_open(&tr);
     report_run_summary(&tr);
     sagemaker_report(&cfg, tr.rank);
 
-    // 4. The loop: evaluate and sample on schedule, then one optimizer step.
-    for (int step = tr.first_step; step < cfg.steps; step++) {
+    // 5. The loop: evaluate and sample on schedule, then one optimizer step,
+    //    then a checkpoint when one is due.
+    int stopped = 0;
+    for (int step = tr.first_step; step < cfg.steps && !stopped; step++) {
         if (tr.has_val && every(step, cfg.val_every)) report_validation(&tr, step, trainer_validate(&tr));
         if (every(step, cfg.sample_every)) {
             char* text = trainer_sample(&tr, step);
@@ -59,22 +67,29 @@ int main(int argc, char** argv) {
         StepResult r = trainer_step(&tr, step);
         report_step(&tr, step, &r);
         guard_stop_if_exhausted(&tr.guard, step + 1);  // too many skipped steps in a row: exit 1
+        stopped = checkpoint_after_step(ck, step + 1);
+    }
+    checkpoint_end(ck);  // the last step's checkpoint; waits for background writes
+
+    // 6. Final validation and sample, then the weights for other tools;
+    //    after a stop signal only the checkpoint matters, and the clock runs.
+    if (!stopped) {
+        if (tr.has_val) report_validation(&tr, cfg.steps, trainer_validate(&tr));
+        if (cfg.sample_every > 0) {
+            char* text = trainer_sample(&tr, cfg.steps);
+            report_sample(&tr, cfg.steps, text);
+            free(text);
+        }
+        if (cfg.export_path[0]) {
+            trainer_export(&tr, cfg.export_path, strcmp(cfg.export_dtype, "bf16") == 0 ? DTYPE_BF16 : DTYPE_F32);
+            printf("exported weights to %s (llm.c format, %s)\n", cfg.export_path, cfg.export_dtype);
+        }
+        checkpoint_export_model_dir(ck);
+        report_memory_peak(&tr);
     }
 
-    // 5. Final validation and sample, then the weights for other tools.
-    if (tr.has_val) report_validation(&tr, cfg.steps, trainer_validate(&tr));
-    if (cfg.sample_every > 0) {
-        char* text = trainer_sample(&tr, cfg.steps);
-        report_sample(&tr, cfg.steps, text);
-        free(text);
-    }
-    if (cfg.export_path[0]) {
-        trainer_export(&tr, cfg.export_path, strcmp(cfg.export_dtype, "bf16") == 0 ? DTYPE_BF16 : DTYPE_F32);
-        printf("exported weights to %s (llm.c format, %s)\n", cfg.export_path, cfg.export_dtype);
-    }
-
-    report_memory_peak(&tr);
     report_close(&tr);
+    checkpointer_free(ck);
     trainer_free(&tr);
     comm_finalize(comm);
     be->destroy(be);

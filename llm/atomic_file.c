@@ -7,23 +7,35 @@
 #include <string.h>
 #include <unistd.h>
 
-void atomic_file_open(AtomicFile* af, const char* path) {
+int atomic_file_try_open(AtomicFile* af, const char* path) {
     af->path = xstrdup(path);
     size_t n = strlen(path) + 32;
     af->tmp_path = (char*)xmalloc(n);
     snprintf(af->tmp_path, n, "%s.tmp.%ld", path, (long)getpid());
     af->f = fopen(af->tmp_path, "wb");
-    if (!af->f) fatal("cannot create '%s': %s", af->tmp_path, strerror(errno));
+    if (af->f) return 0;
+    int e = errno;
+    atomic_file_abort(af);
+    return e ? e : EIO;
+}
+
+void atomic_file_open(AtomicFile* af, const char* path) {
+    int e = atomic_file_try_open(af, path);
+    if (e) fatal("cannot create '%s.tmp.%ld': %s", path, (long)getpid(), strerror(e));
+}
+
+int atomic_file_try_write(AtomicFile* af, const void* data, size_t bytes) {
+    if (fwrite(data, 1, bytes, af->f) == bytes) return 0;
+    int e = errno ? errno : EIO;
+    atomic_file_abort(af);
+    return e;
 }
 
 void atomic_file_write(AtomicFile* af, const void* data, size_t bytes) {
-    if (fwrite(data, 1, bytes, af->f) != bytes) {
-        int e = errno;
-        char path[4096];
-        snprintf(path, sizeof path, "%s", af->path);
-        atomic_file_abort(af);
-        fatal("writing '%s' failed: %s (the previous file, if any, is untouched)", path, strerror(e));
-    }
+    char path[4096];
+    snprintf(path, sizeof path, "%s", af->path);
+    int e = atomic_file_try_write(af, data, bytes);
+    if (e) fatal("writing '%s' failed: %s (the previous file, if any, is untouched)", path, strerror(e));
 }
 
 void fsync_dir_of(const char* path) {
@@ -40,24 +52,28 @@ void fsync_dir_of(const char* path) {
     free(dir);
 }
 
-void atomic_file_commit(AtomicFile* af) {
+int atomic_file_try_commit(AtomicFile* af) {
     int e = 0;
-    if (fflush(af->f) != 0 || fsync(fileno(af->f)) != 0) e = errno;
-    if (fclose(af->f) != 0 && !e) e = errno;
+    if (fflush(af->f) != 0 || fsync(fileno(af->f)) != 0) e = errno ? errno : EIO;
+    if (fclose(af->f) != 0 && !e) e = errno ? errno : EIO;
     af->f = NULL;
+    if (!e && rename(af->tmp_path, af->path) != 0) e = errno ? errno : EIO;
     if (e) {
-        unlink(af->tmp_path);
-        fatal("writing '%s' failed: %s (the previous file, if any, is untouched)", af->path, strerror(e));
-    }
-    if (rename(af->tmp_path, af->path) != 0) {
-        e = errno;
-        unlink(af->tmp_path);
-        fatal("cannot rename '%s' to '%s': %s", af->tmp_path, af->path, strerror(e));
+        atomic_file_abort(af);
+        return e;
     }
     fsync_dir_of(af->path);
     free(af->path);
     free(af->tmp_path);
     af->path = af->tmp_path = NULL;
+    return 0;
+}
+
+void atomic_file_commit(AtomicFile* af) {
+    char path[4096];
+    snprintf(path, sizeof path, "%s", af->path);
+    int e = atomic_file_try_commit(af);
+    if (e) fatal("writing '%s' failed: %s (the previous file, if any, is untouched)", path, strerror(e));
 }
 
 void atomic_file_abort(AtomicFile* af) {

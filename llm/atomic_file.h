@@ -27,4 +27,11 @@ void atomic_file_abort(AtomicFile* af);
 // fsyncs a directory so that renames inside it are durable.
 void fsync_dir_of(const char* path);
 
+// The same without fatal(), for writers that report errors their own way
+// (checkpoints written from a background thread): each returns 0 or an errno
+// value; after a failure the temporary file is gone and af is released.
+int atomic_file_try_open(AtomicFile* af, const char* path);
+int atomic_file_try_write(AtomicFile* af, const void* data, size_t bytes);
+int atomic_file_try_commit(AtomicFile* af);
+
 EXTERN_C_END

@@ -59,6 +59,13 @@ static const Flag FLAGS[] = {
     {"export", F_STRING, OFF(export_path), "", "FILE", "write the final weights in llm.c's model format", NULL},
     {"export-dtype", F_STRING, OFF(export_dtype), "fp32", "fp32|bf16", "value type of --export", NULL},
 
+    {"checkpoint-dir", F_STRING, OFF(checkpoint_dir), "auto", "DIR", "where checkpoints go; auto: $TRAIN_GPT_CHECKPOINT_DIR if set, else /opt/ml/checkpoints if it exists, else ./checkpoints; empty: none", "Checkpoints"},
+    {"checkpoint-every", F_INT, OFF(checkpoint_every), "0", "N", "write a checkpoint every N steps; 0: only at the end and on SIGTERM/SIGINT", NULL},
+    {"keep-last", F_INT, OFF(keep_last), "2", "K", "keep the K newest complete checkpoints, delete older ones; 0: keep all", NULL},
+    {"resume", F_STRING, OFF(resume), "auto", "auto|never|DIR", "auto: continue from the newest complete, verified checkpoint; never: start over; DIR: from that checkpoint", NULL},
+    {"async-checkpoint", F_BOOL, OFF(async_checkpoint), "0", "0|1", "copy the state to host memory and write it from a background thread while training goes on", NULL},
+    {"model-dir", F_STRING, OFF(model_dir), "auto", "DIR", "final weights (llm.c format, --export-dtype) go to DIR/model.bin; auto: $SM_MODEL_DIR, else /opt/ml/model if it exists; empty: none", NULL},
+
     {"device", F_STRING, OFF(device), "auto", "auto|cpu|cuda", "compute backend; auto: the GPU when one is present", "Runtime"},
     {"precision", F_STRING, OFF(precision), "fp32", "fp32|bf16", "parameter and activation type (master weights and optimizer state are always fp32)", NULL},
     {"threads", F_INT, OFF(threads), "0", "N", "CPU threads per rank; 0: the machine's cores divided by its ranks (OMP_NUM_THREADS also works)", NULL},
@@ -183,6 +190,30 @@ void config_print(const TrainConfig* cfg, FILE* f, const char* prefix) {
         case F_STRING: fprintf(f, "%s\n", *(char* const*)field); break;
         }
     }
+}
+
+int config_num_flags(void) { return NUM_FLAGS; }
+const char* config_flag_name(int i) { return FLAGS[i].name; }
+int config_flag_is_string(int i) { return FLAGS[i].type == F_STRING; }
+
+void config_flag_value(const TrainConfig* cfg, int i, char* buf, size_t size) {
+    const Flag* fl = &FLAGS[i];
+    const char* field = (const char*)cfg + fl->offset;
+    switch (fl->type) {
+    case F_INT: case F_BOOL: snprintf(buf, size, "%d", *(const int*)field); break;
+    case F_LONG: snprintf(buf, size, "%ld", *(const long*)field); break;
+    case F_DOUBLE: snprintf(buf, size, "%.17g", *(const double*)field); break;
+    case F_STRING: snprintf(buf, size, "%s", *(char* const*)field); break;
+    }
+}
+
+void config_free(TrainConfig* cfg) {
+    for (int i = 0; i < NUM_FLAGS; i++)
+        if (FLAGS[i].type == F_STRING) {
+            char** field = (char**)((char*)cfg + FLAGS[i].offset);
+            free(*field);
+            *field = NULL;
+        }
 }
 
 void config_write_json(const TrainConfig* cfg, JsonWriter* j) {

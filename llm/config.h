@@ -39,6 +39,13 @@ typedef struct {
     int val_every, val_batches, sample_every, sample_tokens, log_every;
     char* export_path;    // final weights in llm.c's layout
     char* export_dtype;   // fp32|bf16
+    // checkpoints
+    char* checkpoint_dir; // auto|""|DIR (see checkpoint.h)
+    int checkpoint_every; // steps between checkpoints; 0: only at the end and on SIGTERM
+    int keep_last;        // complete checkpoints kept; 0: all
+    char* resume;         // auto|never|DIR of one checkpoint
+    int async_checkpoint; // write checkpoints from a background thread
+    char* model_dir;      // final weights (llm.c layout) go here: auto|""|DIR
     // runtime
     char* device;         // auto|cpu|cuda
     char* precision;      // fp32|bf16
@@ -83,5 +90,15 @@ void config_print_help(FILE* f);
 // Every flag as a member of the open JSON object, with its type (number,
 // boolean or string), for the metrics log.
 void config_write_json(const TrainConfig* cfg, JsonWriter* j);
+
+// The flag table by index, for writers of the whole config (checkpoint
+// manifests): the flag's name, whether its value is text, and its value
+// written exactly (numbers with every digit, so they read back the same).
+int config_num_flags(void);
+const char* config_flag_name(int i);
+int config_flag_is_string(int i);
+void config_flag_value(const TrainConfig* cfg, int i, char* buf, size_t size);
+// Frees the text values (for programs that parse more than one config).
+void config_free(TrainConfig* cfg);
 
 EXTERN_C_END

@@ -39,6 +39,17 @@ static void copy_to_flat(const ParamTensor* t, size_t off, void* ctx) {
     memcpy(c->dst + t->offset, c->src + off, t->count * sizeof(float));
 }
 
+typedef struct { const GPT* m; size_t* offsets; } OffsetCtx;
+static void record_offset(const ParamTensor* t, size_t off, void* ctx) {
+    OffsetCtx* c = (OffsetCtx*)ctx;
+    c->offsets[t - c->m->layout.tensors] = off;
+}
+
+void llmc_tensor_offsets(const GPT* m, size_t* offsets) {
+    OffsetCtx c = {m, offsets};
+    walk_llmc_order(m, record_offset, &c);
+}
+
 void llmc_from_flat(const GPT* m, const float* flat, float* llmc) {
     CopyCtx c = {flat, llmc};
     walk_llmc_order(m, copy_to_llmc, &c);
@@ -139,17 +150,9 @@ void llmc_load_weights(GPT* m, const char* path) {
     free(flat);
 }
 
-void llmc_save_weights(const GPT* m, const char* path, DType dtype) {
-    float* flat = (float*)xmalloc(m->layout.total * sizeof(float));
-    gpt_get_params_f32(m, flat);
-    llmc_write_weights(m, flat, path, dtype);
-    free(flat);
-}
-
-void llmc_write_weights(const GPT* m, const float* flat, const char* path, DType dtype) {
+void llmc_header(const GPTConfig* c, DType dtype, int32_t h[256]) {
     if (dtype != DTYPE_F32 && dtype != DTYPE_BF16) fatal("llm.c model files hold float32 or bfloat16, not %s", dtype_name(dtype));
-    const GPTConfig* c = &m->config;
-    int32_t h[256] = {0};
+    memset(h, 0, 256 * sizeof(int32_t));
     h[0] = LLMC_MODEL_MAGIC;
     h[1] = dtype == DTYPE_F32 ? LLMC_VERSION_F32 : LLMC_VERSION_BF16;
     h[2] = c->max_seq_len;
@@ -158,6 +161,19 @@ void llmc_write_weights(const GPT* m, const float* flat, const char* path, DType
     h[5] = c->num_heads;
     h[6] = c->channels;
     h[7] = c->padded_vocab_size;
+}
+
+void llmc_save_weights(const GPT* m, const char* path, DType dtype) {
+    float* flat = (float*)xmalloc(m->layout.total * sizeof(float));
+    gpt_get_params_f32(m, flat);
+    llmc_write_weights(m, flat, path, dtype);
+    free(flat);
+}
+
+void llmc_write_weights(const GPT* m, const float* flat, const char* path, DType dtype) {
+    const GPTConfig* c = &m->config;
+    int32_t h[256];
+    llmc_header(c, dtype, h);
     size_t n = llmc_num_elements(c);
     float* vals = (float*)xmalloc(n * sizeof(float));
     llmc_from_flat(m, flat, vals);

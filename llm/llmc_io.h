@@ -32,5 +32,10 @@ void llmc_from_flat(const GPT* m, const float* flat, float* llmc);
 void llmc_to_flat(const GPT* m, const float* llmc, float* flat);
 // Elements in llm.c's layout (the unpadded sum of tensor sizes).
 size_t llmc_num_elements(const GPTConfig* c);
+// The 256-int32 header of a model file holding values of `dtype` (F32 or BF16).
+void llmc_header(const GPTConfig* c, DType dtype, int32_t h[256]);
+// Where each tensor of m->layout starts in llm.c's order (offsets[i] for
+// tensor i of m->layout.tensors), for writers that fill the file piecewise.
+void llmc_tensor_offsets(const GPT* m, size_t* offsets);
 
 EXTERN_C_END

@@ -12,7 +12,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "llm/json_reader.h"
+#include "llm/json_read.h"
 
 // What was found, kept for sagemaker_report().
 typedef struct {
@@ -50,6 +50,38 @@ static char* path_join(const char* a, const char* b) {
 static int is_dir(const char* path) {
     struct stat st;
     return stat(path, &st) == 0 && S_ISDIR(st.st_mode);
+}
+
+// Reads and parses a JSON file; fatal, naming the file, if it cannot.
+static JsonValue* read_json_file(const char* path) {
+    FILE* f = fopen(path, "rb");
+    if (!f) fatal("cannot open '%s': %s", path, strerror(errno));
+    size_t cap = 4096, len = 0, got;
+    char* text = (char*)xmalloc(cap);
+    while ((got = fread(text + len, 1, cap - len, f)) > 0) {
+        len += got;
+        if (len == cap) text = (char*)xrealloc(text, cap *= 2);
+    }
+    int failed = ferror(f);
+    fclose(f);
+    if (failed) fatal("%s: read error", path);
+    char err[256];
+    JsonValue* doc = json_parse(text, len, err, sizeof err);
+    free(text);
+    if (!doc) fatal("%s: invalid JSON: %s", path, err);
+    return doc;
+}
+
+static const char* json_kind(JsonType type) {
+    switch (type) {
+    case JSON_NULL: return "null";
+    case JSON_BOOL: return "a boolean";
+    case JSON_NUMBER: return "a number";
+    case JSON_STRING: return "a string";
+    case JSON_ARRAY: return "an array";
+    case JSON_OBJECT: return "an object";
+    }
+    return "?";
 }
 
 // ---- detection and the failure file -------------------------------------------------------------
@@ -165,41 +197,39 @@ static char* value_text(const JsonValue* v) {
     // string arrives quoted twice ("\"gpt2-124M\""); take the inner string.
     size_t n = strlen(v->text);
     if (n >= 2 && v->text[0] == '"' && v->text[n - 1] == '"') {
-        JsonValue inner;
-        char err[8];
-        if (json_parse(v->text, n, &inner, err, sizeof err)) {
-            char* s = inner.type == JSON_STRING ? xstrdup(inner.text) : NULL;
-            json_value_free(&inner);
-            if (s) return s;
-        }
+        char err[64];
+        JsonValue* inner = json_parse(v->text, n, err, sizeof err);
+        char* s = inner && inner->type == JSON_STRING ? xstrdup(inner->text) : NULL;
+        json_value_free(inner);
+        if (s) return s;
     }
     return xstrdup(v->text);
 }
 
 int sagemaker_apply_hyperparameters(TrainConfig* cfg, const char* path) {
-    JsonValue doc;
-    json_parse_file(path, &doc);
-    if (doc.type != JSON_OBJECT)
-        fatal("%s: expected an object of hyperparameters, found %s", path, json_type_name(doc.type));
+    JsonValue* doc = read_json_file(path);
+    if (doc->type != JSON_OBJECT)
+        fatal("%s: expected an object of hyperparameters, found %s", path, json_kind(doc->type));
 
     // Unknown keys first, all of them in one message, before any value is judged.
     char unknown[1024] = "";
     int num_unknown = 0;
-    for (int i = 0; i < doc.count; i++) {
+    for (int i = 0; i < doc->count; i++) {
         char name[256];
-        if (is_reserved_key(doc.keys[i])) continue;
-        flag_name_of(doc.keys[i], name, sizeof name);
+        if (is_reserved_key(doc->keys[i])) continue;
+        flag_name_of(doc->keys[i], name, sizeof name);
         if (!config_has_flag(name)) {
             char quoted[300];
-            snprintf(quoted, sizeof quoted, "'%s'", doc.keys[i]);
+            snprintf(quoted, sizeof quoted, "'%s'", doc->keys[i]);
             append_name(unknown, sizeof unknown, quoted);
             num_unknown++;
         }
         for (int j = 0; j < i; j++) {
             char other[256];
-            flag_name_of(doc.keys[j], other, sizeof other);
+            flag_name_of(doc->keys[j], other, sizeof other);
+            if (strcmp(doc->keys[j], doc->keys[i]) == 0) fatal("%s: hyperparameter '%s' is given twice", path, doc->keys[i]);
             if (strcmp(name, other) == 0)
-                fatal("%s: '%s' and '%s' name the same flag --%s", path, doc.keys[j], doc.keys[i], name);
+                fatal("%s: '%s' and '%s' name the same flag --%s", path, doc->keys[j], doc->keys[i], name);
         }
     }
     if (num_unknown)
@@ -207,16 +237,16 @@ int sagemaker_apply_hyperparameters(TrainConfig* cfg, const char* path) {
               num_unknown > 1 ? "s" : "", unknown);
 
     int applied = 0;
-    for (int i = 0; i < doc.count; i++) {
-        const char* key = doc.keys[i];
-        const JsonValue* v = &doc.items[i];
+    for (int i = 0; i < doc->count; i++) {
+        const char* key = doc->keys[i];
+        const JsonValue* v = &doc->items[i];
         if (is_reserved_key(key)) {
             sm.num_reserved++;
             continue;
         }
         if (v->type != JSON_STRING && v->type != JSON_NUMBER && v->type != JSON_BOOL)
             fatal("%s: hyperparameter '%s' is %s; expected a string, number or boolean", path, key,
-                  json_type_name(v->type));
+                  json_kind(v->type));
         char name[256];
         flag_name_of(key, name, sizeof name);
         if (config_is_set(cfg, name)) {
@@ -229,7 +259,7 @@ int sagemaker_apply_hyperparameters(TrainConfig* cfg, const char* path) {
         append_name(sm.applied, sizeof sm.applied, name);
         applied++;
     }
-    json_value_free(&doc);
+    json_value_free(doc);
     sm.num_applied += applied;
     sm.have_hyperparameters = 1;
     return applied;
@@ -249,11 +279,10 @@ static int compare_strings(const void* a, const void* b) {
 }
 
 static void read_resources(const char* path) {
-    JsonValue doc;
-    json_parse_file(path, &doc);
-    if (doc.type != JSON_OBJECT) fatal("%s: expected an object, found %s", path, json_type_name(doc.type));
-    sm.current_host = xstrdup(required_string(&doc, "current_host", path));
-    const JsonValue* hosts = json_get(&doc, "hosts");
+    JsonValue* doc = read_json_file(path);
+    if (doc->type != JSON_OBJECT) fatal("%s: expected an object, found %s", path, json_kind(doc->type));
+    sm.current_host = xstrdup(required_string(doc, "current_host", path));
+    const JsonValue* hosts = json_get(doc, "hosts");
     if (!hosts || hosts->type != JSON_ARRAY || hosts->count == 0)
         fatal("%s: \"hosts\" must be a non-empty array of host names", path);
     sm.num_hosts = hosts->count;
@@ -272,11 +301,11 @@ static void read_resources(const char* path) {
         if (strcmp(sm.hosts[i], sm.current_host) == 0) sm.host_index = i;
     }
     if (sm.host_index < 0) fatal("%s: current_host '%s' is not in \"hosts\"", path, sm.current_host);
-    const JsonValue* iface = json_get(&doc, "network_interface_name");
+    const JsonValue* iface = json_get(doc, "network_interface_name");
     if (iface && iface->type == JSON_STRING && iface->text[0]) sm.interface = xstrdup(iface->text);
-    const JsonValue* type = json_get(&doc, "current_instance_type");
+    const JsonValue* type = json_get(doc, "current_instance_type");
     if (type && type->type == JSON_STRING && type->text[0]) sm.instance_type = xstrdup(type->text);
-    json_value_free(&doc);
+    json_value_free(doc);
     sm.have_resources = 1;
 }
 
@@ -323,7 +352,7 @@ static char* channel_shards(const char* channel, const char* dir) {
 
 // Sets a flag the command line and hyperparameters.json left alone.
 static void set_default(TrainConfig* cfg, const char* flag, const char* value) {
-    if (config_has_flag(flag) && !config_is_set(cfg, flag)) config_set(cfg, flag, value, "SageMaker: ");
+    if (!config_is_set(cfg, flag) && !config_set(cfg, flag, value, "SageMaker: ")) fatal("internal: no flag --%s", flag);
 }
 
 static void configure_data(TrainConfig* cfg) {
@@ -363,15 +392,16 @@ static void configure_outputs(TrainConfig* cfg) {
     // Checkpoints: CheckpointConfig's LocalPath (the folder SageMaker syncs with S3).
     char* ckpt_config = path_join(sm.root, "input/config/checkpointconfig.json");
     if (file_exists(ckpt_config)) {
-        JsonValue doc;
-        json_parse_file(ckpt_config, &doc);
-        const JsonValue* local = json_get(&doc, "LocalPath");
-        if (local && local->type == JSON_STRING && local->text[0]) sm.checkpoint_dir = xstrdup(local->text);
-        json_value_free(&doc);
+        JsonValue* doc = read_json_file(ckpt_config);
+        const char* local = json_get_string(doc, "LocalPath");
+        if (local && local[0]) sm.checkpoint_dir = xstrdup(local);
+        json_value_free(doc);
     }
     free(ckpt_config);
     if (!sm.checkpoint_dir) sm.checkpoint_dir = path_join(sm.root, "checkpoints");
-    set_default(cfg, "checkpoint-dir", sm.checkpoint_dir);
+    // $TRAIN_GPT_CHECKPOINT_DIR (the job's Environment) is a choice made for
+    // this job: it stays in force (see --checkpoint-dir auto).
+    if (!getenv("TRAIN_GPT_CHECKPOINT_DIR")) set_default(cfg, "checkpoint-dir", sm.checkpoint_dir);
 
     // The metrics log: with the job's other output, uploaded as output.tar.gz at the end.
     const char* env_output = getenv("SM_OUTPUT_DATA_DIR");
@@ -382,14 +412,7 @@ static void configure_outputs(TrainConfig* cfg) {
     // The final weights: into the model folder, which SageMaker uploads as model.tar.gz.
     const char* env_model = getenv("SM_MODEL_DIR");
     sm.model_dir = env_model && env_model[0] ? xstrdup(env_model) : path_join(sm.root, "model");
-    if (config_has_flag("model-dir")) {
-        set_default(cfg, "model-dir", sm.model_dir);
-    } else if (!config_is_set(cfg, "export")) {
-        mkdir(sm.model_dir, 0755);
-        char* p = path_join(sm.model_dir, "model.bin");
-        set_default(cfg, "export", p);
-        free(p);
-    }
+    set_default(cfg, "model-dir", sm.model_dir);
 }
 
 void sagemaker_configure(TrainConfig* cfg) {
@@ -427,7 +450,8 @@ void sagemaker_report(const TrainConfig* cfg, int rank) {
     }
     printf("sagemaker | channels: train %s | val %s | tokenizer %s\n", sm.train_dir ? sm.train_dir : "-",
            sm.val_dir ? sm.val_dir : "-", sm.tokenizer_dir ? sm.tokenizer_dir : "-");
-    printf("sagemaker | final weights %s | metrics %s/metrics.jsonl | failure reason %s/output/failure\n",
-           cfg->export_path[0] ? cfg->export_path : "-", cfg->log_dir[0] ? cfg->log_dir : "-", sm.root);
+    printf("sagemaker | checkpoints %s | final weights %s/model.bin | metrics %s/metrics.jsonl | failure reason %s/output/failure\n",
+           cfg->checkpoint_dir[0] ? cfg->checkpoint_dir : "-", cfg->model_dir[0] ? cfg->model_dir : "-",
+           cfg->log_dir[0] ? cfg->log_dir : "-", sm.root);
     fflush(stdout);
 }

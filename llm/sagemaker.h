@@ -32,11 +32,12 @@ int sagemaker_active(void);
 // /opt/ml, or $TRAIN_GPT_SM_ROOT when set.
 const char* sagemaker_root(void);
 
-// Inside the container: applies hyperparameters.json (flags given on the
-// command line win), reads resourceconfig.json, points --train-data,
-// --val-data and --tokenizer at the channels, the final weights at the model
-// folder, and sets NCCL_SOCKET_IFNAME to the job's network interface unless
-// already set. Outside: does nothing.
+// Inside the container: reads resourceconfig.json, applies
+// hyperparameters.json (flags given on the command line win), points
+// --train-data, --val-data and --tokenizer at the channels, --checkpoint-dir
+// at the S3-synced folder, --model-dir at the model folder and --log-dir at
+// output/data (unless given), and sets NCCL_SOCKET_IFNAME to the job's
+// network interface unless already set. Outside: does nothing.
 void sagemaker_configure(TrainConfig* cfg);
 
 // Prints what was taken from SageMaker (rank 0 only).

@@ -46,13 +46,15 @@ void fatal(const char* fmt, ...) {
 }
 
 void warn(const char* fmt, ...) {
+    char msg[8192];
     va_list ap;
     va_start(ap, fmt);
-    fflush(stdout);
-    fprintf(stderr, "train_gpt: warning: ");
-    vfprintf(stderr, fmt, ap);
-    fprintf(stderr, "\n");
+    vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
+    fflush(stdout);
+    // One write: under mpirun, stdout and stderr travel separately and a line
+    // written in pieces can come out with other lines inside it.
+    fprintf(stderr, "train_gpt: warning: %s\n", msg);
 }
 
 void* xmalloc(size_t bytes) {

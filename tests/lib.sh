@@ -6,6 +6,9 @@ TG=${TG:-./train_gpt}
 # Debian's python3 has numpy and torch (scripts/install_deps.sh); a pyenv python on PATH may not.
 PY=/usr/bin/python3
 TEST_TMP=$(mktemp -d /tmp/train_gpt_test.XXXXXX)
+# Runs write no checkpoints and resume none unless a test names a
+# --checkpoint-dir: otherwise every run would resume the one before it.
+export TRAIN_GPT_CHECKPOINT_DIR=""
 trap 'rm -rf "$TEST_TMP"' EXIT
 failures=0
 

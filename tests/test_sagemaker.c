@@ -1,6 +1,6 @@
-// test_sagemaker.c: the JSON reader, the mapping of hyperparameters.json onto
-// the flag table, and the failure file. The fatal paths (unknown keys, wrong
-// types, bad values) run through the real binary in tests/test_sagemaker.sh.
+// test_sagemaker.c: the mapping of hyperparameters.json onto the flag table,
+// and the failure file. The fatal paths (unknown keys, wrong types, bad
+// values) run through the real binary in tests/test_sagemaker.sh.
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -8,104 +8,10 @@
 #include <unistd.h>
 
 #include "llm/config.h"
-#include "llm/json_reader.h"
 #include "llm/sagemaker.h"
 #include "tests/testlib.h"
 
 static char tmp_dir[256];
-
-static int parse(const char* text, JsonValue* v, char* err) { return json_parse(text, strlen(text), v, err, 256); }
-
-static void json_parses_documents(void) {
-    JsonValue v;
-    char err[256];
-    const char* doc =
-        "\xEF\xBB\xBF { \"s\": \"a\\\"b\\\\c\\/d\\n\\t\\u00e9\\ud83d\\ude00\", \"n\": [0, -0.5, 6e-4, 1E+3, 100],\n"
-        "  \"b\": [true, false, null], \"o\": {\"x\": {}, \"y\": []} }";
-    CHECK(parse(doc, &v, err), "valid document rejected: %s", err);
-    CHECK(v.type == JSON_OBJECT && v.count == 4, "top level: type %d count %d", v.type, v.count);
-    const JsonValue* s = json_get(&v, "s");
-    CHECK(s && s->type == JSON_STRING && strcmp(s->text, "a\"b\\c/d\n\t\xC3\xA9\xF0\x9F\x98\x80") == 0,
-          "string escapes decoded wrongly: '%s'", s ? s->text : "(missing)");
-    const JsonValue* n = json_get(&v, "n");
-    CHECK(n && n->type == JSON_ARRAY && n->count == 5, "number array");
-    if (n && n->count == 5) {
-        const char* want[] = {"0", "-0.5", "6e-4", "1E+3", "100"};
-        double num[] = {0, -0.5, 6e-4, 1000, 100};
-        for (int i = 0; i < 5; i++) {
-            CHECK(n->items[i].type == JSON_NUMBER && strcmp(n->items[i].text, want[i]) == 0,
-                  "number %d kept as '%s', want '%s'", i, n->items[i].text, want[i]);
-            CHECK(n->items[i].number == num[i], "number %d value %g", i, n->items[i].number);
-        }
-    }
-    const JsonValue* b = json_get(&v, "b");
-    CHECK(b && b->count == 3 && b->items[0].type == JSON_BOOL && b->items[0].boolean == 1 &&
-              b->items[1].type == JSON_BOOL && b->items[1].boolean == 0 && b->items[2].type == JSON_NULL,
-          "literals");
-    const JsonValue* o = json_get(&v, "o");
-    CHECK(o && o->type == JSON_OBJECT && json_get(o, "x")->type == JSON_OBJECT && json_get(o, "y")->count == 0,
-          "nested empties");
-    CHECK(json_get(&v, "missing") == NULL && json_get(s, "s") == NULL, "json_get of absent keys / non-objects");
-    json_value_free(&v);
-}
-
-static void json_rejects_malformed(void) {
-    struct {
-        const char* text;
-        const char* message;  // a piece of the expected error
-    } cases[] = {
-        {"", "end of input"},
-        {"{\"a\": 1,}", "expected a string key"},
-        {"[1, 2,]", "unexpected character ']'"},
-        {"{\"a\": 01}", "leading zero"},
-        {"{\"a\": 1.}", "digits must follow '.'"},
-        {"{\"a\": 1e}", "exponent"},
-        {"{\"a\": 1, \"a\": 2}", "duplicate key \"a\""},
-        {"{\"a\": \"unterminated}", "unterminated string"},
-        {"{\"a\": \"tab\there\"}", "control character"},
-        {"{\"a\": \"\\x\"}", "bad escape"},
-        {"{\"a\": \"\\ud83d\"}", "unpaired surrogate"},
-        {"{\"a\": \"\\u12G4\"}", "bad hex digit"},
-        {"{\"a\": \"\\u0000\"}", "\\u0000"},
-        {"{'a': 1}", "expected a string key"},
-        {"{\"a\": NaN}", "unexpected character 'N'"},
-        {"{\"a\": tru}", "unexpected character 't'"},
-        {"{\"a\" 1}", "expected ':'"},
-        {"{\"a\": 1} x", "after the JSON value"},
-        {"[1 2]", "expected ',' or ']'"},
-        {"{\"a\": [1, 2}", "expected ',' or ']'"},
-        {"{\"a\": 1", "unterminated object"},
-    };
-    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-        JsonValue v;
-        char err[256];
-        int ok = parse(cases[i].text, &v, err);
-        CHECK(!ok, "accepted malformed '%s'", cases[i].text);
-        CHECK(strstr(err, cases[i].message) && strncmp(err, "line ", 5) == 0, "'%s': error '%s' lacks '%s'",
-              cases[i].text, err, cases[i].message);
-    }
-    // Depth: 64 levels parse, 65 do not.
-    char deep[200];
-    for (int depth = 64; depth <= 65; depth++) {
-        memset(deep, 0, sizeof deep);
-        for (int i = 0; i < depth; i++) deep[i] = '[';
-        for (int i = 0; i < depth; i++) deep[depth + i] = ']';
-        JsonValue v;
-        char err[256];
-        int ok = parse(deep, &v, err);
-        CHECK(ok == (depth <= 64), "depth %d: parse returned %d (%s)", depth, ok, err);
-        if (ok) json_value_free(&v);
-    }
-}
-
-static void json_error_names_line_and_column(void) {
-    JsonValue v;
-    char err[256];
-    CHECK(!parse("{\n  \"steps\": \"10\",\n  \"lr\": 1.e3\n}", &v, err), "accepted");
-    CHECK(strncmp(err, "line 3, column 9:", 17) == 0, "error position: '%s'", err);
-}
-
-// ---- hyperparameters ---------------------------------------------------------------------------
 
 static char* print_config(const TrainConfig* cfg) {
     char* text = NULL;
@@ -247,9 +153,6 @@ static void failure_file_first_writer_wins(void) {
 int main(void) {
     snprintf(tmp_dir, sizeof tmp_dir, "/tmp/test_sagemaker.XXXXXX");
     if (!mkdtemp(tmp_dir)) return 1;
-    RUN(json_parses_documents);
-    RUN(json_rejects_malformed);
-    RUN(json_error_names_line_and_column);
     RUN(every_flag_is_a_hyperparameter);
     RUN(value_types);
     RUN(command_line_wins);

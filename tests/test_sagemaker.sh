@@ -3,8 +3,9 @@
 # temporary /opt/ml tree (TRAIN_GPT_SM_ROOT) holding what a real job's
 # container holds: hyperparameters.json with string values, resourceconfig.json,
 # inputdataconfig.json and the train/val/tokenizer channels with shards of the
-# bundled corpus. It trains from the channels, exports the weights to the
-# model folder, honours the command line over the file, and reports every
+# bundled corpus. It trains from the channels, writes checkpoints, the final
+# weights and the metrics log into the SageMaker folders, resumes after a spot
+# interruption, honours the command line over the file, and reports every
 # fatal error in output/failure with exit status 1.
 set -u
 cd "$(dirname "$0")/.." || exit 1
@@ -40,7 +41,9 @@ EOF
 EOF
 }
 hyperparameters() { printf '%s\n' "$1" >"$R/input/config/hyperparameters.json"; }
-sm() { env TRAIN_GPT_SM_ROOT="$R" "$TG" "$@"; }
+# Inside the container the checkpoints go to its folder (lib.sh turns them off
+# through TRAIN_GPT_CHECKPOINT_DIR, which would otherwise take precedence).
+sm() { env -u TRAIN_GPT_CHECKPOINT_DIR TRAIN_GPT_SM_ROOT="$R" "$TG" "$@"; }
 
 # 1. A job with no flags at all trains from the channels and leaves its weights
 # in the model folder: the same bytes as the equivalent command line outside SageMaker.
@@ -71,6 +74,11 @@ if sm >"$T/sm.log" 2>&1; then
     fail sm_reports_job "$(grep '^sagemaker' "$T/sm.log")"
   fi
   if [ ! -e "$R/output/failure" ]; then ok sm_no_failure_on_success; else fail sm_no_failure_on_success "$(cat "$R/output/failure")"; fi
+  if [ -s "$R/checkpoints/step_00000006/manifest.json" ]; then
+    ok sm_checkpoint_in_opt_ml_checkpoints
+  else
+    fail sm_checkpoint_in_opt_ml_checkpoints "$(ls -R "$R/checkpoints" 2>&1 | head -n 5)"
+  fi
   if [ "$(grep -c '"type":"step"' "$R/output/data/metrics.jsonl" 2>/dev/null)" -eq 6 ]; then
     ok sm_metrics_log_in_output_data
   else
@@ -80,14 +88,40 @@ else
   fail sm_trains_from_channels "exit $?: $(tail -n 3 "$T/sm.log")"
 fi
 
-# 2. Flags on the command line win over hyperparameters.json.
+# 2. Flags on the command line win over hyperparameters.json and over the
+# SageMaker folders, and so does $TRAIN_GPT_CHECKPOINT_DIR in the environment.
 make_tree
-sm --steps 2 --export "$T/cli.bin" >"$T/cli.log" 2>&1
-if [ "$(grep -c '^step ' "$T/cli.log")" -eq 2 ] && [ -s "$T/cli.bin" ] && [ ! -e "$R/model/model.bin" ] &&
+env TRAIN_GPT_CHECKPOINT_DIR="$T/env_ckpt" TRAIN_GPT_SM_ROOT="$R" "$TG" --steps 2 --model-dir "$T/cli_model" >"$T/cli.log" 2>&1
+if [ "$(grep -c '^step ' "$T/cli.log")" -eq 2 ] && [ -s "$T/cli_model/model.bin" ] && [ ! -e "$R/model/model.bin" ] &&
+   [ -d "$T/env_ckpt/step_00000002" ] && [ ! -e "$R/checkpoints/step_00000002" ] &&
    grep -q 'overridden by the command line: steps' "$T/cli.log"; then
   ok sm_command_line_wins
 else
   fail sm_command_line_wins "$(grep -E '^(step|sagemaker)' "$T/cli.log" | tail -n 4)"
+fi
+
+# 2b. A spot interruption: the job is killed (SIGKILL, as when the 120 s after
+# SIGTERM run out) right after its step-4 checkpoint, in the folder that
+# checkpointconfig.json names; SageMaker restarts it with that folder restored,
+# and it resumes there and ends with the weights of a job never interrupted.
+make_tree
+hp_spot='{"device": "cpu", "depth": "2", "seq-len": "64", "micro-batch": "4", "steps": "6", "lr": "0.003",
+ "warmup": "2", "val-every": "0", "sample-every": "0", "seed": "7", "checkpoint-every": "2"}'
+hyperparameters "$hp_spot"
+sm >"$T/whole.log" 2>&1
+cp "$R/model/model.bin" "$T/whole.bin"
+make_tree
+hyperparameters "$hp_spot"
+printf '{"LocalPath": "%s", "S3Uri": "s3://bucket/run-1/checkpoints"}\n' "$R/synced" >"$R/input/config/checkpointconfig.json"
+(TRAIN_GPT_CRASH_AT=after-manifest@4 sm >"$T/killed.log" 2>&1)
+killed=$?
+sm >"$T/restarted.log" 2>&1
+if [ "$killed" -eq 137 ] && [ -s "$R/synced/step_00000004/manifest.json" ] &&
+   grep -q "^resume .*$R/synced/step_00000004: step 4 of 6" "$T/restarted.log" &&
+   [ "$(grep -c '^step ' "$T/restarted.log")" -eq 2 ] && cmp -s "$R/model/model.bin" "$T/whole.bin"; then
+  ok sm_spot_restart_resumes
+else
+  fail sm_spot_restart_resumes "killed with $killed; $(grep -E '^(resume|step)|error' "$T/restarted.log" | head -n 3)"
 fi
 
 # 3. Channels: a 'validation' channel instead of 'val'; .bin and .bin.zst
@@ -130,67 +164,96 @@ fi
 
 # 5. Every fatal error: exit status 1, one error line, and the same message in
 # output/failure (what SageMaker shows as the job's FailureReason), followed by
-# the host once resourceconfig.json has been read.
-# sm_error NAME PATTERN [train_gpt flags...], after the tree has been broken.
+# the host once resourceconfig.json has been read. Each case breaks a tree of
+# its own, and the cases run side by side (each run is mostly MPI start-up).
+# new_case NAME: a fresh tree for one case, as $R.
+# sm_error NAME PATTERN [train_gpt flags...]: starts the case in the background.
+cases=()
+new_case() { R=$T/cases/$1; make_tree; }
 sm_error() {
-  local name=$1 pattern=$2
+  local name=$1
+  printf '%s\n' "$2" >"$R.pattern"
   shift 2
-  rm -f "$R/output/failure"
-  expect_error "$name" "$pattern" env TRAIN_GPT_SM_ROOT="$R" "$TG" "$@"
-  local err
-  err=$(env TRAIN_GPT_SM_ROOT="$R" "$TG" "$@" 2>&1 >/dev/null | sed -n 's/^train_gpt: error: //p')
-  local reason
+  (env TRAIN_GPT_SM_ROOT="$R" "$TG" "$@" >/dev/null 2>"$R.err"; echo $? >"$R.rc") &
+  cases+=("$name")
+}
+check_error() {
+  local name=$1 R=$T/cases/$1 pattern err rc lines reason host
+  pattern=$(cat "$R.pattern")
+  rc=$(cat "$R.rc")
+  lines=$(grep -c '^train_gpt: error:' "$R.err")
+  err=$(sed -n 's/^train_gpt: error: //p' "$R.err")
+  if [ "$rc" -ne 1 ] || [ "$lines" -ne 1 ] || ! printf '%s\n' "$err" | grep -Eq -- "$pattern"; then
+    fail "$name" "exit $rc, $lines error lines, want /$pattern/: $err"
+    return
+  fi
+  ok "$name"
   reason=$(cat "$R/output/failure" 2>/dev/null)
-  if [ -n "$err" ] && { [ "$reason" = "$err" ] || [ "$reason" = "$err (host $(sed -n 's/.*"current_host": "\([^"]*\)".*/\1/p' "$R/input/config/resourceconfig.json"))" ]; } &&
-     [ -z "$(find "$R/output" -name '.failure*')" ]; then
+  host=$(sed -n 's/.*"current_host": "\([^"]*\)".*/\1/p' "$R/input/config/resourceconfig.json")
+  if { [ "$reason" = "$err" ] || [ "$reason" = "$err (host $host)" ]; } && [ -z "$(find "$R/output" -name '.failure*')" ]; then
     ok "${name}_failure_file"
   else
-    fail "${name}_failure_file" "output/failure: '$(cat "$R/output/failure" 2>/dev/null)', error: '$err'"
+    fail "${name}_failure_file" "output/failure: '$reason', error: '$err'"
   fi
 }
-make_tree
+new_case hp_bad_integer
 hyperparameters '{"steps": "ten", "depth": "2"}'
 sm_error hp_bad_integer "hyperparameters\.json: --steps: 'ten' is not an integer"
+new_case hp_bad_number
 hyperparameters '{"lr": "fast"}'
 sm_error hp_bad_number "hyperparameters\.json: --lr: 'fast' is not a number"
+new_case hp_bad_boolean
 hyperparameters '{"shuffle": "maybe"}'
 sm_error hp_bad_boolean "hyperparameters\.json: --shuffle: 'maybe' is not a boolean"
+new_case hp_number_for_integer
 hyperparameters '{"steps": 1.5}'
 sm_error hp_number_for_integer "--steps: '1\.5' is not an integer"
+new_case hp_unknown_keys
 hyperparameters '{"stepz": "1", "learning_rate": "0.1", "steps": "2"}'
 sm_error hp_unknown_keys "unknown hyperparameters 'stepz' 'learning_rate' \(keys are train_gpt's flags"
+new_case hp_array_value
 hyperparameters '{"steps": [1, 2]}'
 sm_error hp_array_value "hyperparameter 'steps' is an array; expected a string, number or boolean"
+new_case hp_null_value
 hyperparameters '{"model": null}'
 sm_error hp_null_value "hyperparameter 'model' is null"
+new_case hp_same_flag_twice
 hyperparameters '{"micro-batch": "2", "micro_batch": "4"}'
 sm_error hp_same_flag_twice "'micro-batch' and 'micro_batch' name the same flag --micro-batch"
+new_case hp_key_twice
+hyperparameters '{"steps": "2", "steps": "3"}'
+sm_error hp_key_twice "hyperparameter 'steps' is given twice"
+new_case hp_invalid_json
 hyperparameters '{"steps": "1",}'
-sm_error hp_invalid_json "hyperparameters\.json: invalid JSON: line 1, column 15"
+sm_error hp_invalid_json "hyperparameters\.json: invalid JSON: line 1: "
+new_case hp_not_object
 hyperparameters '["steps", "1"]'
 sm_error hp_not_object "hyperparameters\.json: expected an object of hyperparameters, found an array"
-make_tree
+new_case bad_command_line_flag
 sm_error bad_command_line_flag "unknown flag '--bogus'" --bogus 1
+new_case resource_unknown_host
 echo '{"current_host": "algo-3", "hosts": ["algo-1", "algo-2"]}' >"$R/input/config/resourceconfig.json"
 sm_error resource_unknown_host "resourceconfig\.json: current_host 'algo-3' is not in \"hosts\""
+new_case resource_no_hosts
 echo '{"current_host": "algo-1", "hosts": []}' >"$R/input/config/resourceconfig.json"
 sm_error resource_no_hosts "resourceconfig\.json: \"hosts\" must be a non-empty array"
-make_tree
+new_case empty_train_channel
 rm "$R/input/data/train/"*
 sm_error empty_train_channel "channel 'train' \($R/input/data/train\) holds no \*\.bin or \*\.bin\.zst shards"
-make_tree
+new_case val_and_validation
 mkdir -p "$R/input/data/validation"
 sm_error val_and_validation "channels 'val' .* and 'validation' .* are both present"
-make_tree
+new_case tokenizer_channel_empty
 rm "$R/input/data/tokenizer/tokenizer.bin"
 sm_error tokenizer_channel_empty "channel 'tokenizer' .* has no tokenizer\.bin"
-make_tree
+new_case pipe_mode
 rm -rf "$R/input/data/train"
 mkfifo "$R/input/data/train_0"
 sm_error pipe_mode "channel 'train' uses Pipe input mode"
-make_tree
-cp data/kjv/kjv_train_000.bin "$T/bad_shard.bin"
+new_case bad_shard_in_channel
 printf 'XXXX' | dd of="$R/input/data/train/kjv_train_000.bin" bs=1 conv=notrunc status=none
 sm_error bad_shard_in_channel "kjv_train_000\.bin.*magic"
+wait
+for name in "${cases[@]}"; do check_error "$name"; done
 
 finish

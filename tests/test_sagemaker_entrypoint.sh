@@ -99,7 +99,7 @@ fi
 # 6b. The same job with 2 ranks on the host: mpirun starts them, rank 0 exports
 # the weights; a bad hyperparameter stops both with the reason in
 # output/failure, from rank 0, kept over the entrypoint's own note.
-rm -f "$R/model/model.bin"
+rm -rf "$R/model/model.bin" "$R/checkpoints"  # a new job, not a restart of the one above
 hyperparameters '{"device": "cpu", "depth": "1", "seq-len": "32", "micro-batch": "2", "steps": "3", "sample-every": "0", "vocab-size": "4096", "zero": "2", "sagemaker_mpi_num_of_processes_per_host": "2"}'
 if env TRAIN_GPT_SM_ROOT="$R" "$EP" train >"$T/run2.log" 2>&1 && grep -q '^train_gpt | .* | ranks 2 | zero 2' "$T/run2.log" &&
    [ "$(grep -c '^step ' "$T/run2.log")" -eq 3 ] && [ -s "$R/model/model.bin" ]; then

@@ -75,7 +75,8 @@ for itype in ["ml.p5.48xlarge", "ml.p5en.48xlarge", "ml.p6-b200.48xlarge"]:
 # line and no validation line, val:* the reverse, each capturing the value
 # printed in its field.
 run = subprocess.run([TG, "--device", "cpu", "--depth", "1", "--seq-len", "16", "--micro-batch", "2", "--steps", "3",
-                      "--val-every", "2", "--val-batches", "1", "--sample-every", "0"], capture_output=True, text=True)
+                      "--val-every", "2", "--val-batches", "1", "--sample-every", "0", "--checkpoint-dir", ""],
+                     capture_output=True, text=True)
 steps = [l for l in run.stdout.splitlines() if l.startswith("step ")]
 vals = [l for l in run.stdout.splitlines() if l.startswith("val ")]
 job = json.loads(launch(*BASE).stdout)

@@ -3,9 +3,9 @@
 // As on the CPU (kernels/cpu/gelu.c): 0.5 (1 + tanh(u)) = sigmoid(2u) =
 // 1 / (1 + exp(-2u)) with u = sqrt(2/pi) (x + 0.044715 x^3), which needs one
 // exp and does not cancel for very negative x. The exponent is clamped at 88
-// (exp(88) is finite) so that 1 - s = e * s stays a number. The model's
-// forward GELU is fused into the matmul (cuBLASLt epilogue, see matmul.cu);
-// these kernels serve gelu_forward/backward and the FP32 matmul path.
+// (exp(88) is finite) so that 1 - s = e * s stays a number. The matmul's
+// GELU (matmul_forward with pre_gelu) runs this same kernel, so recomputing
+// the GELU output in backward gives the same bits (see matmul.cu).
 #include "kernels/cuda/cuda_backend.cuh"
 
 #define GELU_SCALE 0.7978845608028654f

@@ -2,11 +2,12 @@
 //
 // Row-major (N, C) @ (OC, C)^T is, read column-major, out^T (OC, N) =
 // W (stored C x OC, transposed) @ inp (C x N): cuBLASLt's m = OC, n = N, k = C.
-// Forward adds the bias in the epilogue; in BF16 the GELU too
-// (GELU_AUX_BIAS: D = gelu(AB + bias), the pre-activation written to the
-// auxiliary buffer that backward needs). In FP32 the GELU runs as our own
-// kernel after a BIAS epilogue, because cuBLASLt's epilogue uses a fast tanh
-// that would cost the FP32 path its 1e-5 agreement with the CPU.
+// Forward adds the bias in the epilogue. The GELU runs as our own kernel on
+// the stored pre-activation, not in cuBLASLt's GELU_AUX epilogue: ops.h
+// requires out to be bit for bit gelu_forward(pre_gelu), because activation
+// recompute recomputes it that way, and the epilogue applies its own (fast)
+// tanh to the FP32 accumulator before rounding. Fusing would save one pass
+// over the (N, 4C) activation and make gradients depend on --recompute.
 // Backward: dinp = dout @ W with beta 0; dweight += dout^T @ inp with beta 1
 // (accumulating in place); dbias by the deterministic column sum of reduce.cu.
 //
@@ -34,7 +35,7 @@ struct GemmPlan {
 };
 
 // One GEMM in column-major terms: D (m, n) = op(A) (m, k) @ op(B) (k, n) + beta * D,
-// then the epilogue (bias of length m; aux (m, n) with leading dimension ldaux).
+// then the epilogue (bias of length m).
 typedef struct {
     int transa, transb, m, n, k, lda, ldb, ldd;
     const void *A, *B;
@@ -42,8 +43,6 @@ typedef struct {
     float beta;
     cublasLtEpilogue_t epilogue;
     const void* bias;
-    void* aux;
-    int ldaux;
 } Gemm;
 
 void cuda_matmul_init(Backend* be) {
@@ -86,11 +85,6 @@ static void run_gemm(Backend* be, const Gemm* g) {
     set_attr(desc, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb);
     set_attr(desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &g->epilogue, sizeof g->epilogue);
     if (g->bias) set_attr(desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &g->bias, sizeof g->bias);
-    if (g->aux) {
-        int64_t ld = g->ldaux;
-        set_attr(desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &g->aux, sizeof g->aux);
-        set_attr(desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &ld, sizeof ld);
-    }
 
     // Stored shapes: op(X) = X^T means X is stored transposed.
     cublasLtMatrixLayout_t la, lb, ld;
@@ -99,7 +93,7 @@ static void run_gemm(Backend* be, const Gemm* g) {
     LT_CHECK(cublasLtMatrixLayoutCreate(&ld, type, g->m, g->n, g->ldd));
 
     int align_a = alignment_of(g->A), align_b = alignment_of(g->B), align_d = alignment_of(g->D);
-    int align_e = alignment_of(g->bias) < alignment_of(g->aux) ? alignment_of(g->bias) : alignment_of(g->aux);
+    int align_e = alignment_of(g->bias);
     int key[13] = {g->transa, g->transb, g->m, g->n, g->k, g->lda, g->ldb, g->ldd, (int)be->dtype,
                    (int)g->epilogue, g->beta != 0.0f, align_a | align_b << 9, align_d | align_e << 9};
     GemmPlan* plan = NULL;
@@ -158,16 +152,6 @@ void cuda_matmul_forward(Backend* be, void* out, void* pre_gelu, const void* inp
     g.ldb = C;
     g.ldd = OC;
     g.bias = bias;
-    // cuBLASLt wants the GELU auxiliary leading dimension divisible by 8.
-    int fused_gelu = pre_gelu && be->dtype == DTYPE_BF16 && OC % 8 == 0;
-    if (fused_gelu) {
-        g.D = out;
-        g.aux = pre_gelu;
-        g.ldaux = OC;
-        g.epilogue = bias ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS : CUBLASLT_EPILOGUE_GELU_AUX;
-        run_gemm(be, &g);
-        return;
-    }
     g.D = pre_gelu ? pre_gelu : out;
     g.epilogue = bias ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT;
     run_gemm(be, &g);

@@ -8,10 +8,13 @@
 //     (and the loss falls);
 //   - two GPU runs from the same seed give bit-identical losses and weights,
 //     in FP32 and in BF16;
+//   - activation recompute (none, selective, full, and mixes) gives the same
+//     gradients bit for bit, in FP32 and in BF16;
 //   - (full size only) a 1-layer model trains a step at T = 131072.
 // TEST_SMALL=1 (the CPU execution harness) shrinks the model and the number
 // of steps.
 #include "llm/gpt.h"
+#include "llm/recompute.h"
 #include "llm/trainer.h"
 #include "tests/gpu/gpu_test.h"
 
@@ -220,6 +223,50 @@ static void test_training_is_deterministic(void) {
     free(p2);
 }
 
+// Gradients of one micro-batch under every recompute policy are the same bits:
+// recompute reruns the same kernels on the same inputs (ops.h requires the
+// fused GELU and residual+layernorm to match their unfused forms bit for bit).
+static void test_recompute_policies_bitwise(void) {
+    int B = 2, T = small ? 32 : 64;
+    GPTConfig c = small_config(T);
+    c.num_layers = 3;
+    struct { RecomputeMode mode; int full; } policies[] = {
+        {RECOMPUTE_NONE, 0}, {RECOMPUTE_SELECTIVE, 0}, {RECOMPUTE_FULL, 0}, {RECOMPUTE_NONE, 1}, {RECOMPUTE_SELECTIVE, 2}};
+    int32_t* in = (int32_t*)xmalloc((size_t)B * T * 4);
+    int32_t* tgt = (int32_t*)xmalloc((size_t)B * T * 4);
+    make_batch(in, tgt, B, T, c.vocab_size, 7);
+    float* first = NULL;
+    size_t n = 0;
+    for (size_t i = 0; i < sizeof policies / sizeof policies[0]; i++) {
+        RecomputePolicy p = recompute_policy(policies[i].mode, policies[i].full, c.num_layers);
+        GPT m;
+        gpt_create_recompute(&m, &c, gpu, B, T, 1, 0, 0, &p);
+        gpt_init_random(&m, 11);
+        gpu->to_device(gpu, m.inputs, in, (size_t)B * T * 4);
+        gpu->to_device(gpu, m.targets, tgt, (size_t)B * T * 4);
+        gpt_zero_grads(&m);
+        gpt_forward(&m, m.inputs, m.targets, B, T, 1.0f / (float)(B * T));
+        gpt_backward(&m, m.inputs, B, T);
+        float* g = read_flat(&m, m.grads);
+        if (!first) {
+            first = g;
+            n = m.layout.total;
+        } else {
+            char desc[96];
+            CHECK(same_bits(first, g, n * sizeof(float)), "%s gradients under recompute %s differ from none",
+                  dtype_name(gdt()), recompute_policy_describe(&p, c.num_layers, desc, sizeof desc));
+            free(g);
+        }
+        gpt_free(&m);
+    }
+    free(first);
+    free(in);
+    free(tgt);
+}
+
+static void test_recompute_policies_bitwise_fp32(void) { test_recompute_policies_bitwise(); }
+static void test_recompute_policies_bitwise_bf16(void) { test_recompute_policies_bitwise(); }
+
 // A 1-layer model at T = 131072 on one GPU: attention memory is linear in T.
 static void test_long_context_step(void) {
     int T = 131072;
@@ -261,6 +308,8 @@ int main(void) {
     RUN_AS(DTYPE_BF16, test_bf16_training_follows_fp32_cpu);
     RUN_AS(DTYPE_F32, test_training_is_deterministic_fp32);
     RUN_AS(DTYPE_BF16, test_training_is_deterministic_bf16);
+    RUN_AS(DTYPE_F32, test_recompute_policies_bitwise_fp32);
+    RUN_AS(DTYPE_BF16, test_recompute_policies_bitwise_bf16);
     if (!small) RUN_AS(DTYPE_BF16, test_long_context_step);
     ref->destroy(ref);
     return TESTS_DONE();
