@@ -133,14 +133,18 @@ if [ "$rc" -eq 1 ] && grep -q 'host 0 (algo-1) has not answered for 1s and never
 # 8. Host 0 gives up (failure file, status 1) when another host never answers.
 resources '{"current_host": "algo-1", "hosts": ["algo-1", "nohost.invalid"]}'
 rm -f "$R/output/failure"
-env TRAIN_GPT_SM_ROOT="$R" TRAIN_GPT_SSHD=true TRAIN_GPT_GPUS_PER_HOST=2 TRAIN_GPT_HOST_WAIT_S=1 "$EP" train >/dev/null 2>"$T/master.err"
+env TRAIN_GPT_SM_ROOT="$R" TRAIN_GPT_SSHD=true TRAIN_GPT_DONE_FILE="$T/done" TRAIN_GPT_GPUS_PER_HOST=2 TRAIN_GPT_HOST_WAIT_S=1 "$EP" train >/dev/null 2>"$T/master.err"
 rc=$?
 if [ "$rc" -eq 1 ] && grep -q 'host nohost.invalid did not answer on port 22' "$R/output/failure"; then ok master_gives_up; else fail master_gives_up "exit $rc: $(cat "$T/master.err")"; fi
 
-# 9. SIGTERM to the entrypoint (SageMaker's stop) reaches every rank under
-# mpirun, which exit cleanly, and the entrypoint exits with their status.
-# The ranks are a stand-in program with a name no other process has.
-rank_bin=$T/fkr$$
+# 9. SIGTERM to the entrypoint (SageMaker's stop) reaches every rank of its
+# job, under mpirun on host 0 and under sshd on the others, which exit
+# cleanly, and the entrypoint exits with their status. It reaches nothing
+# else: a process of the same binary (same name, same file) that the
+# entrypoint did not start, such as another job's rank or another test's
+# train_gpt on this machine, keeps running.
+mkdir -p "$T/bin"
+rank_bin=$T/bin/train_gpt
 cat >"$T/fake_rank.c" <<'EOF'
 #include <signal.h>
 #include <stdio.h>
@@ -163,19 +167,60 @@ int main(int argc, char** argv) {
 }
 EOF
 gcc -O1 -o "$rank_bin" "$T/fake_rank.c"
+# wait_for COUNT WORD FILE: until FILE has COUNT lines starting with WORD (20 s at most).
+wait_for() {
+  for _ in $(seq 100); do
+    [ "$(grep -c "^$2" "$3" 2>/dev/null)" = "$1" ] && return 0
+    sleep 0.2
+  done
+  return 1
+}
+"$rank_bin" "$T/decoy.log" &
+decoy=$!
 env TRAIN_GPT_SM_ROOT="$T/not_sagemaker" TRAIN_GPT_BIN="$rank_bin" TRAIN_GPT_GPUS_PER_HOST=2 "$EP" train "$T/ranks.log" >"$T/term.log" 2>&1 &
 ep_pid=$!
-for _ in $(seq 100); do
-  [ "$(grep -c '^start' "$T/ranks.log" 2>/dev/null)" = 2 ] && break
-  sleep 0.2
-done
+wait_for 2 start "$T/ranks.log"
 kill -TERM "$ep_pid"
 wait "$ep_pid"
 rc=$?
-if [ "$rc" -eq 0 ] && [ "$(grep -c '^term' "$T/ranks.log")" = 2 ]; then
+if [ "$rc" -eq 0 ] && [ "$(grep -c '^term' "$T/ranks.log")" = 2 ] && grep -q "passing it to the job's 2 rank(s) on this host" "$T/term.log"; then
   ok sigterm_reaches_ranks
 else
   fail sigterm_reaches_ranks "exit $rc; ranks: $(tr '\n' ' ' <"$T/ranks.log" 2>/dev/null); $(tail -n 3 "$T/term.log")"
 fi
+
+# 9b. A worker host: host 0's mpirun starts the ranks through this host's
+# sshd, here a stand-in that starts them as orted would, in a shell below it.
+# SIGTERM reaches them; the worker then waits for host 0's word as before.
+cat >"$T/fake_sshd" <<'EOF'
+#!/usr/bin/env bash
+[ "$1" = -t ] && exit 0
+bash -c '"$RANK_BIN" "$RANKS_LOG" & "$RANK_BIN" "$RANKS_LOG" & wait'
+EOF
+chmod +x "$T/fake_sshd"
+resources '{"current_host": "algo-2", "hosts": ["127.0.0.1", "algo-2"]}'
+env TRAIN_GPT_SM_ROOT="$R" TRAIN_GPT_SSHD="$T/fake_sshd" TRAIN_GPT_DONE_FILE="$T/done_w" TRAIN_GPT_BIN="$rank_bin" \
+  TRAIN_GPT_GPUS_PER_HOST=2 TRAIN_GPT_HOST_WAIT_S=60 RANK_BIN="$rank_bin" RANKS_LOG="$T/wranks.log" \
+  "$EP" train >"$T/wterm.log" 2>&1 &
+ep_pid=$!
+wait_for 2 start "$T/wranks.log"
+kill -TERM "$ep_pid"
+wait_for 2 term "$T/wranks.log"
+terms=$(grep -c '^term' "$T/wranks.log")
+echo 0 >"$T/done_w"
+wait "$ep_pid"
+rc=$?
+if [ "$rc" -eq 0 ] && [ "$terms" = 2 ]; then
+  ok sigterm_reaches_worker_ranks
+else
+  fail sigterm_reaches_worker_ranks "exit $rc; ranks: $(tr '\n' ' ' <"$T/wranks.log" 2>/dev/null); $(tail -n 3 "$T/wterm.log")"
+fi
+if kill -0 "$decoy" 2>/dev/null && [ "$(cat "$T/decoy.log")" = "start ?" ]; then
+  ok sigterm_spares_other_processes
+else
+  fail sigterm_spares_other_processes "a train_gpt the entrypoint did not start got: $(tr '\n' ' ' <"$T/decoy.log")"
+fi
+kill -KILL "$decoy" 2>/dev/null
+wait "$decoy" 2>/dev/null
 
 finish

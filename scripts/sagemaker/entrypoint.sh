@@ -158,24 +158,54 @@ if [ "$dry_run" = 1 ]; then
 fi
 
 # ---- run ------------------------------------------------------------------------------------------
-rank_name=$(basename "$bin")
-rank_name=${rank_name:0:15}  # the kernel's process name (what pkill -x matches) keeps 15 characters
 # SageMaker stops a job (StopTrainingJob, spot interruption) by SIGTERM to each
 # container's first process, SIGKILL 120 s later. mpirun would turn its own
 # SIGTERM into SIGKILL a second later, so the ranks on this host get it
 # straight: they checkpoint and exit, and mpirun then ends by itself.
+# Only this job's ranks: the processes running the rank binary below the one
+# this script started that leads to them (mpirun on host 0; sshd, under which
+# host 0's mpirun starts its daemon and ranks, on the others). Another
+# train_gpt on the same machine, from any other job or test, is not touched.
+# job_ranks PID: those processes below PID, one PID a line.
+# shellcheck disable=SC2317  # called from stop_ranks
+job_ranks() {
+  local top=$1 stat line pid up
+  local -A parent=()
+  for stat in /proc/[0-9]*/stat; do
+    IFS= read -r line 2>/dev/null <"$stat" || continue
+    pid=${stat#/proc/}
+    pid=${pid%/stat}
+    line=${line##*") "}  # the fields after "(name)", which may hold anything
+    line=${line#* }      # past the state: the parent's PID comes next
+    parent[$pid]=${line%% *}
+  done
+  for pid in "${!parent[@]}"; do
+    up=${parent[$pid]}
+    while [ "$up" -gt 1 ] && [ "$up" != "$top" ]; do up=${parent[$up]:-0}; done
+    if [ "$up" = "$top" ] && [ "/proc/$pid/exe" -ef "$bin" ]; then echo "$pid"; fi
+  done
+}
 # shellcheck disable=SC2317  # invoked by trap
 stop_ranks() {
-  log "SIGTERM: passing it to the $rank_name ranks on this host"
-  pkill -TERM -x "$rank_name" || true
+  local ranks=()
+  [ -n "${1:-}" ] && mapfile -t ranks < <(job_ranks "$1")
+  log "SIGTERM: passing it to the job's ${#ranks[@]} rank(s) on this host${ranks[*]:+ (pid ${ranks[*]})}"
+  if [ "${#ranks[@]}" -gt 0 ]; then kill -TERM "${ranks[@]}" 2>/dev/null || true; fi
 }
 
 if [ "$world" -eq 1 ]; then exec "${cmd[@]}"; fi
 
+sshd_pid=
 if [ "${#hosts[@]}" -gt 1 ]; then
   rm -f "$done_file"
-  mkdir -p /run/sshd
-  "$sshd" || fail "cannot start $sshd"
+  if [ -z "${TRAIN_GPT_SSHD:-}" ]; then mkdir -p /run/sshd; fi  # OpenSSH's privilege separation folder
+  "$sshd" -t || fail "$sshd cannot start (sshd -t: configuration or host keys)"
+  # In the foreground (-D), as a child of this script: the ranks mpirun starts
+  # through it are then found below it (job_ranks), and it ends with the job.
+  "$sshd" -D &
+  sshd_pid=$!
+  # shellcheck disable=SC2064  # the PID is fixed now
+  trap "kill $sshd_pid 2>/dev/null || true" EXIT
 fi
 
 # Whether a host's sshd answers (its name may not resolve yet).
@@ -185,7 +215,7 @@ if [ "$current_host" != "$master" ]; then
   # Another host: the ranks here are started by host 0's mpirun over ssh.
   # Wait for host 0 to report the end; give up if it stops answering (a
   # container that dies takes its sshd with it) without having reported.
-  trap stop_ranks TERM
+  trap 'stop_ranks "$sshd_pid"' TERM
   check_every=$((wait_s < 10 ? 1 : 10))
   last_answer=$SECONDS
   next_check=0
@@ -214,7 +244,8 @@ for host in "${hosts[@]:1}"; do
 done
 
 log "running: ${cmd[*]}"
-trap stop_ranks TERM
+mpirun_pid=
+trap 'stop_ranks "$mpirun_pid"' TERM
 "${cmd[@]}" &
 mpirun_pid=$!
 status=0
