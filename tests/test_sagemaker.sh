@@ -6,7 +6,8 @@
 # bundled corpus. It trains from the channels, writes checkpoints, the final
 # weights and the metrics log into the SageMaker folders, resumes after a spot
 # interruption, honours the command line over the file, and reports every
-# fatal error in output/failure with exit status 1.
+# fatal error, from bad input or forced in the middle of training, in
+# output/failure with exit status 1.
 set -u
 cd "$(dirname "$0")/.." || exit 1
 # shellcheck source=tests/lib.sh
@@ -253,7 +254,23 @@ sm_error pipe_mode "channel 'train' uses Pipe input mode"
 new_case bad_shard_in_channel
 printf 'XXXX' | dd of="$R/input/data/train/kjv_train_000.bin" bs=1 conv=notrunc status=none
 sm_error bad_shard_in_channel "kjv_train_000\.bin.*magic"
+# A fatal error in the middle of training, forced: the checkpoint of step 4
+# finds the disk full (TRAIN_GPT_DISK_FULL_AT). The failure file holds the
+# reason; the checkpoint of step 2 stays complete for a restart; no final weights.
+new_case disk_full_mid_training
+hyperparameters '{"device": "cpu", "depth": "1", "seq-len": "32", "micro-batch": "2", "steps": "6", "val-every": "0",
+ "sample-every": "0", "checkpoint-every": "2", "keep-last": "0"}'
+printf '%s\n' "checkpoint of step 4: .*No space left on device; older checkpoints are intact" >"$R.pattern"
+(env -u TRAIN_GPT_CHECKPOINT_DIR TRAIN_GPT_DISK_FULL_AT=4 TRAIN_GPT_SM_ROOT="$R" "$TG" >"$R.out" 2>"$R.err"; echo $? >"$R.rc") &
+cases+=(disk_full_mid_training)
 wait
 for name in "${cases[@]}"; do check_error "$name"; done
+R=$T/cases/disk_full_mid_training
+if [ -s "$R/checkpoints/step_00000002/manifest.json" ] && [ ! -e "$R/checkpoints/step_00000004/manifest.json" ] &&
+   [ "$(grep -c '^step ' "$R.out")" -eq 4 ] && [ ! -e "$R/model/model.bin" ]; then
+  ok disk_full_mid_training_keeps_checkpoint
+else
+  fail disk_full_mid_training_keeps_checkpoint "$(grep -c '^step ' "$R.out") steps; $(ls "$R/checkpoints" "$R/model" 2>&1 | tr '\n' ' ')"
+fi
 
 finish
