@@ -400,8 +400,9 @@ static void configure_outputs(TrainConfig* cfg) {
     free(ckpt_config);
     if (!sm.checkpoint_dir) sm.checkpoint_dir = path_join(sm.root, "checkpoints");
     // $TRAIN_GPT_CHECKPOINT_DIR (the job's Environment) is a choice made for
-    // this job: it stays in force (see --checkpoint-dir auto).
-    if (!getenv("TRAIN_GPT_CHECKPOINT_DIR")) set_default(cfg, "checkpoint-dir", sm.checkpoint_dir);
+    // this job: it stays in force, as with --checkpoint-dir auto.
+    const char* env_ckpt = getenv("TRAIN_GPT_CHECKPOINT_DIR");
+    set_default(cfg, "checkpoint-dir", env_ckpt ? env_ckpt : sm.checkpoint_dir);
 
     // The metrics log: with the job's other output, uploaded as output.tar.gz at the end.
     const char* env_output = getenv("SM_OUTPUT_DATA_DIR");
@@ -450,8 +451,9 @@ void sagemaker_report(const TrainConfig* cfg, int rank) {
     }
     printf("sagemaker | channels: train %s | val %s | tokenizer %s\n", sm.train_dir ? sm.train_dir : "-",
            sm.val_dir ? sm.val_dir : "-", sm.tokenizer_dir ? sm.tokenizer_dir : "-");
-    printf("sagemaker | checkpoints %s | final weights %s/model.bin | metrics %s/metrics.jsonl | failure reason %s/output/failure\n",
+    printf("sagemaker | checkpoints %s | final weights %s%s | metrics %s%s | failure reason %s/output/failure\n",
            cfg->checkpoint_dir[0] ? cfg->checkpoint_dir : "-", cfg->model_dir[0] ? cfg->model_dir : "-",
-           cfg->log_dir[0] ? cfg->log_dir : "-", sm.root);
+           cfg->model_dir[0] ? "/model.bin" : "", cfg->log_dir[0] ? cfg->log_dir : "-",
+           cfg->log_dir[0] ? "/metrics.jsonl" : "", sm.root);
     fflush(stdout);
 }

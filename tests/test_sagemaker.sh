@@ -69,7 +69,8 @@ if sm >"$T/sm.log" 2>&1; then
     fail sm_model_exported_same_as_flags "model/model.bin differs from the command-line run's export"
   fi
   if grep -q '^sagemaker | root .* | host algo-1 (1 of 1: algo-1) | ml.p5.48xlarge | interface eth0$' "$T/sm.log" &&
-     grep -q '^sagemaker | hyperparameters.json: 11 applied .* 4 sagemaker_\* keys left to the launcher' "$T/sm.log"; then
+     grep -q '^sagemaker | hyperparameters.json: 11 applied .* 4 sagemaker_\* keys left to the launcher' "$T/sm.log" &&
+     grep -qF "sagemaker | checkpoints $R/checkpoints | final weights $R/model/model.bin | metrics $R/output/data/metrics.jsonl | failure reason $R/output/failure" "$T/sm.log"; then
     ok sm_reports_job
   else
     fail sm_reports_job "$(grep '^sagemaker' "$T/sm.log")"
@@ -95,7 +96,8 @@ make_tree
 env TRAIN_GPT_CHECKPOINT_DIR="$T/env_ckpt" TRAIN_GPT_SM_ROOT="$R" "$TG" --steps 2 --model-dir "$T/cli_model" >"$T/cli.log" 2>&1
 if [ "$(grep -c '^step ' "$T/cli.log")" -eq 2 ] && [ -s "$T/cli_model/model.bin" ] && [ ! -e "$R/model/model.bin" ] &&
    [ -d "$T/env_ckpt/step_00000002" ] && [ ! -e "$R/checkpoints/step_00000002" ] &&
-   grep -q 'overridden by the command line: steps' "$T/cli.log"; then
+   grep -q 'overridden by the command line: steps' "$T/cli.log" &&
+   grep -qF "sagemaker | checkpoints $T/env_ckpt | final weights $T/cli_model/model.bin |" "$T/cli.log"; then
   ok sm_command_line_wins
 else
   fail sm_command_line_wins "$(grep -E '^(step|sagemaker)' "$T/cli.log" | tail -n 4)"
