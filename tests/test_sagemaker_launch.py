@@ -63,6 +63,8 @@ for itype in ["ml.p5.48xlarge", "ml.p5en.48xlarge", "ml.p6-b200.48xlarge"]:
             (est["environment"] == {"NCCL_DEBUG": "INFO"}, "environment"),
             (job["ranks"] == 16 and job["job_name"].startswith("train-gpt-"), "ranks or job name"),
             (est["volume_size"] > 0 and est["image_uri"].endswith("train-gpt:1"), "volume or image"),
+            ({"train:loss", "val:loss"} <= {m["Name"] for m in est["metric_definitions"]}
+             and est["enable_sagemaker_metrics"] is True, "metric definitions"),
         ]
         bad = [why for good, why in checks if not good]
         ok(name) if not bad else fail(name, "; ".join(bad))
@@ -124,6 +126,31 @@ else:
                 bad.append(f"{m['Name']} captured {found.group(1)} from {line!r}")
         bad += [f"{m['Name']} also matches {line!r}" for line in other if re.search(m["Regex"], line)]
     ok("metric_regexes_match_train_gpt") if not bad else fail("metric_regexes_match_train_gpt", "; ".join(bad[:4]))
+
+# 2b. ... and agree with the step line's grammar as README.md states it (its
+# regular expression under <!-- step-line-regex -->): on every step line that
+# expression matches, and each train:* metric captures the very field the
+# expression's group names.
+step_re = readme.split("<!-- step-line-regex -->", 1)[1].split("```", 2)[1].strip()
+group_of = {"train:loss": 3, "train:grad_norm": 4, "train:lr": 5, "train:step_ms": 6, "train:tokens_per_s": 7,
+            "train:mfu_percent": 8, "train:mem_mib": 9, "train:peak_mem_mib": 10}
+bad = []
+if not steps:
+    bad.append("no step lines")
+for line in steps:
+    whole = re.match(step_re, line)
+    if not whole:
+        bad.append(f"README's step-line regex does not match {line!r}")
+        continue
+    for m in metrics:
+        if m["Name"] in group_of:
+            found = re.search(m["Regex"], line)
+            want = whole.group(group_of[m["Name"]]).rstrip("%")
+            if not found or found.group(1) != want:
+                bad.append(f"{m['Name']} captures {found.group(1) if found else None!r}, the step line's field is {want!r}")
+missing = sorted(set(group_of) - {m["Name"] for m in metrics})
+bad += [f"no metric {name}" for name in missing]
+ok("metrics_agree_with_step_line_regex") if not bad else fail("metrics_agree_with_step_line_regex", "; ".join(bad[:4]))
 
 # 3. Launches that would go wrong are refused before any AWS call.
 refusals = {
