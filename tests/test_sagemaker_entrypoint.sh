@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # test_sagemaker_entrypoint.sh: the container entrypoint
-# (scripts/sagemaker/entrypoint.sh): the mpirun command line for 2 hosts x 8
-# GPUs (checked as text in dry-run mode), the other hosts' role, the
-# single-host forms, real 1- and 2-rank jobs in a fake /opt/ml, a worker
-# waiting for host 0's word, and SIGTERM reaching the ranks under mpirun.
+# (scripts/sagemaker/entrypoint.sh) and the image that runs it: the mpirun
+# command line for 2 hosts x 8 GPUs (checked as text in dry-run mode), the
+# other hosts' role, the single-host forms, real 1- and 2-rank jobs in a fake
+# /opt/ml, a worker waiting for host 0's word, and SIGTERM reaching the job's
+# ranks (under mpirun, under a worker's sshd) and nothing else.
 set -u
 cd "$(dirname "$0")/.." || exit 1
 # shellcheck source=tests/lib.sh
@@ -18,6 +19,22 @@ resources() { printf '%s\n' "$1" >"$R/input/config/resourceconfig.json"; }
 hyperparameters() { printf '%s\n' "$1" >"$R/input/config/hyperparameters.json"; }
 # The entrypoint in a clean environment, as in a container without the SageMaker toolkit.
 ep() { env -i PATH=/usr/bin:/bin MPI_HOME=/opt/amazon/openmpi TRAIN_GPT_SM_ROOT="$R" TRAIN_GPT_BIN=/opt/train_gpt/train_gpt "$@"; }
+
+# 0. The image (scripts/sagemaker/Dockerfile; not built by the tests) starts
+# from a CUDA development image, copies the repository to /opt/train_gpt
+# (its .dockerignore keeping the scripts and the bundled corpus in), builds
+# train_gpt there against NCCL and the EFA installer's Open MPI, and runs this
+# entrypoint, executable, in exec form (so that it receives SIGTERM itself).
+DF=scripts/sagemaker/Dockerfile
+entry=$(sed -n 's/^ENTRYPOINT \["\([^"]*\)"\]$/\1/p' "$DF")
+if [ "$entry" = /opt/train_gpt/$EP ] && [ -x "$EP" ] && grep -q '^COPY \. /opt/train_gpt$' "$DF" &&
+   grep -Eq '^FROM nvidia/cuda:\$\{CUDA_VERSION\}-devel-ubuntu' "$DF" && grep -q 'efa_installer.sh' "$DF" &&
+   grep -q '^ENV NCCL_HOME=/opt/nccl' "$DF" && grep -q 'make -j.* train_gpt data' "$DF" &&
+   ! grep -Eq '^(scripts|data/corpus|data)/?$' "$DF.dockerignore"; then
+  ok dockerfile_runs_the_entrypoint
+else
+  fail dockerfile_runs_the_entrypoint "ENTRYPOINT '$entry'; check $DF and $DF.dockerignore"
+fi
 
 # 1. Host 0 of 2 hosts x 8 GPUs (ranks per host from the SDK's mpi distribution).
 # The host's cores are shared among its ranks.
