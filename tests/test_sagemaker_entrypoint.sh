@@ -113,16 +113,31 @@ else
   fail single_rank_job_trains "$(tail -n 3 "$T/run.log")"
 fi
 
-# 6b. The same job with 2 ranks on the host: mpirun starts them, rank 0 exports
-# the weights; a bad hyperparameter stops both with the reason in
-# output/failure, from rank 0, kept over the entrypoint's own note.
-rm -rf "$R/model/model.bin" "$R/checkpoints"  # a new job, not a restart of the one above
-hyperparameters '{"device": "cpu", "depth": "1", "seq-len": "32", "micro-batch": "2", "steps": "3", "sample-every": "0", "vocab-size": "4096", "zero": "2", "sagemaker_mpi_num_of_processes_per_host": "2"}'
-if env TRAIN_GPT_SM_ROOT="$R" "$EP" train >"$T/run2.log" 2>&1 && grep -q '^train_gpt | .* | ranks 2 | zero 2' "$T/run2.log" &&
-   [ "$(grep -c '^step ' "$T/run2.log")" -eq 3 ] && [ -s "$R/model/model.bin" ]; then
+# 6b. The same job with 2 ranks on the host: mpirun starts them, each writes
+# its shard of the checkpoints into the container's checkpoint folder, rank 0
+# exports the weights; started again with more steps (a spot restart, the
+# folder restored), both ranks resume from it. Then a bad hyperparameter
+# stops both with the reason in output/failure, from rank 0, kept over the
+# entrypoint's own note. (lib.sh turns checkpoints off through
+# TRAIN_GPT_CHECKPOINT_DIR; a container has no such setting.)
+rm -rf "$R/model/model.bin" "$R/checkpoints"
+hp2='"device": "cpu", "depth": "1", "seq-len": "32", "micro-batch": "2", "sample-every": "0", "vocab-size": "4096", "zero": "2", "checkpoint-every": "2", "sagemaker_mpi_num_of_processes_per_host": "2"'
+hyperparameters "{$hp2, \"steps\": \"3\"}"
+ck=$R/checkpoints/step_00000003
+if env -u TRAIN_GPT_CHECKPOINT_DIR TRAIN_GPT_SM_ROOT="$R" "$EP" train >"$T/run2.log" 2>&1 && grep -q '^train_gpt | .* | ranks 2 | zero 2' "$T/run2.log" &&
+   [ "$(grep -c '^step ' "$T/run2.log")" -eq 3 ] && [ -s "$R/model/model.bin" ] && [ -s "$ck/manifest.json" ] &&
+   [ -s "$ck/shard_00000_of_00002.bin" ] && [ -s "$ck/shard_00001_of_00002.bin" ]; then
   ok two_rank_job_trains
 else
-  fail two_rank_job_trains "$(grep -E '^(train_gpt|step)|error' "$T/run2.log" | tail -n 4)"
+  fail two_rank_job_trains "$(grep -E '^(train_gpt|step)|error' "$T/run2.log" | tail -n 4); $(ls "$R/checkpoints" 2>&1)"
+fi
+hyperparameters "{$hp2, \"steps\": \"5\"}"
+if env -u TRAIN_GPT_CHECKPOINT_DIR TRAIN_GPT_SM_ROOT="$R" "$EP" train >"$T/run2r.log" 2>&1 &&
+   grep -q "^resume .*$ck: step 3 of 5" "$T/run2r.log" && [ "$(grep -c '^step ' "$T/run2r.log")" -eq 2 ] &&
+   [ -s "$R/checkpoints/step_00000005/manifest.json" ]; then
+  ok two_rank_job_resumes
+else
+  fail two_rank_job_resumes "$(grep -E '^(resume|step)|error' "$T/run2r.log" | tail -n 4)"
 fi
 hyperparameters '{"device": "cpu", "steps": "three", "sagemaker_mpi_num_of_processes_per_host": "2"}'
 rm -f "$R/output/failure"
