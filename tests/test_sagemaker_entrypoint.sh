@@ -183,7 +183,12 @@ cat >"$T/fake_rank.c" <<'EOF'
 #include <stdlib.h>
 #include <unistd.h>
 static volatile sig_atomic_t stop;
-static void on_term(int sig) { (void)sig; stop = 1; }
+static void on_term(int sig) {
+    (void)sig;
+    stop = 1;
+    const char* status = getenv("FAKE_TERM_EXIT");  // exit at once, with this status
+    if (status) _exit(atoi(status));
+}
 static void say(const char* path, const char* what) {
     FILE* f = fopen(path, "a");
     const char* rank = getenv("OMPI_COMM_WORLD_RANK");
@@ -219,6 +224,21 @@ if [ "$rc" -eq 0 ] && [ "$(grep -c '^term' "$T/ranks.log")" = 2 ] && grep -q "pa
   ok sigterm_reaches_ranks
 else
   fail sigterm_reaches_ranks "exit $rc; ranks: $(tr '\n' ' ' <"$T/ranks.log" 2>/dev/null); $(tail -n 3 "$T/term.log")"
+fi
+
+# 9a. Ranks that fail on the stop (exit 3 at once): the entrypoint reports
+# mpirun's status 3, not the signal that interrupted its wait.
+env TRAIN_GPT_SM_ROOT="$T/not_sagemaker" TRAIN_GPT_BIN="$rank_bin" TRAIN_GPT_GPUS_PER_HOST=2 FAKE_TERM_EXIT=3 \
+  "$EP" train "$T/ranks3.log" >"$T/term3.log" 2>&1 &
+ep_pid=$!
+wait_for 2 start "$T/ranks3.log"
+kill -TERM "$ep_pid"
+wait "$ep_pid"
+rc=$?
+if [ "$rc" -eq 1 ] && grep -q 'error: mpirun exited with status 3;' "$T/term3.log"; then
+  ok sigterm_failing_ranks_status
+else
+  fail sigterm_failing_ranks_status "exit $rc: $(grep -E 'error' "$T/term3.log" | tail -n 2)"
 fi
 
 # 9b. A worker host: host 0's mpirun starts the ranks through this host's

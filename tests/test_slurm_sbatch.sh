@@ -5,7 +5,7 @@
 # line and the ranks' environment, a real training job with its checkpoints
 # and final weights in the run folder, a requeued job resuming there, and the
 # time-limit signal (USR1) stopping the ranks with a checkpoint and requeueing
-# the job. The stand-ins reach only the processes they started themselves.
+# the job, but not when the ranks fail. The stand-ins reach only the processes they started themselves.
 set -u
 cd "$(dirname "$0")/.." || exit 1
 # shellcheck source=tests/lib.sh
@@ -90,6 +90,33 @@ if [ "$rc" -eq 0 ] && [ "$(cat "$FAKE_SLURM/scancel.args" 2>/dev/null)" = "--sig
   ok sbatch_time_limit_checkpoints_and_requeues
 else
   fail sbatch_time_limit_checkpoints_and_requeues "exit $rc, stop after '$S', scancel '$(cat "$FAKE_SLURM/scancel.args" 2>/dev/null)', scontrol '$(cat "$FAKE_SLURM/scontrol.args" 2>/dev/null)': $(tail -n 2 "$T/job3.log")"
+fi
+
+# 4. Ranks that fail after the time-limit stop (here a stand-in that exits 3
+# on SIGTERM) are not requeued: the job ends with their status.
+rm -f "$FAKE_SLURM/scancel.args" "$FAKE_SLURM/scontrol.args"
+cat >"$T/failing_rank" <<'EOF'
+#!/usr/bin/env bash
+echo "step 1"
+sleep 30 &
+trap 'kill $!; exit 3' TERM
+wait
+EOF
+chmod +x "$T/failing_rank"
+"${sbatch_env[@]}" TRAIN_GPT="$T/failing_rank" bash "$SB" >"$T/job4.log" 2>&1 &
+sb=$!
+for _ in $(seq 100); do
+  grep -q '^step ' "$T/job4.log" 2>/dev/null && break
+  sleep 0.1
+done
+kill -USR1 "$sb"
+wait "$sb"
+rc=$?
+if [ "$rc" -eq 3 ] && [ "$(cat "$FAKE_SLURM/scancel.args" 2>/dev/null)" = "--signal=TERM 42" ] &&
+   [ ! -e "$FAKE_SLURM/scontrol.args" ] && grep -q 'not requeueing job 42' "$T/job4.log"; then
+  ok sbatch_failed_stop_not_requeued
+else
+  fail sbatch_failed_stop_not_requeued "exit $rc, scontrol '$(cat "$FAKE_SLURM/scontrol.args" 2>/dev/null)': $(tail -n 2 "$T/job4.log")"
 fi
 
 finish

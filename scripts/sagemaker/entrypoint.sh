@@ -187,6 +187,7 @@ job_ranks() {
 }
 # shellcheck disable=SC2317  # invoked by trap
 stop_ranks() {
+  interrupted=1
   local ranks=()
   [ -n "${1:-}" ] && mapfile -t ranks < <(job_ranks "$1")
   log "SIGTERM: passing it to the job's ${#ranks[@]} rank(s) on this host${ranks[*]:+ (pid ${ranks[*]})}"
@@ -249,9 +250,13 @@ trap 'stop_ranks "$mpirun_pid"' TERM
 "${cmd[@]}" &
 mpirun_pid=$!
 status=0
-# wait returns early when a signal arrives; keep waiting for mpirun itself.
-while kill -0 "$mpirun_pid" 2>/dev/null; do
+# A trapped signal ends wait early, with 128 + its number rather than
+# mpirun's status: then wait again (bash keeps the status of a child that
+# has exited meanwhile).
+while :; do
+  interrupted=0
   wait "$mpirun_pid" && status=0 || status=$?
+  [ "$interrupted" = 1 ] || break
 done
 
 for host in "${hosts[@]:1}"; do
