@@ -16,15 +16,21 @@
 #include "llm/plan_cli.h"
 #include "llm/precision.h"
 #include "llm/report.h"
+#include "llm/sagemaker.h"
 #include "llm/trainer.h"
 
 int main(int argc, char** argv) {
     // 0. The ranks: MPI tells this process who it is (a world of one without mpirun).
+    //    Inside a SageMaker training container a fatal error from here on is also
+    //    reported to SageMaker.
+    sagemaker_detect();
     Comm* comm = comm_init(&argc, &argv);
 
-    // 1. Configuration: flags with defaults that train the bundled demo.
+    // 1. Configuration: flags with defaults that train the bundled demo; inside
+    //    SageMaker also its hyperparameters, data channels and output folders.
     TrainConfig cfg;
     config_parse(&cfg, argc, argv);
+    sagemaker_configure(&cfg);
     // --plan: the memory bill and the recommended configuration; no data, no model.
     if (cfg.plan) {
         int status = plan_command(&cfg);
@@ -49,6 +55,7 @@ int main(int argc, char** argv) {
     checkpoint_resume(ck);
     report_open(&tr);
     report_run_summary(&tr);
+    sagemaker_report(&cfg, tr.rank);
 
     // 5. The loop: evaluate and sample on schedule, then one optimizer step,
     //    then a checkpoint when one is due.

@@ -353,7 +353,7 @@ static int compare_paths(const void* a, const void* b) {
 
 char** glob_paths(const char* pattern, const char* flag, int* count) {
     glob_t g;
-    int rc = glob(pattern, 0, NULL, &g);
+    int rc = glob(pattern, GLOB_BRACE, NULL, &g);  // {a,b} alternatives: dir/*.{bin,bin.zst}
     const char* from = flag ? flag : "pattern";
     if (rc == GLOB_NOMATCH || (rc == 0 && g.gl_pathc == 0)) {
         globfree(&g);

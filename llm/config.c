@@ -155,6 +155,8 @@ int config_is_set(const TrainConfig* cfg, const char* name) {
     return f ? flag_was_set[f - FLAGS] : 0;
 }
 
+int config_has_flag(const char* name) { return find_flag(name) != NULL; }
+
 static void set_defaults(TrainConfig* cfg) {
     memset(cfg, 0, sizeof *cfg);
     for (int i = 0; i < NUM_FLAGS; i++) store(cfg, &FLAGS[i], FLAGS[i].def, "internal default: ");

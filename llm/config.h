@@ -86,6 +86,8 @@ void config_parse(TrainConfig* cfg, int argc, char** argv);
 int config_set(TrainConfig* cfg, const char* name, const char* value, const char* source);
 // Whether a flag was given explicitly (not left at its default).
 int config_is_set(const TrainConfig* cfg, const char* name);
+// Whether the flag table has a flag of this name (without the leading dashes).
+int config_has_flag(const char* name);
 // Prints every flag and its value, one per line with a prefix.
 void config_print(const TrainConfig* cfg, FILE* f, const char* prefix);
 void config_print_help(FILE* f);

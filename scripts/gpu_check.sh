@@ -15,7 +15,7 @@
 #   scripts/gpu_check.sh            full run
 #   scripts/gpu_check.sh --quick    shorter benchmarks (one model, fewer repetitions)
 set -uo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/.." || exit 1
 
 if ! command -v nvidia-smi >/dev/null 2>&1 || ! nvidia-smi -L >/dev/null 2>&1; then
   echo "gpu_check: no GPU here (nvidia-smi finds none); nothing to check" >&2
@@ -28,9 +28,14 @@ arch="-gencode arch=compute_$cap,code=sm_$cap"
 jobs=$(nproc)
 echo "gpu_check: $gpu (sm_$cap), building in $build/"
 
+gpu_tests=()
+for f in tests/gpu/test_*.c; do
+  [ -e "$f" ] && gpu_tests+=("$build/gpu/$(basename "$f" .c)")
+done
+
 start=$(date +%s)
 if ! make -j"$jobs" BUILD="$build" BIN="$build/train_gpt" CUDA_ARCH="$arch" \
-     "$build/train_gpt" "$build/gpu/bench_gpu" $(ls tests/gpu/test_*.c | sed "s|tests/gpu/\(.*\)\.c|$build/gpu/\1|") \
+     "$build/train_gpt" "$build/gpu/bench_gpu" "${gpu_tests[@]}" \
      > "$build.log" 2>&1; then
   tail -30 "$build.log"
   echo "gpu_check: build failed (log: $build.log)" >&2

@@ -15,6 +15,7 @@ packages=(
   python3-matplotlib      # scripts/plot.py
   bible-kjv-text          # the bundled public-domain corpus
   shellcheck              # lints scripts/
+  jq                      # the SageMaker entrypoint reads resourceconfig.json (its tests run here)
 )
 
 missing=()
