@@ -45,6 +45,26 @@ hang_case() {  # NAME HANG_RANK
 hang_case collective_timeout_rank1_hangs 1
 hang_case collective_timeout_rank0_hangs 0
 
+# The CUDA backend with NCCL, on simulated GPUs (tests/cuda_sim) when built.
+SIM_TG=${SIM_TG:-${BUILD:-build}/sim/train_gpt}
+if [ -x "$SIM_TG" ] && [ -e "${BUILD:-build}/sim/llm/comm_nccl.o" ]; then
+  sim=(--layers 2 --channels 64 --heads 2 --seq-len 32 --micro-batch 2 --batch-tokens 128 --steps 5 --val-every 0
+       --sample-every 0 --device cuda --precision fp32 --peak-tflops 1 --telemetry-every 0 --zero 2)
+  TRAIN_GPT_INJECT_HANG=1:3 timeout 90 mpirun -np 2 --allow-run-as-root --oversubscribe --bind-to none "$SIM_TG" \
+    "${sim[@]}" --collective-timeout 4 >"$T/sim.out" 2>"$T/sim.err"
+  rc=$?
+  err=$(grep '^train_gpt: error:' "$T/sim.err")
+  if [ $rc -ne 0 ] && [ $rc -ne 124 ] && [ "$(printf '%s\n' "$err" | grep -c .)" -eq 1 ] &&
+     printf '%s' "$err" | grep -Eq "collective timeout: .* at step 3 did not finish within --collective-timeout 4 s" &&
+     [ "$(grep -c '^step ' "$T/sim.out")" -eq 2 ]; then
+    ok sim_nccl_collective_timeout
+  else
+    fail sim_nccl_collective_timeout "exit $rc: $err $(tail -n 2 "$T/sim.err")"
+  fi
+else
+  echo "# test_fault_tolerance: no build/sim/train_gpt with NCCL: the simulated-GPU timeout case is not run"
+fi
+
 # Without the watchdog the same run trains when no rank hangs.
 if "${MPI[@]}" -np 2 "$TG" "${tiny[@]}" --steps 3 --collective-timeout 0 >"$T/nowd.out" 2>&1 &&
    [ "$(grep -c '^step ' "$T/nowd.out")" -eq 3 ]; then
