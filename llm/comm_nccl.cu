@@ -51,6 +51,7 @@ typedef struct {
     pthread_mutex_t lock;
     Tracked tracked[TRACKED];
     int head, count;
+    int device;  // the watchdog thread queries the events on this rank's GPU
 } NcclDevice;
 
 static NcclDevice* nccl_of(CommDevice* d) { return (NcclDevice*)d; }
@@ -87,6 +88,9 @@ static void track(NcclDevice* d) {
 
 static int poll_oldest(void* ctx, char* what, size_t what_size, double* since, int* step) {
     NcclDevice* d = (NcclDevice*)ctx;
+    // The watchdog thread's current device: without this its first CUDA call
+    // would create a context on GPU 0, on every rank.
+    cudaSetDevice(d->device);
     pthread_mutex_lock(&d->lock);
     retire_finished(d);
     int pending = d->count > 0;
@@ -232,6 +236,7 @@ extern "C" CommDevice* comm_nccl_create(Comm* c, void* cuda_stream) {
     CUDA_CHECK(cudaEventCreateWithFlags(&d->comm_mark, cudaEventDisableTiming));
     for (int i = 0; i < TRACKED; i++) CUDA_CHECK(cudaEventCreateWithFlags(&d->tracked[i].done, cudaEventDisableTiming));
     pthread_mutex_init(&d->lock, NULL);
+    CUDA_CHECK(cudaGetDevice(&d->device));
     // Every rank creates the groups in the same order (world, shard, replica);
     // a shard group that is the whole world shares the world's communicator.
     for (int g = 0; g < COMM_NUM_GROUPS; g++) {

@@ -213,6 +213,13 @@ void report_run_summary(const Trainer* tr) {
                cfg->skip_spikes ? "skipped" : "reported");
     else
         printf(" | loss spikes: not checked (--spike-z 0)\n");
+    if (tr->world > 1) {
+        if (cfg->collective_timeout > 0)
+            printf("watchdog  | a collective unfinished after %g s stops every rank (--collective-timeout)\n",
+                   cfg->collective_timeout);
+        else
+            printf("watchdog  | off: collectives may wait for ever (--collective-timeout 0)\n");
+    }
     if (tr->guard.num_inject > 0) {
         printf("guard     | testing hook TRAIN_GPT_INJECT_NAN: a NaN gradient at step");
         for (int i = 0; i < tr->guard.num_inject; i++) printf("%s%d", i ? "," : " ", tr->guard.inject[i]);

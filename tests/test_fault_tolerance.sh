@@ -35,6 +35,8 @@ hang_case() {  # NAME HANG_RANK
     fail "$name" "expected one error line, got: $err"
   elif ! printf '%s' "$err" | grep -Eq "rank [01] of 2.*: collective timeout: [a-z/ -]+ over the [a-z]+( group)? \(2 ranks\) at step 3 did not finish within --collective-timeout 4 s \(waited [0-9.]+ s\); another rank is stuck, dead or far behind; aborting every rank$"; then
     fail "$name" "message: $err"
+  elif ! grep -q '^watchdog  | a collective unfinished after 4 s stops every rank' "$T/$name.out"; then
+    fail "$name" "no watchdog line in the start-up summary"
   elif ! grep -q "TRAIN_GPT_INJECT_HANG: rank $who sleeps for ever in .* at step 3" "$T/$name.err" ||
        [ "$(grep -c '^step ' "$T/$name.out")" -ne 2 ]; then
     fail "$name" "the hang was not at step 3: $(grep -c '^step ' "$T/$name.out") step lines; $(head -n 2 "$T/$name.err")"
@@ -67,7 +69,7 @@ fi
 
 # Without the watchdog the same run trains when no rank hangs.
 if "${MPI[@]}" -np 2 "$TG" "${tiny[@]}" --steps 3 --collective-timeout 0 >"$T/nowd.out" 2>&1 &&
-   [ "$(grep -c '^step ' "$T/nowd.out")" -eq 3 ]; then
+   [ "$(grep -c '^step ' "$T/nowd.out")" -eq 3 ] && grep -q '^watchdog  | off: collectives may wait for ever' "$T/nowd.out"; then
   ok collective_timeout_zero_trains
 else
   fail collective_timeout_zero_trains "$(tail -n 2 "$T/nowd.out")"
