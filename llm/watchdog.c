@@ -49,11 +49,18 @@ static void parse_inject_hang(void) {
     W.hang_step = (int)step;
 }
 
-// Stops the run: unblocks the stuck collectives, then fatal() (which aborts
-// every rank). Runs on the watchdog thread; never returns.
-static void fire(const char* what, int step, double waited) {
+// A fatal hook: runs after the message is out, before MPI_Abort, so that a
+// main thread woken by the abort cannot get in the message's way.
+static void abort_async(const char* message) {
+    (void)message;
     for (int i = 0; i < W.num_async; i++)
         if (W.async[i].abort_fn) W.async[i].abort_fn(W.async[i].ctx);
+}
+
+// Stops the run: the message, the stuck communicators aborted, then every
+// rank stopped (fatal(): MPI_Abort). Runs on the watchdog thread; never returns.
+static void fire(const char* what, int step, double waited) {
+    add_fatal_hook(abort_async);
     char who[64] = "";
     // fatal() itself prefixes the message with the rank on ranks other than 0.
     if (W.world > 1 && W.rank == 0) snprintf(who, sizeof who, "rank 0 of %d: ", W.world);

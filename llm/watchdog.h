@@ -8,9 +8,10 @@
 //   - asynchronous collectives (NCCL, queued on a stream): the NCCL
 //     communicator registers a poller that reports the oldest collective
 //     still unfinished on the GPU, and an abort function (ncclCommAbort).
-// When either has waited longer than the timeout, the watchdog aborts the
-// communicators, prints one error line naming the rank, the collective, the
-// step and the timeout, and stops every rank (fatal(): MPI_Abort, exit 1).
+// When either has waited longer than the timeout, the watchdog prints one
+// error line naming the rank, the collective, the step and the timeout,
+// aborts the asynchronous communicators and stops every rank (fatal():
+// MPI_Abort, exit 1).
 //
 // Testing hook: TRAIN_GPT_INJECT_HANG=RANK:STEP makes rank RANK sleep for
 // ever inside its first collective of step STEP (1-based), as a rank stuck in
