@@ -2,10 +2,11 @@
 # test_fault_tolerance.sh: what keeps a long run from hanging or dying for
 # nothing: the collective watchdog (a rank that sleeps in a collective, via
 # TRAIN_GPT_INJECT_HANG, ends every rank with one timeout message instead of
-# hanging), --on-divergence rollback (repeated NaN steps reload the newest
-# checkpoint, bit for bit, and training goes on with the data that follows),
-# its limits and flag errors, and per-rank telemetry gathered as min/max
-# across ranks (a fake NVML giving each rank a different GPU).
+# hanging; also over NCCL on simulated GPUs), --on-divergence rollback
+# (repeated NaN steps reload the newest checkpoint bit for bit, also at ZeRO-3
+# on 2 ranks and in BF16 on a simulated GPU, and training goes on with the
+# data that follows), its limits and flag errors, and per-rank telemetry
+# gathered as min/max across ranks (a fake NVML giving each rank a different GPU).
 set -u
 cd "$(dirname "$0")/.." || exit 1
 # shellcheck source=tests/lib.sh
@@ -167,6 +168,26 @@ if [ $rc -eq 0 ] && grep -q '^rollback  | step 7: .* checkpoint of step 4' "$T/r
   ok rollback_two_ranks_zero3
 else
   fail rollback_two_ranks_zero3 "exit $rc: $(grep -E '^(rollback|train_gpt: error)' "$T/rbz.out" "$T/movedz.out" | head -n 2)"
+fi
+
+# The CUDA backend in BF16 on a simulated GPU: the reload from device memory.
+if [ -x "$SIM_TG" ]; then
+  simrb=(--layers 2 --channels 64 --heads 2 --seq-len 32 --micro-batch 2 --batch-tokens 64 --val-every 0
+         --sample-every 0 --device cuda --precision bf16 --peak-tflops 1 --telemetry-every 0 --max-bad-steps 2)
+  TRAIN_GPT_INJECT_NAN=6,7 "$SIM_TG" "${simrb[@]}" --steps 8 --checkpoint-dir "$T/cks" --checkpoint-every 4 \
+    --on-divergence rollback --export "$T/rbs.bin" >"$T/rbs.out" 2>&1
+  rc=$?
+  mkdir -p "$T/moveds"
+  cp -r "$T/cks/step_00000004" "$T/moveds/" 2>/dev/null
+  sed -i 's/"train_position": 8,/"train_position": 14,/' "$T/moveds/step_00000004/manifest.json" 2>/dev/null
+  "$SIM_TG" "${simrb[@]}" --steps 8 --checkpoint-dir "" --resume "$T/moveds/step_00000004" --export "$T/moveds.bin" \
+    >"$T/moveds.out" 2>&1
+  if [ $rc -eq 0 ] && grep -q '^rollback  | step 7: .* checkpoint of step 4' "$T/rbs.out" &&
+     grep -q 'data position 14$' "$T/moveds.out" && cmp -s "$T/rbs.bin" "$T/moveds.bin"; then
+    ok rollback_sim_cuda_bf16
+  else
+    fail rollback_sim_cuda_bf16 "exit $rc: $(grep -E '^(rollback|train_gpt: error)' "$T/rbs.out" "$T/moveds.out" | head -n 2)"
+  fi
 fi
 
 # The same checkpoint reloaded more than --max-rollbacks times: stop.
