@@ -13,11 +13,13 @@
 #include "llm/comm.h"
 #include "llm/config.h"
 #include "llm/device.h"
+#include "llm/divergence.h"
 #include "llm/plan_cli.h"
 #include "llm/precision.h"
 #include "llm/report.h"
 #include "llm/sagemaker.h"
 #include "llm/trainer.h"
+#include "llm/watchdog.h"
 
 int main(int argc, char** argv) {
     // 0. The ranks: MPI tells this process who it is (a world of one without mpirun).
@@ -41,6 +43,8 @@ int main(int argc, char** argv) {
     if (cfg.auto_plan) plan_auto(&cfg);
     // --precision auto: bf16 or fp8 by model size on GPUs, fp32 on the CPU.
     precision_resolve(&cfg);
+    // No collective may hang for ever from here on (--collective-timeout).
+    watchdog_start(cfg.collective_timeout, comm->rank, comm->world);
 
     // 2. The compute backend: a GPU when present (this rank's, by local rank), else the CPU reference.
     Backend* be = backend_open(cfg.device, cfg.precision, cfg.threads, comm->local_rank, comm->local_world);
@@ -52,15 +56,20 @@ int main(int argc, char** argv) {
     // 4. Checkpoints: continue from the newest complete one (--resume auto);
     //    SIGTERM/SIGINT from here on end the run with a checkpoint.
     Checkpointer* ck = checkpointer_create(&cfg, &tr);
+    divergence_check_flags(&cfg, ck);
     checkpoint_resume(ck);
+    RankReducer across_ranks = comm_rank_reducer(comm);  // memory and telemetry: min/max over the ranks
+    report_set_reducer(&across_ranks);
     report_open(&tr);
     report_run_summary(&tr);
     sagemaker_report(&cfg, tr.rank);
 
     // 5. The loop: evaluate and sample on schedule, then one optimizer step,
-    //    then a checkpoint when one is due.
+    //    then a checkpoint when one is due. After --max-bad-steps skipped
+    //    steps in a row: stop, or roll back to the newest checkpoint.
     int stopped = 0;
     for (int step = tr.first_step; step < cfg.steps && !stopped; step++) {
+        watchdog_set_step(step + 1);
         if (tr.has_val && every(step, cfg.val_every)) report_validation(&tr, step, trainer_validate(&tr));
         if (every(step, cfg.sample_every)) {
             char* text = trainer_sample(&tr, step);
@@ -69,7 +78,10 @@ int main(int argc, char** argv) {
         }
         StepResult r = trainer_step(&tr, step);
         report_step(&tr, step, &r);
-        guard_stop_if_exhausted(&tr.guard, step + 1);  // too many skipped steps in a row: exit 1
+        if (guard_exhausted(&tr.guard)) {
+            step = divergence_recover(ck, &tr, step + 1) - 1;  // exit 1, or go on after the checkpoint's step
+            continue;
+        }
         stopped = checkpoint_after_step(ck, step + 1);
     }
     checkpoint_end(ck);  // the last step's checkpoint; waits for background writes

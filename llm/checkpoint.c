@@ -611,3 +611,54 @@ void checkpointer_free(Checkpointer* ck) {
     free(ck->model_dir);
     free(ck);
 }
+
+// ---------------------------------------------------------------------------
+// rollback (--on-divergence rollback, llm/divergence.h)
+
+int checkpoint_rollback(Checkpointer* ck, int steps_done) {
+    wait_for_save(ck);
+    if (!ck->dir) return -1;
+    Trainer* tr = ck->tr;
+    Manifest man;
+    char why[CKPT_MSG_SIZE + 2048];
+    int had_manifest, found = -1;
+    int* steps = NULL;
+    int n = list_steps(ck, &steps);
+    for (int i = 0; i < n && found < 0; i++) {
+        if (steps[i] > steps_done) continue;  // another lineage's future
+        char* d = ckpt_step_dir(ck->dir, steps[i]);
+        if (check_checkpoint(ck, d, steps[i], &man, &had_manifest, why, sizeof why)) {
+            // Weights, masters, AdamW state and step; the data position stays
+            // where it is, so the batches that diverged are not read again.
+            ckpt_restore(&tr->model, &man, d);
+            zero_params_changed(&tr->zero);
+            // The guard's loss window as it was; its counters keep counting this run.
+            Guard* g = &tr->guard;
+            long skipped = g->skipped, nonfinite = g->nonfinite, spikes = g->spikes;
+            int last = g->last_skipped_step;
+            GuardAction action = g->last_action;
+            manifest_restore_guard(&man, g);
+            // FP8's scales and amax histories as they were, like a resume.
+            char fp8_why[256] = "";
+            if (tr->model.fp8 && !manifest_restore_fp8(&man, tr->model.fp8, fp8_why, sizeof fp8_why) &&
+                tr->model.fp8->opt.recipe == FP8_DELAYED && ck->comm->rank == 0)
+                printf("rollback  | FP8 scaling keeps its current state: %s\n", fp8_why);
+            g->skipped = skipped;
+            g->nonfinite = nonfinite;
+            g->spikes = spikes;
+            g->last_skipped_step = last;
+            g->last_action = action;
+            g->bad_in_row = 0;
+            found = man.step;
+            ck->steps_done = man.step;
+            manifest_free(&man);
+        } else if (had_manifest && ck->comm->rank == 0) {
+            warn("%s; not rolling back to checkpoint step %d, trying the one before", why, steps[i]);
+        }
+        free(d);
+    }
+    free(steps);
+    return found;
+}
+
+const char* checkpoint_dir(const Checkpointer* ck) { return ck->dir; }

@@ -51,4 +51,12 @@ void checkpoint_end(Checkpointer* ck);
 void checkpoint_export_model_dir(Checkpointer* ck);
 void checkpointer_free(Checkpointer* ck);
 
+// Reloads the newest complete, verified checkpoint of at most steps_done
+// steps: parameters, optimizer state and the guard's loss window, not the
+// data position. Returns its step, or -1 when there is none (or checkpoints
+// are off). Collective.
+int checkpoint_rollback(Checkpointer* ck, int steps_done);
+// The resolved --checkpoint-dir, or NULL when checkpoints are off.
+const char* checkpoint_dir(const Checkpointer* ck);
+
 EXTERN_C_END

@@ -9,6 +9,7 @@
 
 #include "llm/bf16.h"
 #include "llm/fault_inject.h"
+#include "llm/fp8.h"
 #include "llm/llmc_io.h"
 
 // ---------------------------------------------------------------------------
@@ -259,6 +260,7 @@ static void read_range(Reader* r, const GPT* m, int section, int u, size_t lo, s
 void ckpt_restore(GPT* m, const Manifest* man, const char* dir) {
     const ParamLayout* pl = &m->layout;
     Backend* be = m->be;
+    fp8_params_changed(m->fp8);  // FP8 weight copies cast from the weights replaced here are stale
     Reader r = {man, dir, (int*)xmalloc((size_t)man->layout_world * sizeof(int))};
     for (int i = 0; i < man->layout_world; i++) r.fds[i] = -1;
     int s_master = manifest_section(man, "master");

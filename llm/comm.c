@@ -19,6 +19,7 @@
 #include <unistd.h>
 
 #include "llm/bf16.h"
+#include "llm/watchdog.h"
 
 // Seconds a failing rank other than 0 waits before printing its error: long
 // enough for rank 0's MPI_Abort to arrive when every rank hits the same error.
@@ -175,6 +176,7 @@ void comm_set_shard_scope(Comm* c, int node_scope) {
 
 void comm_finalize(Comm* c) {
     if (!c) return;
+    watchdog_stop();
     if (c->dev) c->dev->destroy(c->dev);
     CommMpi* p = mpi_of(c);
     for (int g = 0; g < COMM_NUM_GROUPS; g++)
@@ -329,7 +331,11 @@ static void mpi_all_gather(CommDevice* d, CommGroup g, const void* mine, void* b
     size_t es = dtype_size(t);
     char* own = (char*)buf + (size_t)c->group[g].rank * chunk * es;
     if (mine && mine != own) memcpy(own, mine, chunk * es);
-    comm_host_all_gather(c, g, buf, chunk * es);
+    int W = c->group[g].size;
+    size_t* off = (size_t*)xmalloc(2 * (size_t)W * sizeof(size_t));
+    equal_ranges(W, chunk * es, 1, off, off + W);
+    gather_ranges(c, g, (char*)buf, off, off + W);
+    free(off);
 }
 
 static void mpi_no_op(CommDevice* d) {}
@@ -371,14 +377,30 @@ static CommDevice* device_of(const Comm* c) {
     return c->dev;
 }
 
+// What the watchdog names when a collective does not finish (main thread only).
+static char watch_label[256];
+
+static const char* group_name(CommGroup g) {
+    return g == COMM_WORLD ? "the world" : g == COMM_SHARD ? "the shard group" : "the replica group";
+}
+
+static void watch(const Comm* c, CommGroup g, const char* op) {
+    snprintf(watch_label, sizeof watch_label, "%s over %s (%d ranks)", op, group_name(g), c->group[g].size);
+    watchdog_arm(watch_label);
+}
+
 void comm_reduce_scatter(Comm* c, CommGroup g, void* buf, size_t chunk, DType t, void* acc) {
     if (c->group[g].size == 1 && !acc) return;
+    watch(c, g, "reduce-scatter of gradients");
     device_of(c)->reduce_scatter(c->dev, g, buf, chunk, t, acc);
+    watchdog_disarm();
 }
 
 void comm_all_reduce(Comm* c, CommGroup g, void* buf, size_t n, DType t) {
     if (c->group[g].size == 1) return;
+    watch(c, g, "all-reduce of gradients");
     device_of(c)->all_reduce(c->dev, g, buf, n, t);
+    watchdog_disarm();
 }
 
 void comm_all_reduce_max(Comm* c, CommGroup g, float* buf, size_t n) {
@@ -388,7 +410,9 @@ void comm_all_reduce_max(Comm* c, CommGroup g, float* buf, size_t n) {
 
 void comm_all_gather(Comm* c, CommGroup g, const void* mine, void* buf, size_t chunk, DType t) {
     if (c->group[g].size == 1 && (!mine || mine == buf)) return;
+    watch(c, g, "all-gather of parameters");
     device_of(c)->all_gather(c->dev, g, mine, buf, chunk, t);
+    watchdog_disarm();
 }
 
 void comm_wait_compute(Comm* c) { device_of(c)->wait_compute(c->dev); }
@@ -409,7 +433,9 @@ void comm_host_sum(Comm* c, CommGroup g, double* x, int n) {
     int W = c->group[g].size;
     if (W == 1 || n == 0) return;
     double* all = (double*)xmalloc((size_t)W * n * sizeof(double));
+    watch(c, g, "sum of host values (loss, gradient norm, validation, checkpoint agreement)");
     MPI_CHECK(MPI_Allgather(x, n, MPI_DOUBLE, all, n, MPI_DOUBLE, mpi_of(c)->group[g]));
+    watchdog_disarm();
     for (int j = 0; j < n; j++) {
         double s = all[j];
         for (int r = 1; r < W; r++) s += all[(size_t)r * n + j];
@@ -423,13 +449,36 @@ void comm_host_all_gather(Comm* c, CommGroup g, void* buf, size_t chunk_bytes) {
     if (W == 1) return;
     size_t* off = (size_t*)xmalloc(2 * (size_t)W * sizeof(size_t));
     equal_ranges(W, chunk_bytes, 1, off, off + W);
+    watch(c, g, "all-gather of host data");
     gather_ranges(c, g, (char*)buf, off, off + W);
+    watchdog_disarm();
     free(off);
 }
 
 void comm_host_broadcast(Comm* c, CommGroup g, void* buf, size_t bytes, int root) {
     if (c->group[g].size == 1) return;
+    watch(c, g, "broadcast of host data");
     for (size_t o = 0; o < bytes; o += MESSAGE_MAX_BYTES)
         MPI_CHECK(MPI_Bcast((char*)buf + o, (int)min_size(MESSAGE_MAX_BYTES, bytes - o), MPI_BYTE, root,
                             mpi_of(c)->group[g]));
+    watchdog_disarm();
+}
+
+void comm_host_minmax(Comm* c, CommGroup g, double* lo, double* hi, int n) {
+    if (c->group[g].size == 1 || n == 0) return;
+    watch(c, g, "min/max of memory and GPU telemetry");
+    MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, lo, n, MPI_DOUBLE, MPI_MIN, mpi_of(c)->group[g]));
+    MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, hi, n, MPI_DOUBLE, MPI_MAX, mpi_of(c)->group[g]));
+    watchdog_disarm();
+}
+
+static void reducer_minmax(void* ctx, double* lo, double* hi, int n) {
+    comm_host_minmax((Comm*)ctx, COMM_WORLD, lo, hi, n);
+}
+
+RankReducer comm_rank_reducer(Comm* c) {
+    RankReducer r;
+    r.ctx = c;
+    r.minmax = c->world > 1 ? reducer_minmax : NULL;
+    return r;
 }

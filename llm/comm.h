@@ -30,11 +30,15 @@
 //
 // Errors: a fatal error on any rank stops every rank (MPI_Abort) with the
 // error printed once. Ranks other than 0 print nothing to stdout.
+//
+// Timeouts: every collective is watched (llm/watchdog.h, --collective-timeout):
+// one that does not finish in time stops every rank with a message naming it.
 #pragma once
 
 #include <stddef.h>
 
 #include "kernels/ops.h"
+#include "llm/rank_reduce.h"
 
 EXTERN_C_BEGIN
 
@@ -100,6 +104,11 @@ void comm_host_sum(Comm* c, CommGroup g, double* x, int n);
 // buf holds size(g) chunks of chunk_bytes; chunk i comes from rank i.
 void comm_host_all_gather(Comm* c, CommGroup g, void* buf, size_t chunk_bytes);
 void comm_host_broadcast(Comm* c, CommGroup g, void* buf, size_t bytes, int root);
+// lo[i] becomes the minimum over the group's ranks of lo[i], hi[i] the maximum.
+void comm_host_minmax(Comm* c, CommGroup g, double* lo, double* hi, int n);
+// The min/max over the world that reports gather per-rank memory and GPU
+// telemetry with (llm/report.h); empty for a world of one.
+RankReducer comm_rank_reducer(Comm* c);
 
 // The NCCL implementation of CommDevice, present in CUDA builds with NCCL.
 CommDevice* comm_nccl_create(Comm* c, void* cuda_stream) __attribute__((weak));

@@ -7,10 +7,29 @@
 // a communication stream of its own, so that ZeRO's per-unit reductions and
 // gathers overlap the backward and forward kernels on the backend's compute
 // stream; events order the two streams where a buffer changes hands.
+//
+// Timeouts: NCCL collectives are queued, so a hang shows up later, in some
+// stream synchronisation. Each collective therefore records an event behind
+// it; the watchdog (llm/watchdog.h) polls the oldest unfinished one and, past
+// --collective-timeout, aborts the communicators (ncclCommAbort) so that the
+// stuck kernels return, then stops the run.
 #include <nccl.h>
+#include <pthread.h>
 
 #include "kernels/cuda/common.cuh"
 #include "llm/comm.h"
+#include "llm/watchdog.h"
+
+// Collectives tracked for the watchdog at a time; when all are in flight the
+// host waits for the oldest before queueing another.
+#define TRACKED 64
+
+typedef struct {
+    cudaEvent_t done;
+    double since;
+    int step;
+    char what[192];
+} Tracked;
 
 #define NCCL_CHECK(call)                                                                         \
     do {                                                                                         \
@@ -28,9 +47,69 @@ typedef struct {
     cudaStream_t stream;               // collectives
     cudaEvent_t events[COMM_MAX_EVENTS];
     cudaEvent_t compute_mark, comm_mark;
+    // Watchdog ring: entries [head, head + count) are queued, maybe unfinished.
+    pthread_mutex_t lock;
+    Tracked tracked[TRACKED];
+    int head, count;
+    int device;  // the watchdog thread queries the events on this rank's GPU
 } NcclDevice;
 
 static NcclDevice* nccl_of(CommDevice* d) { return (NcclDevice*)d; }
+
+// Drops finished collectives from the front of the ring (lock held).
+static void retire_finished(NcclDevice* d) {
+    while (d->count > 0 && cudaEventQuery(d->tracked[d->head].done) == cudaSuccess) {
+        d->head = (d->head + 1) % TRACKED;
+        d->count--;
+    }
+}
+
+// Records the collective just queued on the communication stream.
+static void track(NcclDevice* d) {
+    pthread_mutex_lock(&d->lock);
+    retire_finished(d);
+    if (d->count == TRACKED) {
+        // Wait (watched) for the oldest outside the lock, so the watchdog can still poll.
+        cudaEvent_t oldest = d->tracked[d->head].done;
+        pthread_mutex_unlock(&d->lock);
+        CUDA_CHECK(cudaEventSynchronize(oldest));
+        pthread_mutex_lock(&d->lock);
+        retire_finished(d);
+    }
+    Tracked* t = &d->tracked[(d->head + d->count) % TRACKED];
+    const char* what = watchdog_current();
+    snprintf(t->what, sizeof t->what, "%s (NCCL)", what ? what : "a collective");
+    t->since = now_seconds();
+    t->step = watchdog_step();
+    CUDA_CHECK(cudaEventRecord(t->done, d->stream));
+    d->count++;
+    pthread_mutex_unlock(&d->lock);
+}
+
+static int poll_oldest(void* ctx, char* what, size_t what_size, double* since, int* step) {
+    NcclDevice* d = (NcclDevice*)ctx;
+    // The watchdog thread's current device: without this its first CUDA call
+    // would create a context on GPU 0, on every rank.
+    cudaSetDevice(d->device);
+    pthread_mutex_lock(&d->lock);
+    retire_finished(d);
+    int pending = d->count > 0;
+    if (pending) {
+        const Tracked* t = &d->tracked[d->head];
+        snprintf(what, what_size, "%s", t->what);
+        *since = t->since;
+        *step = t->step;
+    }
+    pthread_mutex_unlock(&d->lock);
+    return pending;
+}
+
+// From the watchdog thread: the stuck kernels return, the run then stops.
+static void abort_all(void* ctx) {
+    NcclDevice* d = (NcclDevice*)ctx;
+    for (int g = 0; g < COMM_NUM_GROUPS; g++)
+        if (d->nccl[g] && d->owns[g]) ncclCommAbort(d->nccl[g]);
+}
 
 static ncclDataType_t nccl_type(DType t) {
     if (t == DTYPE_F32) return ncclFloat32;
@@ -66,13 +145,19 @@ static void nccl_reduce_scatter(CommDevice* dev, CommGroup g, void* buf, size_t 
     NcclDevice* d = nccl_of(dev);
     size_t es = dtype_size(t);
     char* own = (char*)buf + (size_t)d->c->group[g].rank * chunk * es;
-    if (d->nccl[g]) NCCL_CHECK(ncclReduceScatter(buf, own, chunk, nccl_type(t), ncclSum, d->nccl[g], d->stream));
+    if (d->nccl[g]) {
+        NCCL_CHECK(ncclReduceScatter(buf, own, chunk, nccl_type(t), ncclSum, d->nccl[g], d->stream));
+        track(d);
+    }
     if (acc) accumulate(d, acc, own, chunk, t);
 }
 
 static void nccl_all_reduce(CommDevice* dev, CommGroup g, void* buf, size_t n, DType t) {
     NcclDevice* d = nccl_of(dev);
-    if (d->nccl[g]) NCCL_CHECK(ncclAllReduce(buf, buf, n, nccl_type(t), ncclSum, d->nccl[g], d->stream));
+    if (d->nccl[g]) {
+        NCCL_CHECK(ncclAllReduce(buf, buf, n, nccl_type(t), ncclSum, d->nccl[g], d->stream));
+        track(d);
+    }
 }
 
 static void nccl_all_reduce_max(CommDevice* dev, CommGroup g, float* buf, size_t n) {
@@ -87,6 +172,7 @@ static void nccl_all_gather(CommDevice* dev, CommGroup g, const void* mine, void
     const void* send = mine ? mine : own;
     if (d->nccl[g]) {
         NCCL_CHECK(ncclAllGather(send, buf, chunk, nccl_type(t), d->nccl[g], d->stream));
+        track(d);
     } else if (send != own) {
         CUDA_CHECK(cudaMemcpyAsync(own, send, chunk * es, cudaMemcpyDeviceToDevice, d->stream));
     }
@@ -116,7 +202,10 @@ static void nccl_compute_wait_all(CommDevice* dev) {
 
 static void nccl_destroy(CommDevice* dev) {
     NcclDevice* d = nccl_of(dev);
+    watchdog_remove_async(d);
     cudaStreamSynchronize(d->stream);
+    for (int i = 0; i < TRACKED; i++) cudaEventDestroy(d->tracked[i].done);
+    pthread_mutex_destroy(&d->lock);
     for (int g = 0; g < COMM_NUM_GROUPS; g++)
         if (d->nccl[g] && d->owns[g]) ncclCommDestroy(d->nccl[g]);
     for (int i = 0; i < COMM_MAX_EVENTS; i++) cudaEventDestroy(d->events[i]);
@@ -150,6 +239,9 @@ extern "C" CommDevice* comm_nccl_create(Comm* c, void* cuda_stream) {
     for (int i = 0; i < COMM_MAX_EVENTS; i++) CUDA_CHECK(cudaEventCreateWithFlags(&d->events[i], cudaEventDisableTiming));
     CUDA_CHECK(cudaEventCreateWithFlags(&d->compute_mark, cudaEventDisableTiming));
     CUDA_CHECK(cudaEventCreateWithFlags(&d->comm_mark, cudaEventDisableTiming));
+    for (int i = 0; i < TRACKED; i++) CUDA_CHECK(cudaEventCreateWithFlags(&d->tracked[i].done, cudaEventDisableTiming));
+    pthread_mutex_init(&d->lock, NULL);
+    CUDA_CHECK(cudaGetDevice(&d->device));
     // Every rank creates the groups in the same order (world, shard, replica);
     // a shard group that is the whole world shares the world's communicator.
     for (int g = 0; g < COMM_NUM_GROUPS; g++) {
@@ -172,5 +264,6 @@ extern "C" CommDevice* comm_nccl_create(Comm* c, void* cuda_stream) {
     b->compute_wait = nccl_compute_wait;
     b->compute_wait_all = nccl_compute_wait_all;
     b->destroy = nccl_destroy;
+    watchdog_add_async(poll_oldest, abort_all, d);
     return b;
 }

@@ -90,6 +90,9 @@ static const Flag FLAGS[] = {
     {"spike-z", F_DOUBLE, OFF(spike_z), "5", "Z", "report a loss more than Z standard deviations above the last --spike-window losses; 0 disables", NULL},
     {"spike-window", F_INT, OFF(spike_window), "100", "N", "steps in the loss-spike baseline", NULL},
     {"skip-spikes", F_BOOL, OFF(skip_spikes), "0", "0|1", "also skip the update of a loss-spike step (non-finite steps are always skipped)", NULL},
+    {"on-divergence", F_STRING, OFF(on_divergence), "stop", "stop|rollback", "after --max-bad-steps skipped steps in a row: stop (exit 1), or reload the newest checkpoint (weights, optimizer, guard) and go on with the data that follows", NULL},
+    {"max-rollbacks", F_INT, OFF(max_rollbacks), "3", "N", "--on-divergence rollback: stop when the same checkpoint would be reloaded more than N times", NULL},
+    {"collective-timeout", F_DOUBLE, OFF(collective_timeout), "600", "SECONDS", "a collective (MPI or NCCL) unfinished after this long aborts every rank with a message naming it; 0: wait for ever", NULL},
 
     {"zero", F_INT, OFF(zero_stage), "1", "0|1|2|3", "ZeRO stage: 0 replicates everything, 1 shards optimizer state, 2 also gradients, 3 also parameters", "Distributed (mpirun -np N ./train_gpt ...)"},
     {"shard-scope", F_STRING, OFF(shard_scope), "world", "world|node", "shard over all ranks, or inside each node with gradients all-reduced across nodes (hybrid; ZeRO 1-3)", NULL},

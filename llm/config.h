@@ -71,6 +71,9 @@ typedef struct {
     double spike_z;       // loss z-score that counts as a spike; 0: off
     int spike_window;     // steps in the spike baseline
     int skip_spikes;      // skip the update on a spike
+    char* on_divergence;  // stop|rollback when --max-bad-steps is reached
+    int max_rollbacks;    // rollbacks to the same checkpoint before stopping
+    double collective_timeout;  // seconds a collective may take; 0: no watchdog
     int threads;          // CPU threads; 0: all cores (shared by the ranks of a machine)
     // distributed
     int zero_stage;       // 0..3

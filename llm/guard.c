@@ -45,9 +45,12 @@ void guard_free(Guard* g) {
     memset(g, 0, sizeof *g);
 }
 
-int guard_inject_nan_at(const Guard* g, int step) {
+int guard_inject_nan_at(Guard* g, int step) {
     for (int i = 0; i < g->num_inject; i++)
-        if (g->inject[i] == step) return 1;
+        if (g->inject[i] == step) {
+            g->inject[i] = 0;  // one fault per listed step: a rollback that repeats the step finds it healthy
+            return 1;
+        }
     return 0;
 }
 

@@ -14,7 +14,7 @@
 //
 // Testing hook: the environment variable TRAIN_GPT_INJECT_NAN=step[,step...]
 // poisons one gradient element with NaN at those (1-based) steps, as a broken
-// kernel or a bad GPU would.
+// kernel or a bad GPU would; each entry once.
 #pragma once
 
 #include "llm/config.h"
@@ -40,6 +40,7 @@ typedef struct {
     int bad_in_row;
     long skipped, nonfinite, spikes;
     int last_skipped_step;
+    long rollbacks;      // checkpoints reloaded by --on-divergence rollback (not saved in checkpoints)
     GuardAction last_action;  // of the latest skipped step
     // TRAIN_GPT_INJECT_NAN
     int* inject;
@@ -57,8 +58,10 @@ typedef struct {
 void guard_init(Guard* g, const TrainConfig* cfg);
 void guard_free(Guard* g);
 
-// Whether the testing hook poisons a gradient at `step` (1-based).
-int guard_inject_nan_at(const Guard* g, int step);
+// Whether the testing hook poisons a gradient at `step` (1-based). Each
+// listed step fires once (list a step twice to poison it twice, e.g. again
+// after --on-divergence rollback has gone back before it).
+int guard_inject_nan_at(Guard* g, int step);
 // Writes NaN into the first gradient element (wte[0][0], which every step's
 // LM head touches), as the hook does.
 void guard_poison_gradient(GPT* m);

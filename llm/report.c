@@ -26,7 +26,7 @@ static struct {
     double t_start, t_after_first_step, last_progress;
     int steps_done;          // steps this process has reported (fewer than the step number after a resume)
     int last_step;           // 1-based number of the latest step
-    long long tokens_done;   // tokens trained by the run so far, resumed part included
+    long long tokens_done;   // tokens trained on so far, resumed part and rolled-back steps included
     double steady_seconds;   // step time summed over all steps but the first
     int steady_steps;
     long long steady_tokens;
@@ -219,13 +219,25 @@ void report_run_summary(const Trainer* tr) {
                peak, R.peak_source);
     else
         printf("mfu       | %sFLOP per token (6N + 12*L*h*s, PaLM's convention) | peak %s\n", fpt, R.peak_source);
-    printf("guard     | non-finite loss or grad norm: skip the update, stop after %d in a row%s", cfg->max_bad_steps,
-           cfg->max_bad_steps ? "" : " (never: --max-bad-steps 0)");
+    if (!cfg->max_bad_steps)
+        printf("guard     | non-finite loss or grad norm: skip the update (never stop: --max-bad-steps 0)");
+    else if (!strcmp(cfg->on_divergence, "rollback"))
+        printf("guard     | non-finite loss or grad norm: skip the update; after %d in a row roll back to the newest "
+               "checkpoint (at most %d times to the same one)", cfg->max_bad_steps, cfg->max_rollbacks);
+    else
+        printf("guard     | non-finite loss or grad norm: skip the update, stop after %d in a row", cfg->max_bad_steps);
     if (cfg->spike_z > 0)
         printf(" | loss spikes (z > %g over the last %d steps): %s\n", cfg->spike_z, cfg->spike_window,
                cfg->skip_spikes ? "skipped" : "reported");
     else
         printf(" | loss spikes: not checked (--spike-z 0)\n");
+    if (tr->world > 1) {
+        if (cfg->collective_timeout > 0)
+            printf("watchdog  | a collective unfinished after %g s stops every rank (--collective-timeout)\n",
+                   cfg->collective_timeout);
+        else
+            printf("watchdog  | off: collectives may wait for ever (--collective-timeout 0)\n");
+    }
     if (tr->guard.num_inject > 0) {
         printf("guard     | testing hook TRAIN_GPT_INJECT_NAN: a NaN gradient at step");
         for (int i = 0; i < tr->guard.num_inject; i++) printf("%s%d", i ? "," : " ", tr->guard.inject[i]);
@@ -270,6 +282,7 @@ static void log_step(const Trainer* tr, int step, const StepResult* r, double mf
     json_bool(j, "loss_spike", r->spike);
     json_number(j, "loss_z", r->loss_z);
     json_int(j, "skipped_total", tr->guard.skipped);
+    json_int(j, "rollbacks", tr->guard.rollbacks);
     metrics_log_commit(&R.log);
 }
 
@@ -323,7 +336,9 @@ void report_step(const Trainer* tr, int step, const StepResult* r) {
     double now = now_seconds();
     R.steps_done++;
     R.last_step = step + 1;
-    R.tokens_done = (long long)(step + 1) * tr->tokens_per_step;
+    // Tokens read by the run: after a rollback more than the step count says.
+    if (R.steps_done == 1) R.tokens_done = (long long)step * tr->tokens_per_step;
+    R.tokens_done += tr->tokens_per_step;
     if (R.steps_done == 1) {
         R.t_after_first_step = now;
     } else {  // the first step warms caches and allocators: not steady state
@@ -372,6 +387,24 @@ void report_validation(const Trainer* tr, int step, double val_loss) {
     }
 }
 
+void report_rollback(const Trainer* tr, int steps_done, int to_step, int bad_in_row, const char* reason) {
+    if (tr->rank != 0) return;
+    printf("rollback  | step %d: %d steps in a row skipped (the last for %s), reaching --max-bad-steps %d: reloaded the "
+           "checkpoint of step %d (rollback %ld); training goes on from step %d with the data after step %d (the "
+           "batches in between are not replayed)\n",
+           steps_done, bad_in_row, reason, tr->cfg->max_bad_steps, to_step, tr->guard.rollbacks, to_step + 1,
+           steps_done);
+    fflush(stdout);
+    if (R.log.f) {
+        JsonWriter* j = metrics_log_begin(&R.log, "rollback");
+        json_int(j, "step", steps_done);
+        json_int(j, "to_step", to_step);
+        json_int(j, "bad_in_row", bad_in_row);
+        json_int(j, "rollbacks", tr->guard.rollbacks);
+        metrics_log_commit(&R.log);
+    }
+}
+
 void report_sample(const Trainer* tr, int step, const char* text) {
     if (tr->rank != 0) return;
     printf("---- sample at step %d ----\n%s\n---------------------------\n", step, text);
@@ -402,10 +435,10 @@ void report_close(const Trainer* tr) {
     char val_text[32];
     if (isfinite(R.last_val_loss)) snprintf(val_text, sizeof val_text, "%.4f", R.last_val_loss);
     else snprintf(val_text, sizeof val_text, "n/a");
-    printf("summary   | %d steps in %s | %ld skipped (%ld non-finite, %ld loss spikes) | mean %.0f tokens/s | "
+    printf("summary   | %d steps in %s | %ld skipped (%ld non-finite, %ld loss spikes) | %ld rollback%s | mean %.0f tokens/s | "
            "mean mfu %s | peak mem %.0f MiB | final loss %.4f | final val loss %s\n",
-           R.steps_done, e, g->skipped, g->nonfinite, g->spikes, tok_s, mfu_text, mib(R.peak_mem), R.last_loss,
-           val_text);
+           R.steps_done, e, g->skipped, g->nonfinite, g->spikes, g->rollbacks, g->rollbacks == 1 ? "" : "s", tok_s,
+           mfu_text, mib(R.peak_mem), R.last_loss, val_text);
     fflush(stdout);
     if (!R.log.f) return;
     JsonWriter* j = metrics_log_begin(&R.log, "summary");
@@ -416,6 +449,7 @@ void report_close(const Trainer* tr) {
     json_int(j, "skipped_steps", g->skipped);
     json_int(j, "nonfinite_steps", g->nonfinite);
     json_int(j, "loss_spikes", g->spikes);
+    json_int(j, "rollbacks", g->rollbacks);
     json_int(j, "tokens", R.tokens_done);
     json_number(j, "elapsed_s", elapsed);
     json_number(j, "tokens_per_second", tok_s);

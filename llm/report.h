@@ -31,6 +31,8 @@ void report_run_summary(const Trainer* tr);
 void report_step(const Trainer* tr, int step, const StepResult* r);
 void report_validation(const Trainer* tr, int step, double val_loss);
 void report_sample(const Trainer* tr, int step, const char* text);
+// --on-divergence rollback reloaded the checkpoint of to_step after step steps_done.
+void report_rollback(const Trainer* tr, int steps_done, int to_step, int bad_in_row, const char* reason);
 // The backend's peak allocated bytes against the planner's bill for the run.
 void report_memory_peak(const Trainer* tr);
 // The final summary line and JSONL record; closes the log and NVML.

@@ -223,6 +223,10 @@ void zero_update(Zero* z, float lr, float beta1, float beta2, float eps, float w
     }
 }
 
+void zero_params_changed(Zero* z) {
+    for (int s = 0; s < NUM_STAGING; s++) z->param_unit[s] = -1;
+}
+
 void zero_gather_params_f32(Zero* z, float* host_flat) {
     GPT* m = z->m;
     gpt_get_params_f32(m, host_flat);

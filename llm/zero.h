@@ -62,6 +62,9 @@ void zero_step_totals(Zero* z, double* loss_sum, double* grad_norm_sq);
 // gathered (stages 1, 2) or gathered again when next used (stage 3).
 void zero_update(Zero* z, float lr, float beta1, float beta2, float eps, float weight_decay, float grad_scale,
                  uint64_t seed);
+// The parameters were replaced (a checkpoint reloaded): ZeRO-3's gathered
+// copies are stale.
+void zero_params_changed(Zero* z);
 // The whole model as FP32 on the host, on every rank (collective).
 void zero_gather_params_f32(Zero* z, float* host_flat);
 

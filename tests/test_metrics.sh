@@ -40,8 +40,8 @@ assert recs[0]["type"] == "config", "first line is not the config"
 assert recs[-1]["type"] == "summary", "last line is not the summary"
 STEP = {"type", "step", "steps", "loss", "grad_norm", "lr", "step_time_s", "tokens_per_second",
         "tokens_per_second_per_rank", "model_flops_per_second", "mfu", "memory_bytes", "peak_memory_bytes",
-        "tokens", "elapsed_s", "eta_s", "skipped", "skip_reason", "loss_spike", "loss_z", "skipped_total"}
-SUMMARY = {"type", "status", "error", "steps_done", "last_step", "skipped_steps", "nonfinite_steps", "loss_spikes", "tokens",
+        "tokens", "elapsed_s", "eta_s", "skipped", "skip_reason", "loss_spike", "loss_z", "skipped_total", "rollbacks"}
+SUMMARY = {"type", "status", "error", "steps_done", "last_step", "skipped_steps", "nonfinite_steps", "loss_spikes", "rollbacks", "tokens",
            "elapsed_s", "tokens_per_second", "mfu", "peak_memory_bytes", "final_loss", "final_val_loss"}
 CONFIG = {"type", "time", "flags", "backend", "precision", "world", "zero_stage", "params", "layers", "channels",
           "heads", "vocab_size", "seq_len", "micro_batch", "accumulation", "tokens_per_step", "flops_per_token",
@@ -64,7 +64,7 @@ bad = [r for r in steps if r["skipped"]]
 assert [r["step"] for r in bad] == [7], "skipped steps %s" % [r["step"] for r in bad]
 assert bad[0]["skip_reason"] == "nonfinite" and bad[0]["grad_norm"] is None, "step 7 record"
 assert all(r["skip_reason"] is None and r["grad_norm"] is not None for r in steps if r["step"] != 7)
-assert steps[-1]["skipped_total"] == 1 and steps[-1]["eta_s"] == 0
+assert steps[-1]["skipped_total"] == 1 and steps[-1]["eta_s"] == 0 and steps[-1]["rollbacks"] == 0
 vals = [r for r in recs if r["type"] == "val"]
 assert [r["step"] for r in vals] == [10, 20, 30] and all(r["val_loss"] > 0 for r in vals), "val records"
 tel = [r for r in recs if r["type"] == "telemetry"]
@@ -75,7 +75,7 @@ for r in tel:
 s = recs[-1]
 assert set(s) == SUMMARY, "summary keys: %s" % sorted(set(s) ^ SUMMARY)
 assert s["status"] == "ok" and s["error"] is None and s["steps_done"] == s["last_step"] == 30 and s["tokens"] == 30 * 256
-assert s["skipped_steps"] == 1 and s["nonfinite_steps"] == 1 and s["loss_spikes"] == 0
+assert s["skipped_steps"] == 1 and s["nonfinite_steps"] == 1 and s["loss_spikes"] == 0 and s["rollbacks"] == 0
 assert s["final_val_loss"] == vals[-1]["val_loss"] and s["final_loss"] == steps[-1]["loss"]
 print("ok")
 EOF
