@@ -705,3 +705,12 @@ void tokenizer_free(Tokenizer* tok) {
     }
     memset(tok, 0, sizeof *tok);
 }
+
+int tokenizer_vocab_if_present(const char* path) {
+    if (!path[0] || !file_exists(path)) return 0;
+    Tokenizer tok;
+    tokenizer_load(&tok, path);
+    int vocab = tok.vocab_size;
+    tokenizer_free(&tok);
+    return vocab;
+}

@@ -42,6 +42,9 @@ void tokenizer_save(const Tokenizer* tok, const char* path);
 // Fatal with the path and the problem on a missing, truncated or wrong file.
 void tokenizer_load(Tokenizer* tok, const char* path);
 void tokenizer_free(Tokenizer* tok);
+// The vocabulary size of the tokenizer file at path; 0 when path is empty or
+// no file is there (callers then fall back to their default vocabulary).
+int tokenizer_vocab_if_present(const char* path);
 
 // Encodes text; returns the number of tokens written to *out (malloc'ed).
 size_t tokenizer_encode(const Tokenizer* tok, const char* text, size_t len, int32_t** out);

@@ -140,13 +140,7 @@ static void build_request(const TrainConfig* cfg, int for_auto, PlanRequest* rq)
         fatal("--device '%s' is not one of auto, cpu, cuda", cfg->device);
 
     // The vocabulary from the tokenizer when it is there; no data files.
-    int vocab = 0;
-    if (cfg->tokenizer[0] && file_exists(cfg->tokenizer)) {
-        Tokenizer tok;
-        tokenizer_load(&tok, cfg->tokenizer);
-        vocab = tok.vocab_size;
-        tokenizer_free(&tok);
-    }
+    int vocab = tokenizer_vocab_if_present(cfg->tokenizer);
     PlanConfig* pc = &rq->request;
     pc->model = model_config_from_flags(cfg, vocab);
     if (cfg->model[0]) snprintf(rq->model_name, sizeof rq->model_name, "%s", cfg->model);

@@ -12,13 +12,7 @@
 
 // Parameters of the model the flags describe (the tokenizer's vocabulary when it is there).
 static double model_params(const TrainConfig* cfg) {
-    int vocab = 0;
-    if (cfg->tokenizer[0] && file_exists(cfg->tokenizer)) {
-        Tokenizer tok;
-        tokenizer_load(&tok, cfg->tokenizer);
-        vocab = tok.vocab_size;
-        tokenizer_free(&tok);
-    }
+    int vocab = tokenizer_vocab_if_present(cfg->tokenizer);
     GPTConfig c = model_config_from_flags(cfg, vocab);
     return (double)gpt_num_params(&c);
 }

@@ -36,19 +36,24 @@ static char testlib_first[512];
               "%s: got %.9g want %.9g", what, g_, w_);                             \
     } while (0)
 
-#define RUN(fn)                                                                    \
+// RUN_SUFFIXED: the case's name is fn's name followed by suffix (a string
+// chosen at run time, e.g. "_bf16" when a case runs once per dtype).
+#define RUN_SUFFIXED(fn, suffix)                                                   \
     do {                                                                           \
+        const char* suffix_ = (suffix);                                            \
         testlib_case_failed = 0;                                                   \
         testlib_first[0] = 0;                                                      \
         fn();                                                                      \
         testlib_cases++;                                                           \
         if (testlib_case_failed) {                                                 \
             testlib_failures++;                                                    \
-            printf("FAIL %s: %s\n", #fn, testlib_first);                           \
+            printf("FAIL %s%s: %s\n", #fn, suffix_, testlib_first);                \
         } else {                                                                   \
-            printf("ok %s\n", #fn);                                                \
+            printf("ok %s%s\n", #fn, suffix_);                                     \
         }                                                                          \
         fflush(stdout);                                                            \
     } while (0)
+
+#define RUN(fn) RUN_SUFFIXED(fn, "")
 
 #define TESTS_DONE() (testlib_failures > 100 ? 100 : testlib_failures)

@@ -164,4 +164,21 @@ static inline double tolerance(double factor) { return (gdt() == DTYPE_F32 ? 1e-
         free(got_);                                                                                         \
     } while (0)
 
+// Batches with structure to learn: each sequence follows t' = (5 t + 3) mod V
+// with a random restart every ~8 tokens, so the loss can fall well below log V.
+static inline void structured_batch(uint64_t seed, int32_t* in, int32_t* tgt, int B, int T, int V, uint64_t step) {
+    uint64_t key = rng_key(seed, step, 0);
+    for (int b = 0; b < B; b++) {
+        int32_t t = (int32_t)rng_below(key, (uint64_t)b * 1000003, (uint64_t)V);
+        for (int i = 0; i <= T; i++) {
+            uint64_t k = (uint64_t)b * (T + 1) + i;
+            int32_t next = rng_below(key, 2 * k + 1, 8) == 0 ? (int32_t)rng_below(key, 2 * k, (uint64_t)V)
+                                                             : (int32_t)((5 * t + 3) % V);
+            if (i < T) in[b * T + i] = t;
+            if (i > 0) tgt[b * T + i - 1] = t;
+            t = next;
+        }
+    }
+}
+
 static inline int same_bits(const void* a, const void* b, size_t bytes) { return memcmp(a, b, bytes) == 0; }

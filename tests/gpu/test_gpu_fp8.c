@@ -25,20 +25,7 @@
 static int small;
 static const char* cc_label = "";  // "_sm100" for the harness's Blackwell pass
 
-#define RUN_CC(fn)                                                                     \
-    do {                                                                               \
-        testlib_case_failed = 0;                                                       \
-        testlib_first[0] = 0;                                                          \
-        fn();                                                                          \
-        testlib_cases++;                                                               \
-        if (testlib_case_failed) {                                                     \
-            testlib_failures++;                                                        \
-            printf("FAIL %s%s: %s\n", #fn, cc_label, testlib_first);                   \
-        } else {                                                                       \
-            printf("ok %s%s\n", #fn, cc_label);                                        \
-        }                                                                              \
-        fflush(stdout);                                                                \
-    } while (0)
+#define RUN_CC(fn) RUN_SUFFIXED(fn, cc_label)
 
 // Host codes of x (rows, cols) cast by the CPU backend: q, qt, scale, scale_inv.
 typedef struct {
@@ -263,22 +250,6 @@ static GPTConfig fp8_config(int T) {
     return c;
 }
 
-// Batches with structure to learn (as test_gpu_train.c's).
-static void make_batch(int32_t* in, int32_t* tgt, int B, int T, int V, uint64_t step) {
-    uint64_t key = rng_key(777, step, 0);
-    for (int b = 0; b < B; b++) {
-        int32_t t = (int32_t)rng_below(key, (uint64_t)b * 1000003, (uint64_t)V);
-        for (int i = 0; i <= T; i++) {
-            uint64_t k = (uint64_t)b * (T + 1) + i;
-            int32_t next = rng_below(key, 2 * k + 1, 8) == 0 ? (int32_t)rng_below(key, 2 * k, (uint64_t)V)
-                                                             : (int32_t)((5 * t + 3) % V);
-            if (i < T) in[b * T + i] = t;
-            if (i > 0) tgt[b * T + i - 1] = t;
-            t = next;
-        }
-    }
-}
-
 static double* fp8_curve(Backend* be, int steps, int B, int T) {
     GPTConfig c = fp8_config(T);
     GPT m;
@@ -291,7 +262,7 @@ static double* fp8_curve(Backend* be, int steps, int B, int T) {
     int32_t* tgt = (int32_t*)xmalloc((size_t)B * T * 4);
     double* losses = (double*)xmalloc(steps * sizeof(double));
     for (int step = 0; step < steps; step++) {
-        make_batch(in, tgt, B, T, c.vocab_size, (uint64_t)step);
+        structured_batch(777, in, tgt, B, T, c.vocab_size, (uint64_t)step);
         fp8_begin_step(&s, step);
         be->to_device(be, m.inputs, in, (size_t)B * T * 4);
         be->to_device(be, m.targets, tgt, (size_t)B * T * 4);

@@ -15,21 +15,9 @@
 
 static int small;
 
-// RUN with the dtype in the case name: every case runs in FP32 and in BF16.
-#define RUN_DT(fn)                                                                                    \
-    do {                                                                                              \
-        testlib_case_failed = 0;                                                                      \
-        testlib_first[0] = 0;                                                                         \
-        fn();                                                                                         \
-        testlib_cases++;                                                                              \
-        if (testlib_case_failed) {                                                                    \
-            testlib_failures++;                                                                       \
-            printf("FAIL %s_%s: %s\n", #fn, dtype_name(gdt()), testlib_first);                       \
-        } else {                                                                                      \
-            printf("ok %s_%s\n", #fn, dtype_name(gdt()));                                             \
-        }                                                                                             \
-        fflush(stdout);                                                                               \
-    } while (0)
+// Every case runs in FP32 and in BF16: the dtype ends the case's name.
+static const char* dtype_suffix(void) { return gdt() == DTYPE_F32 ? "_fp32" : "_bf16"; }
+#define RUN_DT(fn) RUN_SUFFIXED(fn, dtype_suffix())
 
 // ---- conversions ------------------------------------------------------------------------------------
 

@@ -31,23 +31,6 @@ static GPTConfig small_config(int T) {
     return c;
 }
 
-// Batches with structure to learn: each sequence follows t' = (5 t + 3) mod V
-// with a random restart every ~8 tokens, so the loss can fall well below log V.
-static void make_batch(int32_t* in, int32_t* tgt, int B, int T, int V, uint64_t step) {
-    uint64_t key = rng_key(4242, step, 0);
-    for (int b = 0; b < B; b++) {
-        int32_t t = (int32_t)rng_below(key, (uint64_t)b * 1000003, (uint64_t)V);
-        for (int i = 0; i <= T; i++) {
-            uint64_t k = (uint64_t)b * (T + 1) + i;
-            int32_t next = rng_below(key, 2 * k + 1, 8) == 0 ? (int32_t)rng_below(key, 2 * k, (uint64_t)V)
-                                                             : (int32_t)((5 * t + 3) % V);
-            if (i < T) in[b * T + i] = t;
-            if (i > 0) tgt[b * T + i - 1] = t;
-            t = next;
-        }
-    }
-}
-
 // One optimizer step on (in, tgt) with clipping at 1.0; returns the mean loss.
 static double train_step(GPT* m, const int32_t* in, const int32_t* tgt, int B, int T, int step) {
     Backend* be = m->be;
@@ -105,7 +88,7 @@ static void test_fp32_step_matches_cpu(void) {
     gpt_init_random(&mg, 5);
     int32_t* in = (int32_t*)xmalloc((size_t)B * T * 4);
     int32_t* tgt = (int32_t*)xmalloc((size_t)B * T * 4);
-    make_batch(in, tgt, B, T, c.vocab_size, 0);
+    structured_batch(4242, in, tgt, B, T, c.vocab_size, 0);
 
     // Forward and backward, then compare loss and gradients before the update.
     double losses[2];
@@ -171,7 +154,7 @@ static double* train_curve(Backend* be, int steps, int B, int T, float** final_p
     int32_t* tgt = (int32_t*)xmalloc((size_t)B * T * 4);
     double* losses = (double*)xmalloc(steps * sizeof(double));
     for (int s = 0; s < steps; s++) {
-        make_batch(in, tgt, B, T, c.vocab_size, (uint64_t)s);
+        structured_batch(4242, in, tgt, B, T, c.vocab_size, (uint64_t)s);
         losses[s] = train_step(&m, in, tgt, B, T, s);
     }
     if (final_params) {
@@ -234,7 +217,7 @@ static void test_recompute_policies_bitwise(void) {
         {RECOMPUTE_NONE, 0}, {RECOMPUTE_SELECTIVE, 0}, {RECOMPUTE_FULL, 0}, {RECOMPUTE_NONE, 1}, {RECOMPUTE_SELECTIVE, 2}};
     int32_t* in = (int32_t*)xmalloc((size_t)B * T * 4);
     int32_t* tgt = (int32_t*)xmalloc((size_t)B * T * 4);
-    make_batch(in, tgt, B, T, c.vocab_size, 7);
+    structured_batch(4242, in, tgt, B, T, c.vocab_size, 7);
     float* first = NULL;
     size_t n = 0;
     for (size_t i = 0; i < sizeof policies / sizeof policies[0]; i++) {
@@ -282,7 +265,7 @@ static void test_long_context_step(void) {
     gpt_init_random(&m, 5);
     int32_t* in = (int32_t*)xmalloc((size_t)T * 4);
     int32_t* tgt = (int32_t*)xmalloc((size_t)T * 4);
-    make_batch(in, tgt, 1, T, c.vocab_size, 0);
+    structured_batch(4242, in, tgt, 1, T, c.vocab_size, 0);
     double loss = train_step(&m, in, tgt, 1, T, 0);
     printf("#   T=%d: loss %.4f, peak %.1f MiB on the GPU\n", T, loss, gpu->peak_allocated_bytes(gpu) / 1048576.0);
     CHECK(isfinite(loss) && loss > 0, "the T=%d step gave loss %g", T, loss);
