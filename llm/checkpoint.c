@@ -290,6 +290,14 @@ static int list_steps(Checkpointer* ck, int** steps) {
     return (int)n;
 }
 
+// Whether the directory of `step` holds a manifest (a complete save), on this rank's disk.
+static int step_complete(const Checkpointer* ck, int step) {
+    char* d = ckpt_step_dir(ck->dir, step);
+    int complete = ckpt_has_manifest(d);
+    free(d);
+    return complete;
+}
+
 void checkpoint_resume(Checkpointer* ck) {
     const char* mode = ck->cfg->resume;
     Manifest man;
@@ -299,10 +307,7 @@ void checkpoint_resume(Checkpointer* ck) {
         int* steps = NULL;
         int n = ck->dir ? list_steps(ck, &steps) : 0;
         for (int i = 0; i < n && ck->comm->rank == 0; i++) {
-            char* d = ckpt_step_dir(ck->dir, steps[i]);
-            int complete = ckpt_has_manifest(d);
-            free(d);
-            if (!complete) continue;
+            if (!step_complete(ck, steps[i])) continue;
             warn("--resume never: %s already holds checkpoints (newest: step %d); this run replaces those of the "
                  "steps it saves, and --resume auto may later pick an older run's newer step",
                  ck->dir, steps[i]);
@@ -388,10 +393,7 @@ static void prune(Checkpointer* ck, int newest) {
             // Newer steps belong to another lineage (or were resumed from an
             // older step on purpose): not ours to delete.
             if (steps[i] >= newest) continue;
-            char* d = ckpt_step_dir(ck->dir, steps[i]);
-            int complete = ckpt_has_manifest(d);
-            free(d);
-            if (complete && kept < ck->cfg->keep_last) kept++;
+            if (step_complete(ck, steps[i]) && kept < ck->cfg->keep_last) kept++;
             else victims[nv++] = steps[i];  // older than keep-last, or an interrupted save
         }
     }
