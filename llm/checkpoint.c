@@ -236,15 +236,26 @@ static void report_changed_flags(const Manifest* man, const TrainConfig* cfg) {
     sb_free(&sb);
 }
 
-static void load_checkpoint(Checkpointer* ck, const char* dir, const Manifest* man) {
+// What a resume and a rollback both take from a checkpoint: weights, masters,
+// AdamW state and step, the guard's loss window (with its counters, or this
+// run's kept), and FP8's scales and amax histories. Returns whether the FP8
+// state was restored; when not, fp8_why says why.
+static int restore_state(Checkpointer* ck, const char* dir, const Manifest* man, int keep_guard_counters,
+                         char* fp8_why, size_t whysize) {
     Trainer* tr = ck->tr;
     ckpt_restore(&tr->model, man, dir);
-    dataloader_set_position(&tr->train, man->data_position);
-    manifest_restore_guard(man, &tr->guard);
-    char fp8_why[256] = "";
-    int fp8_restored = tr->model.fp8 && manifest_restore_fp8(man, tr->model.fp8, fp8_why, sizeof fp8_why);
-    tr->first_step = man->step;
+    if (keep_guard_counters) manifest_restore_guard_window(man, &tr->guard);
+    else manifest_restore_guard(man, &tr->guard);
     ck->steps_done = man->step;
+    return tr->model.fp8 && manifest_restore_fp8(man, tr->model.fp8, fp8_why, whysize);
+}
+
+static void load_checkpoint(Checkpointer* ck, const char* dir, const Manifest* man) {
+    Trainer* tr = ck->tr;
+    char fp8_why[256] = "";
+    int fp8_restored = restore_state(ck, dir, man, 0, fp8_why, sizeof fp8_why);
+    dataloader_set_position(&tr->train, man->data_position);
+    tr->first_step = man->step;
     if (ck->dir) {
         char* own = ckpt_step_dir(ck->dir, man->step);
         if (same_dir(dir, own)) ck->last_saved_step = ck->last_started_step = man->step;
@@ -279,6 +290,14 @@ static int list_steps(Checkpointer* ck, int** steps) {
     return (int)n;
 }
 
+// Whether the directory of `step` holds a manifest (a complete save), on this rank's disk.
+static int step_complete(const Checkpointer* ck, int step) {
+    char* d = ckpt_step_dir(ck->dir, step);
+    int complete = ckpt_has_manifest(d);
+    free(d);
+    return complete;
+}
+
 void checkpoint_resume(Checkpointer* ck) {
     const char* mode = ck->cfg->resume;
     Manifest man;
@@ -288,10 +307,7 @@ void checkpoint_resume(Checkpointer* ck) {
         int* steps = NULL;
         int n = ck->dir ? list_steps(ck, &steps) : 0;
         for (int i = 0; i < n && ck->comm->rank == 0; i++) {
-            char* d = ckpt_step_dir(ck->dir, steps[i]);
-            int complete = ckpt_has_manifest(d);
-            free(d);
-            if (!complete) continue;
+            if (!step_complete(ck, steps[i])) continue;
             warn("--resume never: %s already holds checkpoints (newest: step %d); this run replaces those of the "
                  "steps it saves, and --resume auto may later pick an older run's newer step",
                  ck->dir, steps[i]);
@@ -377,10 +393,7 @@ static void prune(Checkpointer* ck, int newest) {
             // Newer steps belong to another lineage (or were resumed from an
             // older step on purpose): not ours to delete.
             if (steps[i] >= newest) continue;
-            char* d = ckpt_step_dir(ck->dir, steps[i]);
-            int complete = ckpt_has_manifest(d);
-            free(d);
-            if (complete && kept < ck->cfg->keep_last) kept++;
+            if (step_complete(ck, steps[i]) && kept < ck->cfg->keep_last) kept++;
             else victims[nv++] = steps[i];  // older than keep-last, or an interrupted save
         }
     }
@@ -628,29 +641,16 @@ int checkpoint_rollback(Checkpointer* ck, int steps_done) {
         if (steps[i] > steps_done) continue;  // another lineage's future
         char* d = ckpt_step_dir(ck->dir, steps[i]);
         if (check_checkpoint(ck, d, steps[i], &man, &had_manifest, why, sizeof why)) {
-            // Weights, masters, AdamW state and step; the data position stays
-            // where it is, so the batches that diverged are not read again.
-            ckpt_restore(&tr->model, &man, d);
-            zero_params_changed(&tr->zero);
-            // The guard's loss window as it was; its counters keep counting this run.
-            Guard* g = &tr->guard;
-            long skipped = g->skipped, nonfinite = g->nonfinite, spikes = g->spikes;
-            int last = g->last_skipped_step;
-            GuardAction action = g->last_action;
-            manifest_restore_guard(&man, g);
-            // FP8's scales and amax histories as they were, like a resume.
+            // As a resume, but the data position stays where it is, so the
+            // batches that diverged are not read again, and the guard's
+            // counters keep counting this run.
             char fp8_why[256] = "";
-            if (tr->model.fp8 && !manifest_restore_fp8(&man, tr->model.fp8, fp8_why, sizeof fp8_why) &&
-                tr->model.fp8->opt.recipe == FP8_DELAYED && ck->comm->rank == 0)
+            int fp8_restored = restore_state(ck, d, &man, 1, fp8_why, sizeof fp8_why);
+            zero_params_changed(&tr->zero);
+            if (tr->model.fp8 && !fp8_restored && tr->model.fp8->opt.recipe == FP8_DELAYED && ck->comm->rank == 0)
                 printf("rollback  | FP8 scaling keeps its current state: %s\n", fp8_why);
-            g->skipped = skipped;
-            g->nonfinite = nonfinite;
-            g->spikes = spikes;
-            g->last_skipped_step = last;
-            g->last_action = action;
-            g->bad_in_row = 0;
+            tr->guard.bad_in_row = 0;
             found = man.step;
-            ck->steps_done = man.step;
             manifest_free(&man);
         } else if (had_manifest && ck->comm->rank == 0) {
             warn("%s; not rolling back to checkpoint step %d, trying the one before", why, steps[i]);

@@ -94,7 +94,7 @@ void manifest_set_guard(Manifest* man, const Guard* g) {
     c->spikes = g->spikes;
 }
 
-void manifest_restore_guard(const Manifest* man, Guard* g) {
+void manifest_restore_guard_window(const Manifest* man, Guard* g) {
     const CkptGuard* c = &man->guard;
     if (!c->present) return;
     if (c->window == g->spike_window) {
@@ -112,6 +112,12 @@ void manifest_restore_guard(const Manifest* man, Guard* g) {
         g->filled = k;
         g->next = k % g->spike_window;
     }
+}
+
+void manifest_restore_guard(const Manifest* man, Guard* g) {
+    const CkptGuard* c = &man->guard;
+    if (!c->present) return;
+    manifest_restore_guard_window(man, g);
     g->bad_in_row = c->bad_in_row;
     g->last_skipped_step = c->last_skipped_step;
     g->last_action = (GuardAction)c->last_action;

@@ -127,8 +127,11 @@ void manifest_add_file(Manifest* man, const CkptFileEntry* e);
 // Records the guard's state; restores it into a guard set up from this
 // run's flags (exactly when the window size is unchanged, else its newest
 // losses). Restoring from a manifest without guard state leaves g as it is.
+// The _window variant restores the loss window only, and leaves the counters
+// as they are (a rollback keeps counting this run's skipped steps).
 void manifest_set_guard(Manifest* man, const Guard* g);
 void manifest_restore_guard(const Manifest* man, Guard* g);
+void manifest_restore_guard_window(const Manifest* man, Guard* g);
 // Records the FP8 scaling state (s NULL: a run without FP8); restores it
 // into s when the checkpoint has one with the same settings. Returns 1 when
 // restored, else 0 with the reason in `why` (no FP8 state in the

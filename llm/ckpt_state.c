@@ -28,6 +28,13 @@ static size_t shard_piece(const GPT* m, int shard, int u, size_t* state_index) {
     return x;
 }
 
+// Elements of the largest unit: the size of a buffer that holds any one unit.
+static size_t largest_unit(const ParamLayout* pl) {
+    size_t biggest = 0;
+    for (int u = 0; u < pl->num_units; u++) biggest = unit_size(pl, u) > biggest ? unit_size(pl, u) : biggest;
+    return biggest;
+}
+
 void ckpt_snapshot_take(CkptSnapshot* s, const GPT* m, const CkptComm* comm, int step, uint64_t data_position) {
     const ParamLayout* pl = &m->layout;
     Backend* be = m->be;
@@ -75,8 +82,7 @@ void ckpt_snapshot_take(CkptSnapshot* s, const GPT* m, const CkptComm* comm, int
     // unit, gathered on rank 0 and put in llm.c's order.
     size_t* llmc_off = NULL;
     float* unit_buf = NULL;
-    size_t biggest = 0;
-    for (int u = 0; u < pl->num_units; u++) biggest = unit_size(pl, u) > biggest ? unit_size(pl, u) : biggest;
+    size_t biggest = largest_unit(pl);
     if (comm->rank == 0) {
         llmc_off = (size_t*)xmalloc((size_t)pl->num_tensors * sizeof(size_t));
         llmc_tensor_offsets(m, llmc_off);
@@ -267,8 +273,7 @@ void ckpt_restore(GPT* m, const Manifest* man, const char* dir) {
     int s_params = manifest_section(man, "params");
     if (s_params >= 0 && man->sections[s_params].dtype != m->dtype) s_params = -1;
     size_t es = dtype_size(m->dtype);
-    size_t biggest = 0;
-    for (int u = 0; u < pl->num_units; u++) biggest = unit_size(pl, u) > biggest ? unit_size(pl, u) : biggest;
+    size_t biggest = largest_unit(pl);
     float* buf = (float*)xmalloc(biggest * sizeof(float));
     float* staging = NULL;
 

@@ -26,7 +26,7 @@ int divergence_recover(Checkpointer* ck, Trainer* tr, int steps_done) {
     const TrainConfig* cfg = tr->cfg;
     if (strcmp(cfg->on_divergence, "rollback") != 0) guard_stop_if_exhausted(&tr->guard, steps_done);
     const Guard* g = &tr->guard;
-    const char* reason = g->last_action == GUARD_SKIP_SPIKE ? "a loss spike" : "a non-finite loss or gradient norm";
+    const char* reason = guard_last_skip_reason(g);
     int bad = g->bad_in_row;
     int to = checkpoint_rollback(ck, steps_done);
     if (to < 0)

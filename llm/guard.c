@@ -110,13 +110,15 @@ GuardVerdict guard_check(Guard* g, int step, double loss, double grad_norm) {
 
 int guard_exhausted(const Guard* g) { return g->max_bad_steps > 0 && g->bad_in_row >= g->max_bad_steps; }
 
+const char* guard_last_skip_reason(const Guard* g) {
+    return g->last_action == GUARD_SKIP_SPIKE ? "a loss spike" : "a non-finite loss or gradient norm";
+}
+
 void guard_stop_if_exhausted(const Guard* g, int step) {
     if (guard_exhausted(g))
         fatal("step %d: %d steps in a row skipped (the last for %s), reaching --max-bad-steps %d; "
               "stopping so the run can restart from its last good checkpoint",
-              step, g->bad_in_row,
-              g->last_action == GUARD_SKIP_SPIKE ? "a loss spike" : "a non-finite loss or gradient norm",
-              g->max_bad_steps);
+              step, g->bad_in_row, guard_last_skip_reason(g), g->max_bad_steps);
 }
 
 const char* guard_action_name(GuardAction a) {

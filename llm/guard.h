@@ -75,6 +75,9 @@ GuardVerdict guard_check(Guard* g, int step, double loss, double grad_norm);
 int guard_exhausted(const Guard* g);
 // Fatal when guard_exhausted: names the step and the reason.
 void guard_stop_if_exhausted(const Guard* g, int step);
+// Why the latest skipped step was skipped, for messages: "a loss spike" or
+// "a non-finite loss or gradient norm".
+const char* guard_last_skip_reason(const Guard* g);
 
 const char* guard_action_name(GuardAction a);  // "update", "nonfinite", "spike"
 

@@ -218,8 +218,7 @@ void zero_update(Zero* z, float lr, float beta1, float beta2, float eps, float w
                             m->dtype);
         comm_compute_wait_all(z->comm);
     } else if (z->stage == 3) {
-        // Gathered copies are stale; the next use gathers the new values.
-        for (int s = 0; s < NUM_STAGING; s++) z->param_unit[s] = -1;
+        zero_params_changed(z);  // gathered copies are stale; the next use gathers the new values
     }
 }
 
