@@ -75,8 +75,7 @@ __global__ void adamw_f32_kernel(float* params, const float* grads, float* m, fl
         params[i] = w;
         m[i] = mi;
         v[i] = vi;
-        uint32_t bits = fp8_abs_bits(w);
-        top = bits > top ? bits : top;
+        top = amax_keep(top, fp8_abs_bits(w));
     }
     if (k.amax) amax_commit_warp(k.amax, top);
 }
@@ -95,8 +94,7 @@ __global__ void adamw_bf16_kernel(bf16* params, float* master, const bf16* grads
         uint32_t r = (uint32_t)(rng_u64_device(k.seed, k.index_base + i) >> 48);
         bf16 p = bf16_stochastic(w, r);
         params[i] = p;
-        uint32_t bits = fp8_abs_bits(__bfloat162float(p));  // the rounded value the FP8 cast will read
-        top = bits > top ? bits : top;
+        top = amax_keep(top, fp8_abs_bits(__bfloat162float(p)));  // the rounded value the FP8 cast will read
     }
     if (k.amax) amax_commit_warp(k.amax, top);
 }

@@ -25,8 +25,7 @@ __global__ void amax_kernel(float* amax, const T* x, size_t n) {
     size_t stride = (size_t)gridDim.x * blockDim.x;
     uint32_t top = 0;
     for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride) {
-        uint32_t bits = fp8_abs_bits(to_float(x[i]));
-        top = bits > top ? bits : top;
+        top = amax_keep(top, fp8_abs_bits(to_float(x[i])));
     }
     amax_commit_warp(amax, top);
 }
