@@ -271,11 +271,7 @@ __global__ void KERNEL_BOUNDS(FA_THREADS, 1)
         __syncthreads();
         load_tile<HS>(Qs, base, q0, T, stride);
         load_tile<HS>(dOs, gbase, q0, T, (size_t)C);
-        for (int i = threadIdx.x; i < FA_COLS; i += blockDim.x) {
-            int q = q0 + i;
-            lse2[i] = q < T ? lse[(size_t)bh * T + q] * ATTN_LOG2E : INFINITY;
-            Ds[i] = q < T ? D[(size_t)bh * T + q] : 0.0f;
-        }
+        load_query_stats(lse2, Ds, lse, D, bh, q0, FA_COLS, T, ATTN_LOG2E);
         __syncthreads();
 
         UNROLL for (int n = 0; n < FA_COLS / 16; n++) {
@@ -359,11 +355,7 @@ __global__ void KERNEL_BOUNDS(FA_THREADS, 1)
     int q0 = qb * FA_ROWS;
     load_tile<HS>(Qs, base, q0, T, stride);
     load_tile<HS>(dOs, dout + (size_t)b * T * C + h * HS, q0, T, (size_t)C);
-    for (int i = threadIdx.x; i < FA_ROWS; i += blockDim.x) {
-        int q = q0 + i;
-        lse2[i] = q < T ? lse[(size_t)bh * T + q] * ATTN_LOG2E : INFINITY;
-        Ds[i] = q < T ? D[(size_t)bh * T + q] : 0.0f;
-    }
+    load_query_stats(lse2, Ds, lse, D, bh, q0, FA_ROWS, T, ATTN_LOG2E);
     FragC dq[F];
     UNROLL for (int f = 0; f < F; f++) wmma::fill_fragment(dq[f], 0.0f);
     int r = lane / 2, half = lane % 2;
