@@ -43,12 +43,13 @@ static AdamWCoefficients adamw_coefficients(const AdamWParams* p) {
     return k;
 }
 
-// x rounded to BF16 stochastically with 16 random bits r.
+// x rounded to BF16 stochastically with 16 random bits r (the float bit casts
+// are llm/fp8_format.h's, callable on both sides).
 __device__ inline bf16 bf16_stochastic(float x, uint32_t r) {
-    uint32_t u = float_bits(x);
+    uint32_t u = fp8_f32_bits(x);
     if ((u & 0x7f800000u) == 0x7f800000u) return __float2bfloat16_rn(x);  // inf and NaN stay
     u = (u + (r & 0xffffu)) & 0xffff0000u;
-    return __float2bfloat16_rn(bits_float(u));  // exact: the low half is zero
+    return __float2bfloat16_rn(fp8_bits_f32(u));  // exact: the low half is zero
 }
 
 // One element: updates m, v and the FP32 weight w in place; returns the new w.

@@ -9,7 +9,6 @@
 #pragma once
 
 #include <stdint.h>
-#include <string.h>
 
 #include "kernels/cuda/common.cuh"
 #include "llm/fp8_format.h"
@@ -124,17 +123,4 @@ __device__ inline uint64_t rng_mix64_device(uint64_t x) {
 // rng_u64(key, i) of llm/rng.h: value i of stream `key`.
 __device__ inline uint64_t rng_u64_device(uint64_t key, uint64_t i) {
     return rng_mix64_device(key ^ rng_mix64_device(i));
-}
-
-// ---- bit access -----------------------------------------------------------------------------------------
-__device__ inline uint32_t float_bits(float f) {
-    uint32_t u;
-    memcpy(&u, &f, 4);
-    return u;
-}
-
-__device__ inline float bits_float(uint32_t u) {
-    float f;
-    memcpy(&f, &u, 4);
-    return f;
 }
