@@ -1,4 +1,4 @@
-// dtype.c: element sizes and printable names of the dtypes in ops.h, shared by
+// dtype.c: element sizes, printable names and the FP8 format of the dtypes in ops.h, shared by
 // every backend (and by the planner and checkpoint code through ops.h).
 #include "kernels/ops.h"
 
@@ -22,4 +22,9 @@ const char* dtype_name(DType t) {
         case DTYPE_I32: return "int32";
     }
     return "unknown";
+}
+
+int dtype_fp8_is_e4m3(DType t, const char* backend) {
+    if (t != DTYPE_FP8_E4M3 && t != DTYPE_FP8_E5M2) fatal("%s backend: %s is not an FP8 type", backend, dtype_name(t));
+    return t == DTYPE_FP8_E4M3;
 }

@@ -42,6 +42,8 @@ typedef enum {
 
 size_t dtype_size(DType t);
 const char* dtype_name(DType t);
+// Whether an FP8 dtype is E4M3 (else E5M2); fatal, naming `backend`, for any other dtype.
+int dtype_fp8_is_e4m3(DType t, const char* backend);
 
 // Hyperparameters of one AdamW update (PyTorch's decoupled weight decay).
 typedef struct {

@@ -24,11 +24,6 @@ static void decode_tables_init(void) {
     done = 1;
 }
 
-static int is_e4m3(DType t) {
-    if (t != DTYPE_FP8_E4M3 && t != DTYPE_FP8_E5M2) fatal("cpu backend: %s is not an FP8 type", dtype_name(t));
-    return t == DTYPE_FP8_E4M3;
-}
-
 void cpu_amax(Backend* be, float* amax, const void* x_, size_t n) {
     const float* x = (const float*)x_;
     uint32_t mx = 0;
@@ -49,7 +44,7 @@ void cpu_fp8_amax_fold(Backend* be, float* acc, const float* amax, size_t n) {
 
 void cpu_fp8_quantize(Backend* be, void* q_, void* qt_, DType fmt, const void* x_, int rows, int cols,
                       const float* amax, float* scale, float* scale_inv) {
-    int e4m3 = is_e4m3(fmt);
+    int e4m3 = dtype_fp8_is_e4m3(fmt, "cpu");
     float s = *scale;
     if (amax) {
         s = fp8_scale_from_amax(*amax, fp8_max_value(e4m3));
@@ -80,7 +75,7 @@ void cpu_fp8_quantize(Backend* be, void* q_, void* qt_, DType fmt, const void* x
 
 void cpu_fp8_update_scales(Backend* be, float* scale, float* scale_inv, float* history, int len, size_t ld,
                            int pos, size_t n, DType fmt, int margin) {
-    float max_value = fp8_max_value(is_e4m3(fmt));
+    float max_value = fp8_max_value(dtype_fp8_is_e4m3(fmt, "cpu"));
     for (size_t i = 0; i < n; i++) {
         float* now = &history[(size_t)pos * ld + i];
         if (!(*now <= FLT_MAX)) *now = 0.0f;  // NaN or inf: no information
@@ -102,7 +97,7 @@ size_t cpu_fp8_matmul_scratch_bytes(int N, int C, int OC) {
 static int decode_operand(float* dst, const Fp8Tensor* t, size_t n, const char* what) {
     const uint8_t* src = (const uint8_t*)(t->q ? t->q : t->qt);
     if (!src) fatal("cpu backend: FP8 GEMM operand %s has neither layout", what);
-    const float* table = DECODE[is_e4m3(t->type)];
+    const float* table = DECODE[dtype_fp8_is_e4m3(t->type, "cpu")];
 #pragma omp parallel for simd schedule(static) if (n > CPU_PARALLEL_MIN)
     for (size_t i = 0; i < n; i++) dst[i] = table[src[i]];
     return t->q == NULL;

@@ -43,12 +43,13 @@ static AdamWCoefficients adamw_coefficients(const AdamWParams* p) {
     return k;
 }
 
-// x rounded to BF16 stochastically with 16 random bits r.
+// x rounded to BF16 stochastically with 16 random bits r (the float bit casts
+// are llm/fp8_format.h's, callable on both sides).
 __device__ inline bf16 bf16_stochastic(float x, uint32_t r) {
-    uint32_t u = float_bits(x);
+    uint32_t u = fp8_f32_bits(x);
     if ((u & 0x7f800000u) == 0x7f800000u) return __float2bfloat16_rn(x);  // inf and NaN stay
     u = (u + (r & 0xffffu)) & 0xffff0000u;
-    return __float2bfloat16_rn(bits_float(u));  // exact: the low half is zero
+    return __float2bfloat16_rn(fp8_bits_f32(u));  // exact: the low half is zero
 }
 
 // One element: updates m, v and the FP32 weight w in place; returns the new w.
@@ -75,8 +76,7 @@ __global__ void adamw_f32_kernel(float* params, const float* grads, float* m, fl
         params[i] = w;
         m[i] = mi;
         v[i] = vi;
-        uint32_t bits = fp8_abs_bits(w);
-        top = bits > top ? bits : top;
+        top = amax_keep(top, fp8_abs_bits(w));
     }
     if (k.amax) amax_commit_warp(k.amax, top);
 }
@@ -95,8 +95,7 @@ __global__ void adamw_bf16_kernel(bf16* params, float* master, const bf16* grads
         uint32_t r = (uint32_t)(rng_u64_device(k.seed, k.index_base + i) >> 48);
         bf16 p = bf16_stochastic(w, r);
         params[i] = p;
-        uint32_t bits = fp8_abs_bits(__bfloat162float(p));  // the rounded value the FP8 cast will read
-        top = bits > top ? bits : top;
+        top = amax_keep(top, fp8_abs_bits(__bfloat162float(p)));  // the rounded value the FP8 cast will read
     }
     if (k.amax) amax_commit_warp(k.amax, top);
 }

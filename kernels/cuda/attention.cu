@@ -204,11 +204,7 @@ __global__ void attention_backward_dkdv_simt(T* dqkv, const T* dout, const T* qk
         __syncthreads();
         load_rows(Qs, base, q0, R, T_, stride, HS);
         load_rows(dOs, gbase, q0, R, T_, (size_t)C, HS);
-        for (int i = threadIdx.x; i < R; i += blockDim.x) {
-            int q = q0 + i;
-            lse_s[i] = q < T_ ? lse[(size_t)bh * T_ + q] : INFINITY;
-            D_s[i] = q < T_ ? D[(size_t)bh * T_ + q] : 0.0f;
-        }
+        load_query_stats(lse_s, D_s, lse, D, bh, q0, R, T_, 1.0f);
         __syncthreads();
         for (int e = threadIdx.x; e < R * R; e += blockDim.x) {
             int j = e / R, i = e % R;  // key j, query i
@@ -266,11 +262,7 @@ __global__ void attention_backward_dq_simt(T* dqkv, const T* dout, const T* qkv,
     load_rows(Qs, base, q0, R, T_, stride, HS);
     load_rows(dOs, dout + (size_t)b * T_ * C + h * HS, q0, R, T_, (size_t)C, HS);
     for (int i = threadIdx.x; i < R * ld; i += blockDim.x) dQs[i] = 0.0f;
-    for (int i = threadIdx.x; i < R; i += blockDim.x) {
-        int q = q0 + i;
-        lse_s[i] = q < T_ ? lse[(size_t)bh * T_ + q] : INFINITY;
-        D_s[i] = q < T_ ? D[(size_t)bh * T_ + q] : 0.0f;
-    }
+    load_query_stats(lse_s, D_s, lse, D, bh, q0, R, T_, 1.0f);
     for (int kb = 0; kb <= qb; kb++) {
         int k0 = kb * R;
         __syncthreads();

@@ -2,10 +2,24 @@
 // attention_wmma.cu (the BF16 tensor-core kernels) share.
 #pragma once
 
+#include <math.h>
+
 #include "kernels/cuda/cuda_backend.cuh"
 
 #define ATTN_LOG2E 1.4426950408889634f
 #define ATTN_LN2 0.6931471805599453f
+
+// The backward's per-query statistics of queries q0 .. q0+n-1 into shared
+// memory: lse (times lse_scale: 1, or log2(e) for base-2 kernels) and D, both
+// (B, NH, T) at row bh. Queries at or past T get lse = inf (probability 0), D = 0.
+__device__ inline void load_query_stats(float* lse_s, float* D_s, const float* lse, const float* D, int bh, int q0,
+                                        int n, int T, float lse_scale) {
+    for (int i = threadIdx.x; i < n; i += blockDim.x) {
+        int q = q0 + i;
+        lse_s[i] = q < T ? lse[(size_t)bh * T + q] * lse_scale : INFINITY;
+        D_s[i] = q < T ? D[(size_t)bh * T + q] : 0.0f;
+    }
+}
 
 // Head sizes the tensor-core kernels are compiled for.
 static inline int attention_wmma_head_size(int HS) { return HS == 32 || HS == 64 || HS == 128; }

@@ -104,6 +104,31 @@ __device__ inline void store_warp_rows(bf16* dst, FragC* acc, float* stage, int 
     __syncwarp();
 }
 
+// The warp's two 16 x 64 float tiles of the backward: S = A_w B^T and
+// dP = A2_w B2^T, A_w being the warp's 16 rows of the 64-row tile A.
+template <int HS>
+__device__ inline void warp_scores_and_dp(float* S, float* dP, const bf16* A, const bf16* B, const bf16* A2,
+                                          const bf16* B2, int warp) {
+    const int LDH = FaTile<HS>::LDH, F = HS / 16;
+    UNROLL for (int n = 0; n < FA_COLS / 16; n++) {
+        FragC s, dp;
+        wmma::fill_fragment(s, 0.0f);
+        wmma::fill_fragment(dp, 0.0f);
+        UNROLL for (int kk = 0; kk < F; kk++) {
+            FragA a;
+            FragBT bt;
+            wmma::load_matrix_sync(a, A + warp * 16 * LDH + kk * 16, LDH);
+            wmma::load_matrix_sync(bt, B + n * 16 * LDH + kk * 16, LDH);
+            wmma::mma_sync(s, a, bt, s);
+            wmma::load_matrix_sync(a, A2 + warp * 16 * LDH + kk * 16, LDH);
+            wmma::load_matrix_sync(bt, B2 + n * 16 * LDH + kk * 16, LDH);
+            wmma::mma_sync(dp, a, bt, dp);
+        }
+        wmma::store_matrix_sync(S + n * 16, s, FA_LDS, wmma::mem_row_major);
+        wmma::store_matrix_sync(dP + n * 16, dp, FA_LDS, wmma::mem_row_major);
+    }
+}
+
 // ---- forward ------------------------------------------------------------------------------------------------
 
 template <int HS>
@@ -271,30 +296,10 @@ __global__ void KERNEL_BOUNDS(FA_THREADS, 1)
         __syncthreads();
         load_tile<HS>(Qs, base, q0, T, stride);
         load_tile<HS>(dOs, gbase, q0, T, (size_t)C);
-        for (int i = threadIdx.x; i < FA_COLS; i += blockDim.x) {
-            int q = q0 + i;
-            lse2[i] = q < T ? lse[(size_t)bh * T + q] * ATTN_LOG2E : INFINITY;
-            Ds[i] = q < T ? D[(size_t)bh * T + q] : 0.0f;
-        }
+        load_query_stats(lse2, Ds, lse, D, bh, q0, FA_COLS, T, ATTN_LOG2E);
         __syncthreads();
 
-        UNROLL for (int n = 0; n < FA_COLS / 16; n++) {
-            FragC s, dp;
-            wmma::fill_fragment(s, 0.0f);
-            wmma::fill_fragment(dp, 0.0f);
-            UNROLL for (int kk = 0; kk < F; kk++) {
-                FragA a;
-                FragBT bt;
-                wmma::load_matrix_sync(a, Ks + warp * 16 * LDH + kk * 16, LDH);
-                wmma::load_matrix_sync(bt, Qs + n * 16 * LDH + kk * 16, LDH);
-                wmma::mma_sync(s, a, bt, s);
-                wmma::load_matrix_sync(a, Vs + warp * 16 * LDH + kk * 16, LDH);
-                wmma::load_matrix_sync(bt, dOs + n * 16 * LDH + kk * 16, LDH);
-                wmma::mma_sync(dp, a, bt, dp);
-            }
-            wmma::store_matrix_sync(St + n * 16, s, FA_LDS, wmma::mem_row_major);
-            wmma::store_matrix_sync(dPt + n * 16, dp, FA_LDS, wmma::mem_row_major);
-        }
+        warp_scores_and_dp<HS>(St, dPt, Ks, Qs, Vs, dOs, warp);
         __syncwarp();
 
         // Row r of the transposed tiles is key `key`; column c is query q0 + c
@@ -359,11 +364,7 @@ __global__ void KERNEL_BOUNDS(FA_THREADS, 1)
     int q0 = qb * FA_ROWS;
     load_tile<HS>(Qs, base, q0, T, stride);
     load_tile<HS>(dOs, dout + (size_t)b * T * C + h * HS, q0, T, (size_t)C);
-    for (int i = threadIdx.x; i < FA_ROWS; i += blockDim.x) {
-        int q = q0 + i;
-        lse2[i] = q < T ? lse[(size_t)bh * T + q] * ATTN_LOG2E : INFINITY;
-        Ds[i] = q < T ? D[(size_t)bh * T + q] : 0.0f;
-    }
+    load_query_stats(lse2, Ds, lse, D, bh, q0, FA_ROWS, T, ATTN_LOG2E);
     FragC dq[F];
     UNROLL for (int f = 0; f < F; f++) wmma::fill_fragment(dq[f], 0.0f);
     int r = lane / 2, half = lane % 2;
@@ -376,23 +377,7 @@ __global__ void KERNEL_BOUNDS(FA_THREADS, 1)
         load_tile<HS>(Vs, base + 2 * C, k0, T, stride);
         __syncthreads();
 
-        UNROLL for (int n = 0; n < FA_COLS / 16; n++) {
-            FragC s, dp;
-            wmma::fill_fragment(s, 0.0f);
-            wmma::fill_fragment(dp, 0.0f);
-            UNROLL for (int kk = 0; kk < F; kk++) {
-                FragA a;
-                FragBT bt;
-                wmma::load_matrix_sync(a, Qs + warp * 16 * LDH + kk * 16, LDH);
-                wmma::load_matrix_sync(bt, Ks + n * 16 * LDH + kk * 16, LDH);
-                wmma::mma_sync(s, a, bt, s);
-                wmma::load_matrix_sync(a, dOs + warp * 16 * LDH + kk * 16, LDH);
-                wmma::load_matrix_sync(bt, Vs + n * 16 * LDH + kk * 16, LDH);
-                wmma::mma_sync(dp, a, bt, dp);
-            }
-            wmma::store_matrix_sync(S + n * 16, s, FA_LDS, wmma::mem_row_major);
-            wmma::store_matrix_sync(dP + n * 16, dp, FA_LDS, wmma::mem_row_major);
-        }
+        warp_scores_and_dp<HS>(S, dP, Qs, Ks, dOs, Vs, warp);
         __syncwarp();
 
         for (int j = 0; j < 32; j++) {

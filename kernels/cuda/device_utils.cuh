@@ -9,7 +9,6 @@
 #pragma once
 
 #include <stdint.h>
-#include <string.h>
 
 #include "kernels/cuda/common.cuh"
 #include "llm/fp8_format.h"
@@ -103,6 +102,16 @@ __device__ inline uint32_t stored_abs_bits(float v) {
     return fp8_abs_bits(to_float(from_float<T>(v)));
 }
 
+// A thread's running maximum before amax_commit_warp: top raised to bits.
+__device__ inline uint32_t amax_keep(uint32_t top, uint32_t bits) { return bits > top ? bits : top; }
+
+// top raised to the stored_abs_bits of the V values of one pack the thread stored.
+template <typename T, int V>
+__device__ inline uint32_t amax_keep_pack(uint32_t top, const float v[V]) {
+    UNROLL for (int i = 0; i < V; i++) top = amax_keep(top, stored_abs_bits<T>(v[i]));
+    return top;
+}
+
 // ---- counter-based random numbers (the device twin of llm/rng.h) --------------------------------------
 __device__ inline uint64_t rng_mix64_device(uint64_t x) {
     x += 0x9E3779B97F4A7C15ull;
@@ -114,17 +123,4 @@ __device__ inline uint64_t rng_mix64_device(uint64_t x) {
 // rng_u64(key, i) of llm/rng.h: value i of stream `key`.
 __device__ inline uint64_t rng_u64_device(uint64_t key, uint64_t i) {
     return rng_mix64_device(key ^ rng_mix64_device(i));
-}
-
-// ---- bit access -----------------------------------------------------------------------------------------
-__device__ inline uint32_t float_bits(float f) {
-    uint32_t u;
-    memcpy(&u, &f, 4);
-    return u;
-}
-
-__device__ inline float bits_float(uint32_t u) {
-    float f;
-    memcpy(&f, &u, 4);
-    return f;
 }

@@ -25,8 +25,7 @@ __global__ void amax_kernel(float* amax, const T* x, size_t n) {
     size_t stride = (size_t)gridDim.x * blockDim.x;
     uint32_t top = 0;
     for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride) {
-        uint32_t bits = fp8_abs_bits(to_float(x[i]));
-        top = bits > top ? bits : top;
+        top = amax_keep(top, fp8_abs_bits(to_float(x[i])));
     }
     amax_commit_warp(amax, top);
 }
@@ -132,14 +131,9 @@ static void fp8_quantize_typed(Backend* be, uint8_t* q, uint8_t* qt, const T* x,
     CUDA_CHECK_LAUNCH();
 }
 
-static bool fmt_is_e4m3(DType fmt) {
-    if (fmt != DTYPE_FP8_E4M3 && fmt != DTYPE_FP8_E5M2) fatal("cuda backend: %s is not an FP8 type", dtype_name(fmt));
-    return fmt == DTYPE_FP8_E4M3;
-}
-
 void cuda_fp8_quantize(Backend* be, void* q, void* qt, DType fmt, const void* x, int rows, int cols,
                        const float* amax, float* scale, float* scale_inv) {
-    bool e4m3 = fmt_is_e4m3(fmt);
+    bool e4m3 = dtype_fp8_is_e4m3(fmt, "cuda");
     if (rows <= 0 || cols <= 0 || (!q && !qt)) return;
     if (be->dtype == DTYPE_BF16)
         fp8_quantize_typed(be, (uint8_t*)q, (uint8_t*)qt, (const bf16*)x, rows, cols, amax, scale, scale_inv, e4m3);
@@ -170,7 +164,7 @@ __global__ void fp8_update_scales_kernel(float* scale, float* scale_inv, float* 
 void cuda_fp8_update_scales(Backend* be, float* scale, float* scale_inv, float* history, int len, size_t ld, int pos,
                             size_t n, DType fmt, int margin) {
     if (n == 0) return;
-    float max_value = fp8_max_value(fmt_is_e4m3(fmt));
+    float max_value = fp8_max_value(dtype_fp8_is_e4m3(fmt, "cuda"));
     LAUNCH(fp8_update_scales_kernel, (unsigned)ceil_div(n, 128), 128, 0, cuda_stream(be), scale, scale_inv, history,
            len, ld, pos, n, max_value, margin);
     CUDA_CHECK_LAUNCH();

@@ -44,19 +44,13 @@ __global__ void gelu_forward_kernel(T* out, const T* inp, size_t n, float* amax)
         load_pack<T, V>(x, inp + p * V);
         UNROLL for (int i = 0; i < V; i++) y[i] = gelu_value(x[i]);
         store_pack<T, V>(out + p * V, y);
-        if (amax) {
-            UNROLL for (int i = 0; i < V; i++) {
-                uint32_t bits = stored_abs_bits<T>(y[i]);
-                top = bits > top ? bits : top;
-            }
-        }
+        if (amax) top = amax_keep_pack<T, V>(top, y);
     }
     size_t i = packs * V + tid;
     if (i < n) {
         float y = gelu_value(to_float(inp[i]));
         out[i] = from_float<T>(y);
-        uint32_t bits = stored_abs_bits<T>(y);
-        top = bits > top ? bits : top;
+        top = amax_keep(top, stored_abs_bits<T>(y));
     }
     if (amax) amax_commit_warp(amax, top);
 }
@@ -73,19 +67,13 @@ __global__ void gelu_backward_kernel(T* dinp, const T* inp, const T* dout, size_
         load_pack<T, V>(g, dout + p * V);
         UNROLL for (int i = 0; i < V; i++) y[i] = g[i] * gelu_grad(x[i]);
         store_pack<T, V>(dinp + p * V, y);
-        if (amax) {
-            UNROLL for (int i = 0; i < V; i++) {
-                uint32_t bits = stored_abs_bits<T>(y[i]);
-                top = bits > top ? bits : top;
-            }
-        }
+        if (amax) top = amax_keep_pack<T, V>(top, y);
     }
     size_t i = packs * V + tid;
     if (i < n) {
         float y = to_float(dout[i]) * gelu_grad(to_float(inp[i]));
         dinp[i] = from_float<T>(y);
-        uint32_t bits = stored_abs_bits<T>(y);
-        top = bits > top ? bits : top;
+        top = amax_keep(top, stored_abs_bits<T>(y));
     }
     if (amax) amax_commit_warp(amax, top);
 }

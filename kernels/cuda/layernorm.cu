@@ -65,12 +65,7 @@ __global__ void layernorm_forward_kernel(T* out, float* mean, float* rstd, T* re
         load_pack<T, V>(vb, bias + c);
         UNROLL for (int k = 0; k < V; k++) o[k] = (v[k] - m) * rs * vw[k] + vb[k];
         store_pack<T, V>(out + off + c, o);
-        if (amax) {
-            UNROLL for (int k = 0; k < V; k++) {
-                uint32_t bits = stored_abs_bits<T>(o[k]);
-                top = bits > top ? bits : top;
-            }
-        }
+        if (amax) top = amax_keep_pack<T, V>(top, o);
     }
     if (amax) amax_commit_warp(amax, top);  // the whole warp: rows are per warp
     if (lane == 0) {
@@ -166,12 +161,7 @@ __global__ void layernorm_backward_kernel(T* dinp, float* partial, const T* dout
                 d[k] += (g[k] * vw[k] - mean_g - xhat * mean_gx) * rs;
             }
             store_pack<T, V>(dinp + off + c, d);
-            if (amax) {
-                UNROLL for (int k = 0; k < V; k++) {
-                    uint32_t bits = stored_abs_bits<T>(d[k]);
-                    top = bits > top ? bits : top;
-                }
-            }
+            if (amax) top = amax_keep_pack<T, V>(top, d);
         }
     }
     if (amax) amax_commit_warp(amax, top);  // every warp of the block gets here
