@@ -8,9 +8,8 @@
 #include "llm/bf16.h"
 
 size_t llmc_num_elements(const GPTConfig* c) {
-    size_t C = c->channels, L = c->num_layers;
-    return (size_t)c->padded_vocab_size * C + (size_t)c->max_seq_len * C +
-           L * (12 * C * C + 13 * C) + 2 * C;
+    // The file stores wte with all Vp rows, the padding included.
+    return gpt_num_params(c) + (size_t)(c->padded_vocab_size - c->vocab_size) * c->channels;
 }
 
 // Walks llm.c's order: for each kind, for each layer (or once), one tensor.
