@@ -7,8 +7,10 @@
 
 static int gpus_present(void) { return cuda_device_count ? cuda_device_count() : 0; }
 
+int device_cuda_available(void) { return cuda_backend_create != NULL && gpus_present() > 0; }
+
 int device_wants_cuda(const char* device) {
-    if (!strcmp(device, "auto")) return gpus_present() > 0 && cuda_backend_create != NULL;
+    if (!strcmp(device, "auto")) return device_cuda_available();
     if (!strcmp(device, "cpu")) return 0;
     if (!strcmp(device, "cuda")) return 1;
     fatal("--device '%s' is not one of auto, cpu, cuda", device);

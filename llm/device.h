@@ -16,6 +16,8 @@ EXTERN_C_BEGIN
 Backend* backend_open(const char* device, const char* precision, int threads, int local_rank, int local_world);
 // Whether --device (auto, cpu, cuda) means the CUDA backend on this machine.
 int device_wants_cuda(const char* device);
+// Whether this build has the CUDA backend and a GPU is visible: what --device auto takes.
+int device_cuda_available(void);
 
 // Provided by kernels/cuda in CUDA builds; weak, so CPU-only builds link too.
 int cuda_device_count(void) __attribute__((weak));

@@ -25,12 +25,6 @@ void gpt_config_finish(GPTConfig* c) {
     c->padded_vocab_size = (int)round_up((size_t)c->vocab_size, 128);
 }
 
-size_t gpt_num_params(const GPTConfig* c) {
-    size_t C = c->channels, L = c->num_layers;
-    size_t per_layer = 2 * C + 3 * C * C + 3 * C + C * C + C + 2 * C + 4 * C * C + 4 * C + 4 * C * C + C;
-    return (size_t)c->vocab_size * C + (size_t)c->max_seq_len * C + L * per_layer + 2 * C;
-}
-
 // ---------------------------------------------------------------------------
 // parameter layout
 
@@ -57,6 +51,18 @@ static void param_shape(const GPTConfig* c, ParamKind k, int* rows, int* cols) {
 }
 
 int param_kind_is_per_layer(ParamKind k) { return k != P_WTE && k != P_WPE && k != P_LNFW && k != P_LNFB; }
+
+// Summed over the tensor shapes, with wte counted at V rather than Vp rows.
+size_t gpt_num_params(const GPTConfig* c) {
+    size_t n = 0;
+    for (int k = 0; k < NUM_PARAM_KINDS; k++) {
+        int rows, cols;
+        param_shape(c, (ParamKind)k, &rows, &cols);
+        if (k == P_WTE) rows = c->vocab_size;
+        n += (size_t)rows * cols * (param_kind_is_per_layer((ParamKind)k) ? (size_t)c->num_layers : 1);
+    }
+    return n;
+}
 
 int param_tensor_index(const GPTConfig* c, ParamKind kind, int layer) {
     if (kind == P_WTE) return 0;

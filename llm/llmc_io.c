@@ -8,9 +8,8 @@
 #include "llm/bf16.h"
 
 size_t llmc_num_elements(const GPTConfig* c) {
-    size_t C = c->channels, L = c->num_layers;
-    return (size_t)c->padded_vocab_size * C + (size_t)c->max_seq_len * C +
-           L * (12 * C * C + 13 * C) + 2 * C;
+    // The file stores wte with all Vp rows, the padding included.
+    return gpt_num_params(c) + (size_t)(c->padded_vocab_size - c->vocab_size) * c->channels;
 }
 
 // Walks llm.c's order: for each kind, for each layer (or once), one tensor.
@@ -74,8 +73,9 @@ static void read_header(const char* path, int32_t h[256]) {
               LLMC_VERSION_F32, LLMC_VERSION_BF16);
 }
 
-void llmc_read_config(const char* path, GPTConfig* out) {
-    int32_t h[256];
+// The header and the model shape it describes, checked against the file's
+// size; *file_vp: the file's own padded vocabulary (its wte rows).
+static GPTConfig read_config(const char* path, int32_t h[256], int* file_vp) {
     read_header(path, h);
     GPTConfig c;
     c.max_seq_len = h[2];
@@ -90,31 +90,35 @@ void llmc_read_config(const char* path, GPTConfig* out) {
     gpt_config_finish(&c);
     // llm.c pads to 128 as we do; a file padded differently is still readable
     // (only its real vocabulary rows are used), so size it by its own padding.
-    int file_vp = h[7] > 0 ? h[7] : c.vocab_size;
-    if (file_vp < c.vocab_size) fatal("%s: padded vocabulary %d is smaller than the vocabulary %d", path, file_vp, c.vocab_size);
+    *file_vp = h[7] > 0 ? h[7] : c.vocab_size;
+    if (*file_vp < c.vocab_size) fatal("%s: padded vocabulary %d is smaller than the vocabulary %d", path, *file_vp, c.vocab_size);
     GPTConfig fc = c;
-    fc.padded_vocab_size = file_vp;
+    fc.padded_vocab_size = *file_vp;
     size_t elt = h[1] == LLMC_VERSION_F32 ? 4 : 2;
     int64_t want = 1024 + (int64_t)(llmc_num_elements(&fc) * elt);
     int64_t size = file_size(path);
     if (size != want)
         fatal("%s: file is %lld bytes but its header describes %lld bytes (truncated or not a model of this shape)",
               path, (long long)size, (long long)want);
-    *out = c;
+    return c;
+}
+
+void llmc_read_config(const char* path, GPTConfig* out) {
+    int32_t h[256];
+    int file_vp;
+    *out = read_config(path, h, &file_vp);
 }
 
 void llmc_load_weights(GPT* m, const char* path) {
     int32_t h[256];
-    read_header(path, h);
-    GPTConfig fc;
-    llmc_read_config(path, &fc);
+    int file_vp;
+    GPTConfig fc = read_config(path, h, &file_vp);
     const GPTConfig* c = &m->config;
     if (fc.num_layers != c->num_layers || fc.channels != c->channels || fc.num_heads != c->num_heads ||
         fc.vocab_size != c->vocab_size || fc.max_seq_len != c->max_seq_len)
         fatal("%s: model shape (L=%d C=%d NH=%d V=%d maxT=%d) does not match the configured model (L=%d C=%d NH=%d V=%d maxT=%d)",
               path, fc.num_layers, fc.channels, fc.num_heads, fc.vocab_size, fc.max_seq_len, c->num_layers,
               c->channels, c->num_heads, c->vocab_size, c->max_seq_len);
-    int file_vp = h[7] > 0 ? h[7] : fc.vocab_size;
     size_t C = c->channels;
     size_t elt = h[1] == LLMC_VERSION_F32 ? 4 : 2;
     GPTConfig filec = *c;

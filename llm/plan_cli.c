@@ -57,8 +57,6 @@ void plan_mpi_world(int* world, int* local) {
     if (!*local) *local = env_positive("MPI_LOCALNRANKS");
 }
 
-static int gpu_present(void) { return cuda_device_count && cuda_backend_create && cuda_device_count() > 0; }
-
 // The GPU of this process: its name, peaks and free memory.
 static int real_gpu(PlanDevice* d, char* note, size_t note_len) {
     size_t free_bytes = 0, total_bytes = 0;
@@ -92,7 +90,7 @@ static PlanDevice plan_target(const TrainConfig* cfg, char* note, size_t note_le
         return d;
     }
     if (!strcmp(cfg->device, "cpu")) return cpu_device(cfg, note, note_len);
-    if (gpu_present() && real_gpu(&d, note, note_len)) return d;
+    if (device_cuda_available() && real_gpu(&d, note, note_len)) return d;
     if (cfg->gpu_mem > 0) {
         memset(&d, 0, sizeof d);
         d.is_gpu = 1;
@@ -108,10 +106,9 @@ static PlanDevice auto_target(const TrainConfig* cfg, char* note, size_t note_le
     if (cfg->gpu[0])
         fatal("--gpu names a GPU for --plan; --auto plans for the device this run trains on (--gpu-mem sets its "
               "memory)");
-    int want_cuda = !strcmp(cfg->device, "cuda") || (!strcmp(cfg->device, "auto") && gpu_present());
-    if (!want_cuda) return cpu_device(cfg, note, note_len);
+    if (!device_wants_cuda(cfg->device)) return cpu_device(cfg, note, note_len);
     PlanDevice d;
-    if (gpu_present() && real_gpu(&d, note, note_len)) return d;
+    if (device_cuda_available() && real_gpu(&d, note, note_len)) return d;
     fatal("--auto: no CUDA GPU is visible to this process to plan for (use --device cpu)");
 }
 

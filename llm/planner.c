@@ -9,6 +9,7 @@
 #include <strings.h>
 
 #include "llm/fp8.h"
+#include "llm/mfu.h"
 
 const char* precision_name(Precision p) {
     switch (p) {
@@ -141,11 +142,9 @@ PlanSpeed plan_speed(const PlanConfig* pc, const PlanDevice* dev) {
     PlanSpeed s;
     memset(&s, 0, sizeof s);
     const GPTConfig* c = &pc->model;
-    double h = c->channels, L = c->num_layers, T = pc->T;
-    // The position embedding is a lookup, not a GEMM; the tied token
-    // embedding counts once, as the LM head.
-    double n = (double)gpt_num_params(c) - (double)c->max_seq_len * h;
-    s.model_flops = 6.0 * n + 12.0 * L * h * T;
+    double h = c->channels, T = pc->T;
+    // The same 6N + 12*L*h*s as a run's MFU (llm/mfu.h).
+    s.model_flops = flops_per_token(c, pc->T);
     // A fully recomputed layer re-runs its qkv, attention-projection and fc
     // GEMMs (2 x 8h^2 per token) and its attention forward (4 h T).
     s.recompute_flops = pc->recompute.full_layers * (16.0 * h * h + 4.0 * h * T);

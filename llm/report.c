@@ -59,6 +59,12 @@ static void format_si(char* out, size_t len, double v) {
     snprintf(out, len, "%.4g %s", v, PREFIX[p]);
 }
 
+// "41.5%", or "n/a" when MFU is unknown (no peak to compare with).
+static void format_mfu(char* out, size_t len, double mfu_value) {
+    if (isfinite(mfu_value)) snprintf(out, len, "%.1f%%", 100 * mfu_value);
+    else snprintf(out, len, "n/a");
+}
+
 // The rank's position among the ranks of its node, for choosing its GPU when
 // the CUDA backend does not say which one it uses (Open MPI, then Slurm/PMI).
 static int local_rank_from_env(void) {
@@ -288,8 +294,7 @@ static void log_step(const Trainer* tr, int step, const StepResult* r, double mf
 
 static void print_step(const Trainer* tr, int step, const StepResult* r, double mfu_now) {
     char mfu_text[32];
-    if (isfinite(mfu_now)) snprintf(mfu_text, sizeof mfu_text, "%.1f%%", 100 * mfu_now);
-    else snprintf(mfu_text, sizeof mfu_text, "n/a");
+    format_mfu(mfu_text, sizeof mfu_text, mfu_now);
     printf("step %5d/%d | loss %.4f | norm %.4f | lr %.2e | %.1f ms | %.0f tok/s | mfu %s | mem %.0f/%.0f MiB",
            step + 1, tr->cfg->steps, r->loss, r->grad_norm, r->lr, r->seconds * 1e3, r->tokens_per_second, mfu_text,
            mib(R.mem), mib(R.peak_mem));
@@ -428,8 +433,7 @@ void report_close(const Trainer* tr) {
     double mean_mfu = mfu(tok_s, R.flops_per_token, R.peak_flops, tr->world);
     char e[32], mfu_text[32];
     format_duration(e, sizeof e, elapsed);
-    if (isfinite(mean_mfu)) snprintf(mfu_text, sizeof mfu_text, "%.1f%%", 100 * mean_mfu);
-    else snprintf(mfu_text, sizeof mfu_text, "n/a");
+    format_mfu(mfu_text, sizeof mfu_text, mean_mfu);
     // Worded unlike the step line ("mean ... tokens/s", "final loss") so that
     // the step line's metric regexes do not match it.
     char val_text[32];

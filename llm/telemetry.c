@@ -269,50 +269,31 @@ void telemetry_format(const TelemetryRange* r, char* out, size_t len) {
         if (n < len) n += (size_t)snprintf(out + n, len - n, __VA_ARGS__);    \
     } while (0)
 #define HAS(f) (!isnan(r->lo[f]))
-    char a[80], b[80];
-    const double GiB = 1.0 / (1024.0 * 1024.0 * 1024.0);
-    if (HAS(TEL_SM_UTIL)) {
-        range_text(a, sizeof a, r, TEL_SM_UTIL, 1, 0);
-        PART("%ssm %s%%", n ? " | " : "", a);
-    }
-    if (HAS(TEL_MEM_UTIL)) {
-        range_text(a, sizeof a, r, TEL_MEM_UTIL, 1, 0);
-        PART("%smem-util %s%%", n ? " | " : "", a);
-    }
-    if (HAS(TEL_MEM_USED)) {
-        range_text(a, sizeof a, r, TEL_MEM_USED, GiB, 1);
-        if (HAS(TEL_MEM_TOTAL)) {
-            range_text(b, sizeof b, r, TEL_MEM_TOTAL, GiB, 1);
-            PART("%shbm %s/%s GiB", n ? " | " : "", a, b);
-        } else {
-            PART("%shbm %s GiB", n ? " | " : "", a);
+    // Each measurement as "label value[/limit]unit", the limit where the GPU reports one.
+    static const struct {
+        TelemetryField f, limit;  // limit: TEL_NUM_FIELDS for none
+        const char *label, *unit;
+        double scale;
+        int decimals;
+    } PARTS[] = {
+        {TEL_SM_UTIL, TEL_NUM_FIELDS, "sm", "%", 1, 0},
+        {TEL_MEM_UTIL, TEL_NUM_FIELDS, "mem-util", "%", 1, 0},
+        {TEL_MEM_USED, TEL_MEM_TOTAL, "hbm", " GiB", 1.0 / (1024.0 * 1024.0 * 1024.0), 1},
+        {TEL_POWER, TEL_POWER_LIMIT, "power", " W", 1, 0},
+        {TEL_TEMP, TEL_NUM_FIELDS, "temp", " C", 1, 0},
+        {TEL_SM_CLOCK, TEL_SM_CLOCK_MAX, "sm-clock", " MHz", 1, 0},
+        {TEL_MEM_CLOCK, TEL_NUM_FIELDS, "mem-clock", " MHz", 1, 0},
+    };
+    char a[80];
+    for (size_t i = 0; i < sizeof PARTS / sizeof PARTS[0]; i++) {
+        if (!HAS(PARTS[i].f)) continue;
+        range_text(a, sizeof a, r, PARTS[i].f, PARTS[i].scale, PARTS[i].decimals);
+        PART("%s%s %s", n ? " | " : "", PARTS[i].label, a);
+        if (PARTS[i].limit != TEL_NUM_FIELDS && HAS(PARTS[i].limit)) {
+            range_text(a, sizeof a, r, PARTS[i].limit, PARTS[i].scale, PARTS[i].decimals);
+            PART("/%s", a);
         }
-    }
-    if (HAS(TEL_POWER)) {
-        range_text(a, sizeof a, r, TEL_POWER, 1, 0);
-        if (HAS(TEL_POWER_LIMIT)) {
-            range_text(b, sizeof b, r, TEL_POWER_LIMIT, 1, 0);
-            PART("%spower %s/%s W", n ? " | " : "", a, b);
-        } else {
-            PART("%spower %s W", n ? " | " : "", a);
-        }
-    }
-    if (HAS(TEL_TEMP)) {
-        range_text(a, sizeof a, r, TEL_TEMP, 1, 0);
-        PART("%stemp %s C", n ? " | " : "", a);
-    }
-    if (HAS(TEL_SM_CLOCK)) {
-        range_text(a, sizeof a, r, TEL_SM_CLOCK, 1, 0);
-        if (HAS(TEL_SM_CLOCK_MAX)) {
-            range_text(b, sizeof b, r, TEL_SM_CLOCK_MAX, 1, 0);
-            PART("%ssm-clock %s/%s MHz", n ? " | " : "", a, b);
-        } else {
-            PART("%ssm-clock %s MHz", n ? " | " : "", a);
-        }
-    }
-    if (HAS(TEL_MEM_CLOCK)) {
-        range_text(a, sizeof a, r, TEL_MEM_CLOCK, 1, 0);
-        PART("%smem-clock %s MHz", n ? " | " : "", a);
+        PART("%s", PARTS[i].unit);
     }
     if (HAS(TEL_THROTTLE_POWER)) {
         // hi = 1: some rank is held down; lo = 0 as well: not all of them.
