@@ -18,12 +18,6 @@ MPI=(mpirun --allow-run-as-root --oversubscribe --bind-to none --mca btl_vader_s
 small=(--device cpu --depth 1 --seq-len 32 --micro-batch 1 --batch-tokens 384 --steps 20 --val-every 0
        --sample-every 0 --threads 1 --grad-clip 0 --peak-tflops 1)
 
-lines_after() { grep -E '^(step|val) ' "$1" | sed -E 's/^(step .* \| lr [^ ]+) \|.*/\1/' |
-  awk -v s="$2" '{ split($2, a, "/"); if (a[1] + 0 > s) print }'; }
-resumed_from() { grep -E '^resume +\| ' "$1" | head -n 1 | sed -E 's/.*: step ([0-9]+) of.*/\1/'; }
-maxdiff() {
-  "$PY" -c "import numpy as n,sys; a,b=(n.fromfile(f,dtype=n.float32)[256:] for f in sys.argv[1:]); print('%.3g' % abs(a-b).max())" "$1" "$2"
-}
 # Largest difference between two runs' losses after step $3.
 loss_diff() {
   paste <(lines_after "$1" "$3" | sed -E 's/.*loss ([^ ]+) .*/\1/') <(lines_after "$2" "$3" | sed -E 's/.*loss ([^ ]+) .*/\1/') |

@@ -34,10 +34,6 @@ run() {
   shift 2
   "${MPI[@]}" -np "$np" "$TG" "$@" --export "$T/$name.bin" >"$T/$name.log" 2>&1
 }
-# Largest absolute difference between the weights of two runs.
-maxdiff() {
-  "$PY" -c "import numpy as n,sys; a,b=(n.fromfile(f,dtype=n.float32)[256:] for f in sys.argv[1:]); print('%.3g' % abs(a-b).max())" "$1" "$2"
-}
 # lines: step and validation losses of a run, for comparing runs at printed precision.
 curve() { grep -E '^(step|val) ' "$1" | sed -E 's/ \| [0-9.]+ ms \| .*//'; }
 ran_ok() { [ -s "$T/$1.bin" ] && [ "$(grep -c '^step ' "$T/$1.log")" -eq "$2" ]; }
