@@ -39,4 +39,17 @@ expect_error() {
 # The loss column of every step line, for bitwise comparisons of runs.
 step_losses() { grep -E '^step ' "$1" | sed -E 's/.*\| loss ([^ ]+) \| norm ([^ ]+) \|.*/\1 \2/'; }
 
+# The step and validation lines of log $1 after step $2, up to the learning
+# rate (what follows is timing and memory): what a resumed run must repeat.
+lines_after() { grep -E '^(step|val) ' "$1" | sed -E 's/^(step .* \| lr [^ ]+) \|.*/\1/' |
+  awk -v s="$2" '{ split($2, a, "/"); if (a[1] + 0 > s) print }'; }
+# The step a run resumed from, from its "resume" line.
+resumed_from() { grep -E '^resume +\| ' "$1" | head -n 1 | sed -E 's/.*: step ([0-9]+) of.*/\1/'; }
+
+# Largest absolute difference between the weights of two runs (exported
+# model files, past their 256-word header).
+maxdiff() {
+  "$PY" -c "import numpy as n,sys; a,b=(n.fromfile(f,dtype=n.float32)[256:] for f in sys.argv[1:]); print('%.3g' % abs(a-b).max())" "$1" "$2"
+}
+
 finish() { exit $((failures > 100 ? 100 : failures)); }

@@ -325,26 +325,13 @@ static void save_checkpoint(const char* dir, int world, int stage, DType dtype) 
     save_checkpoint_hybrid(dir, world, world, stage, dtype);
 }
 
-static char* read_all(const char* path, size_t* len) {
-    FILE* f = fopen(path, "rb");
-    if (!f) return NULL;
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char* buf = (char*)xmalloc((size_t)n + 1);
-    *len = fread(buf, 1, (size_t)n, f);
-    buf[*len] = 0;
-    fclose(f);
-    return buf;
-}
-
 // Loads the checkpoint in dir on every rank of a world of M at a stage and
 // checks every value; returns the mismatches.
 static long restore_and_check(const char* dir, int world, int stage, DType dtype, DType saved_dtype) {
     char path[512];
     snprintf(path, sizeof path, "%s/%s", dir, CKPT_MANIFEST_NAME);
     size_t len;
-    char* text = read_all(path, &len);
+    char* text = test_read_file(path, &len);
     if (!text) return -1;
     long bad = 0;
     for (int r = 0; r < world; r++) {
@@ -373,8 +360,8 @@ static long restore_and_check(const char* dir, int world, int stage, DType dtype
 
 static int files_equal(const char* a, const char* b) {
     size_t la = 0, lb = 0;
-    char* x = read_all(a, &la);
-    char* y = read_all(b, &lb);
+    char* x = test_read_file(a, &la);
+    char* y = test_read_file(b, &lb);
     int same = x && y && la == lb && memcmp(x, y, la) == 0;
     free(x);
     free(y);
@@ -624,7 +611,7 @@ static void reshard_from_hybrid_sharding(void) {
     CHECK(!file_exists(path), "a second copy wrote a shard");
     size_t len;
     snprintf(path, sizeof path, "%s/%s", dir, CKPT_MANIFEST_NAME);
-    char* text = read_all(path, &len);
+    char* text = test_read_file(path, &len);
     Manifest man;
     char why[1024];
     CHECK(text && manifest_parse(text, len, &man, why, sizeof why), "manifest: %.300s", why);

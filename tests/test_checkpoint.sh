@@ -16,11 +16,6 @@ common=(--device cpu --seq-len 32 --micro-batch 2 --sample-every 0 --threads 1 -
 d1=("${common[@]}" --depth 1 --val-every 0)
 d2=("${common[@]}" --depth 2 --val-every 5 --val-batches 2)
 
-# The step and validation lines after step $2, up to the learning rate (what
-# follows is timing and memory).
-lines_after() { grep -E '^(step|val) ' "$1" | sed -E 's/^(step .* \| lr [^ ]+) \|.*/\1/' |
-  awk -v s="$2" '{ split($2, a, "/"); if (a[1] + 0 > s) print }'; }
-resumed_from() { grep -E '^resume +\| ' "$1" | head -n 1 | sed -E 's/.*: step ([0-9]+) of.*/\1/'; }
 newest_complete() { ls -d "$1"/step_* 2>/dev/null | sort | while read -r d; do [ -f "$d/manifest.json" ] && echo "${d##*/}"; done | tail -n 1; }
 
 # 1. Resume parity: 20 steps straight (saving at 10 and 20) against the

@@ -18,18 +18,24 @@ MPI=(mpirun --allow-run-as-root --oversubscribe --bind-to none --mca btl_vader_s
 small=(--device cpu --depth 1 --seq-len 32 --micro-batch 1 --batch-tokens 384 --steps 20 --val-every 0
        --sample-every 0 --threads 1 --grad-clip 0 --peak-tflops 1)
 
-lines_after() { grep -E '^(step|val) ' "$1" | sed -E 's/^(step .* \| lr [^ ]+) \|.*/\1/' |
-  awk -v s="$2" '{ split($2, a, "/"); if (a[1] + 0 > s) print }'; }
-resumed_from() { grep -E '^resume +\| ' "$1" | head -n 1 | sed -E 's/.*: step ([0-9]+) of.*/\1/'; }
-maxdiff() {
-  "$PY" -c "import numpy as n,sys; a,b=(n.fromfile(f,dtype=n.float32)[256:] for f in sys.argv[1:]); print('%.3g' % abs(a-b).max())" "$1" "$2"
-}
 # Largest difference between two runs' losses after step $3.
 loss_diff() {
   paste <(lines_after "$1" "$3" | sed -E 's/.*loss ([^ ]+) .*/\1/') <(lines_after "$2" "$3" | sed -E 's/.*loss ([^ ]+) .*/\1/') |
     awk '{ d = $1 - $2; if (d < 0) d = -d; if (d > m) m = d } END { printf "%.3g", m + 0 }'
 }
 within() { awk -v d="$1" -v t="$2" 'BEGIN { exit !(d != "" && d <= t) }'; }
+
+# resume_parity NAME REF RESUMED: run RESUMED, resumed from REF's checkpoint
+# of step 10, repeats REF's last 10 steps and ends with the same weights.
+resume_parity() {
+  local name=$1 a=$T/$2 b=$T/$3
+  if [ "$(resumed_from "$b.log")" = 10 ] && [ "$(lines_after "$a.log" 10)" = "$(lines_after "$b.log" 10)" ] &&
+     [ "$(lines_after "$a.log" 10 | wc -l)" -eq 10 ] && cmp -s "$a.bin" "$b.bin"; then
+    ok "$name"
+  else
+    fail "$name" "resumed from '$(resumed_from "$b.log")'; $(diff <(lines_after "$a.log" 10) <(lines_after "$b.log" 10) | head -n 3) $(grep error "$b.log")"
+  fi
+}
 
 # 1. The reference: 2 ranks at ZeRO 1, checkpoints at steps 10 and 20.
 "${MPI[@]}" -np 2 "$TG" "${small[@]}" --zero 1 --checkpoint-dir "$T/a" --checkpoint-every 10 --keep-last 0 \
@@ -45,24 +51,14 @@ fi
 # 2. Resume on the same 2 ranks, ZeRO 1: bit for bit.
 "${MPI[@]}" -np 2 "$TG" "${small[@]}" --zero 1 --checkpoint-dir "$T/a1" --resume "$T/a/step_00000010" \
   --export "$T/a1.bin" >"$T/a1.log" 2>&1
-if [ "$(resumed_from "$T/a1.log")" = 10 ] && [ "$(lines_after "$T/a.log" 10)" = "$(lines_after "$T/a1.log" 10)" ] &&
-   [ "$(lines_after "$T/a.log" 10 | wc -l)" -eq 10 ] && cmp -s "$T/a.bin" "$T/a1.bin"; then
-  ok mpi_resume_parity_2_ranks_zero1
-else
-  fail mpi_resume_parity_2_ranks_zero1 "resumed from '$(resumed_from "$T/a1.log")'; $(diff <(lines_after "$T/a.log" 10) <(lines_after "$T/a1.log" 10) | head -n 3) $(grep error "$T/a1.log")"
-fi
+resume_parity mpi_resume_parity_2_ranks_zero1 a a1
 
 # 3. ZeRO 3 (parameters sharded too): save and resume on 2 ranks, bit for bit.
 "${MPI[@]}" -np 2 "$TG" "${small[@]}" --zero 3 --checkpoint-dir "$T/z3" --checkpoint-every 10 --keep-last 0 \
   --export "$T/z3.bin" >"$T/z3.log" 2>&1
 "${MPI[@]}" -np 2 "$TG" "${small[@]}" --zero 3 --checkpoint-dir "$T/z3r" --resume "$T/z3/step_00000010" \
   --export "$T/z3r.bin" >"$T/z3r.log" 2>&1
-if [ "$(resumed_from "$T/z3r.log")" = 10 ] && [ "$(lines_after "$T/z3.log" 10)" = "$(lines_after "$T/z3r.log" 10)" ] &&
-   [ "$(lines_after "$T/z3.log" 10 | wc -l)" -eq 10 ] && cmp -s "$T/z3.bin" "$T/z3r.bin"; then
-  ok mpi_resume_parity_2_ranks_zero3
-else
-  fail mpi_resume_parity_2_ranks_zero3 "$(diff <(lines_after "$T/z3.log" 10) <(lines_after "$T/z3r.log" 10) | head -n 3) $(grep error "$T/z3r.log")"
-fi
+resume_parity mpi_resume_parity_2_ranks_zero3 z3 z3r
 
 # 4. Resharding: the step-10 checkpoint of 2 ranks at ZeRO 1 continued on 3
 # ranks at ZeRO 1, on 2 ranks at ZeRO 3, and on 1 rank, against the

@@ -46,18 +46,6 @@ static void write_bytes(const char* path, const void* data, size_t n) {
     }
 }
 
-static uint8_t* read_bytes(const char* path, size_t* n) {
-    FILE* f = fopen(path, "rb");
-    if (!f) return NULL;
-    fseek(f, 0, SEEK_END);
-    long size = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    uint8_t* d = (uint8_t*)malloc((size_t)size + 1);
-    *n = fread(d, 1, (size_t)size, f);
-    fclose(f);
-    return d;
-}
-
 // Random non-zero tokens in [1, limit).
 static int32_t* random_tokens(uint64_t seed, size_t n, int64_t limit) {
     int32_t* t = (int32_t*)malloc(n * sizeof *t + 1);
@@ -153,13 +141,13 @@ static void test_shard_roundtrip_plain(void) {
     check_roundtrip("v2.bin", SHARD_VERSION_U32, INT32_MAX, 10007);
     // The files are llm.c's layout byte for byte.
     size_t n;
-    uint8_t* d = read_bytes(tpath("v1.bin"), &n);
+    uint8_t* d = test_read_file(tpath("v1.bin"), &n);
     int32_t h[5];
     memcpy(h, d, sizeof h);
     CHECK(h[0] == 20240520 && h[1] == 1 && h[2] == 10007, "v1 header %d %d %d", h[0], h[1], h[2]);
     CHECK(n == 1024 + 2 * 10007, "v1 size %zu", n);
     free(d);
-    d = read_bytes(tpath("v2.bin"), &n);
+    d = test_read_file(tpath("v2.bin"), &n);
     memcpy(h, d, sizeof h);
     CHECK(h[1] == 2 && h[2] == 10007 && h[3] == 10007 && h[4] == 0, "v2 header %d %d %d %d", h[1], h[2], h[3], h[4]);
     CHECK(n == 1024 + 4 * 10007, "v2 size %zu", n);
@@ -176,8 +164,8 @@ static void test_shard_roundtrip_zst(void) {
     check_roundtrip("v2.bin.zst", SHARD_VERSION_U32, INT32_MAX, 10007);
     // Really compressed, and the same bytes as the plain file once decompressed.
     size_t nz, np;
-    uint8_t* z = read_bytes(tpath("v1.bin.zst"), &nz);
-    uint8_t* p = read_bytes(tpath("v1.bin"), &np);
+    uint8_t* z = test_read_file(tpath("v1.bin.zst"), &nz);
+    uint8_t* p = test_read_file(tpath("v1.bin"), &np);
     CHECK(nz > 4 && z[0] == 0x28 && z[1] == 0xb5 && z[2] == 0x2f && z[3] == 0xfd, "not a zstd frame");
     uint8_t* out = (uint8_t*)malloc(np + 16);
     size_t got = ZSTD_decompress(out, np + 16, z, nz);
@@ -200,7 +188,7 @@ static void test_shard_zst_streaming_variants(void) {
     int32_t* tok = random_tokens(42, n, 65536);
     shard_write(tpath("ref.bin"), tok, n, SHARD_VERSION_U16);
     size_t np;
-    uint8_t* plain = read_bytes(tpath("ref.bin"), &np);
+    uint8_t* plain = test_read_file(tpath("ref.bin"), &np);
     ZSTD_CCtx* c = ZSTD_createCCtx();
     ZSTD_CCtx_setParameter(c, ZSTD_c_contentSizeFlag, 0);
     size_t cap = ZSTD_compressBound(np) * 2 + 64;
@@ -415,7 +403,7 @@ static void test_shard_bad_inputs(void) {
     int32_t* tok = random_tokens(5, 20000, 65536);
     shard_write(tpath("good.bin.zst"), tok, 20000, 1);
     size_t nz;
-    uint8_t* z = read_bytes(tpath("good.bin.zst"), &nz);
+    uint8_t* z = test_read_file(tpath("good.bin.zst"), &nz);
     p = tpath("cut.bin.zst");
     write_bytes(p, z, nz - 10);
     CHECK(dies_with(open_shard_fn, (void*)p, p, "corrupt zstd stream", "truncated", NULL), "cut: %.300s", fatal_msg);
@@ -861,9 +849,7 @@ static char* capture_stderr(void (*fn)(void*), void* arg) {
     close(saved);
     close(fd);
     size_t n;
-    char* text = (char*)read_bytes(path, &n);
-    text[n] = 0;
-    return text;
+    return (char*)test_read_file(path, &n);
 }
 
 static void test_tokenizer_hand_example(void) {
@@ -932,7 +918,7 @@ static void test_tokenizer_save_load(void) {
     const char* path = tpath("tok.bin");
     tokenizer_save(&a, path);
     size_t n;
-    uint8_t* d = read_bytes(path, &n);
+    uint8_t* d = test_read_file(path, &n);
     uint32_t h[5];
     memcpy(h, d, sizeof h);
     CHECK(h[0] == 20240328 && h[1] == 2 && h[2] == 400 && h[3] == 399 && h[4] == 143, "header %u %u %u %u %u", h[0], h[1],
@@ -1021,7 +1007,7 @@ static void test_tokenizer_decode_only_and_errors(void) {
     const char* p = tpath("tok_missing.bin");
     CHECK(dies_with(load_fn, (void*)p, p, "No such file", NULL), "missing: %.300s", fatal_msg);
     size_t n;
-    uint8_t* d = read_bytes(tpath("tok.bin"), &n);
+    uint8_t* d = test_read_file(tpath("tok.bin"), &n);
     p = tpath("tok_cut.bin");
     write_bytes(p, d, n - 5);
     CHECK(dies_with(load_fn, (void*)p, p, "truncated in merge 142", NULL), "cut: %.300s", fatal_msg);

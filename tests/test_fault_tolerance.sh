@@ -109,30 +109,57 @@ fi
 # position is moved to the same place (7 steps x 4 windows) must give the
 # same losses and bit-identical final weights: the reload restored the
 # parameters and optimizer state exactly.
+#
+# rollback_and_resume DIR FROM TO CMD... [-- ARGS...]: the rolled-back run of
+# CMD (ARGS only for it) into DIR/rb.out and DIR/rb.bin, checkpoints in
+# DIR/ck; then CMD resumed from a copy of its step-4 checkpoint whose
+# train_position FROM is moved to TO, into DIR/moved.out and DIR/moved.bin.
+# Sets rb_rc to the rolled-back run's exit status.
+rollback_and_resume() {
+  local dir=$1 from=$2 to=$3
+  shift 3
+  local cmd=() extra=()
+  while [ $# -gt 0 ] && [ "$1" != -- ]; do cmd+=("$1"); shift; done
+  [ $# -gt 0 ] && shift && extra=("$@")
+  mkdir -p "$dir/moved"
+  TRAIN_GPT_INJECT_NAN=6,7 "${cmd[@]}" --steps 8 --checkpoint-dir "$dir/ck" --checkpoint-every 4 \
+    --on-divergence rollback "${extra[@]}" --export "$dir/rb.bin" >"$dir/rb.out" 2>&1
+  rb_rc=$?
+  cp -r "$dir/ck/step_00000004" "$dir/moved/" 2>/dev/null
+  sed -i "s/\"train_position\": $from,/\"train_position\": $to,/" "$dir/moved/step_00000004/manifest.json" 2>/dev/null
+  "${cmd[@]}" --steps 8 --checkpoint-dir "" --resume "$dir/moved/step_00000004" --export "$dir/moved.bin" \
+    >"$dir/moved.out" 2>&1
+}
+# rollback_matches_resume NAME DIR TO: the rollback happened at step 7 and the
+# resumed run, from data position TO, ended with the same weights.
+rollback_matches_resume() {
+  local name=$1 dir=$2 to=$3
+  if [ "$rb_rc" -eq 0 ] && grep -q '^rollback  | step 7: .* checkpoint of step 4' "$dir/rb.out" &&
+     grep -q "data position $to\$" "$dir/moved.out" && cmp -s "$dir/rb.bin" "$dir/moved.bin"; then
+    ok "$name"
+  else
+    fail "$name" "exit $rb_rc: $(grep -E '^(rollback|resume|train_gpt: error)' "$dir/rb.out" "$dir/moved.out" | head -n 3)"
+  fi
+}
+
 small=(--device cpu --depth 2 --seq-len 64 --micro-batch 4 --sample-every 0 --val-every 0 --peak-tflops 1
        --telemetry-every 0 --max-bad-steps 2)
-TRAIN_GPT_INJECT_NAN=6,7 "$TG" "${small[@]}" --steps 8 --checkpoint-dir "$T/ck" --checkpoint-every 4 --keep-last 0 \
-  --on-divergence rollback --log-dir "$T/rb" --export "$T/rb.bin" >"$T/rb.out" 2>&1
-rc=$?
-mkdir -p "$T/moved"
-cp -r "$T/ck/step_00000004" "$T/moved/" 2>/dev/null
-sed -i 's/"train_position": 16,/"train_position": 28,/' "$T/moved/step_00000004/manifest.json" 2>/dev/null
-"$TG" "${small[@]}" --steps 8 --checkpoint-dir "" --resume "$T/moved/step_00000004" --export "$T/moved.bin" \
-  >"$T/moved.out" 2>&1
-after_rollback=$(sed -n '/^rollback  |/,$p' "$T/rb.out" | step_losses /dev/stdin)
-if [ $rc -ne 0 ]; then
-  fail rollback_reloads_checkpoint "exit $rc: $(tail -n 2 "$T/rb.out")"
-elif ! grep -q '^rollback  | step 7: 2 steps in a row skipped (the last for a non-finite loss or gradient norm), reaching --max-bad-steps 2: reloaded the checkpoint of step 4 (rollback 1); training goes on from step 5 with the data after step 7' "$T/rb.out"; then
-  fail rollback_reloads_checkpoint "no rollback line: $(grep -A1 '^step     7' "$T/rb.out")"
-elif ! grep -q 'data position 28$' "$T/moved.out" || [ "$(step_losses "$T/moved.out" | wc -l)" -ne 4 ] ||
-     [ "$after_rollback" != "$(step_losses "$T/moved.out")" ]; then
-  fail rollback_reloads_checkpoint "losses after the rollback differ from the resumed run: $(echo $after_rollback) vs $(step_losses "$T/moved.out" | tr '\n' ' ')"
-elif ! cmp -s "$T/rb.bin" "$T/moved.bin"; then
+R=$T/rb
+rollback_and_resume "$R" 16 28 "$TG" "${small[@]}" -- --keep-last 0 --log-dir "$R/log"
+after_rollback=$(sed -n '/^rollback  |/,$p' "$R/rb.out" | step_losses /dev/stdin)
+if [ $rb_rc -ne 0 ]; then
+  fail rollback_reloads_checkpoint "exit $rb_rc: $(tail -n 2 "$R/rb.out")"
+elif ! grep -q '^rollback  | step 7: 2 steps in a row skipped (the last for a non-finite loss or gradient norm), reaching --max-bad-steps 2: reloaded the checkpoint of step 4 (rollback 1); training goes on from step 5 with the data after step 7' "$R/rb.out"; then
+  fail rollback_reloads_checkpoint "no rollback line: $(grep -A1 '^step     7' "$R/rb.out")"
+elif ! grep -q 'data position 28$' "$R/moved.out" || [ "$(step_losses "$R/moved.out" | wc -l)" -ne 4 ] ||
+     [ "$after_rollback" != "$(step_losses "$R/moved.out")" ]; then
+  fail rollback_reloads_checkpoint "losses after the rollback differ from the resumed run: $(echo $after_rollback) vs $(step_losses "$R/moved.out" | tr '\n' ' ')"
+elif ! cmp -s "$R/rb.bin" "$R/moved.bin"; then
   fail rollback_reloads_checkpoint "final weights differ from the resumed run's"
 else
   ok rollback_reloads_checkpoint
 fi
-"$PY" - "$T/rb/metrics.jsonl" >"$T/rbj.txt" 2>&1 <<'EOF'
+"$PY" - "$R/log/metrics.jsonl" >"$T/rbj.txt" 2>&1 <<'PYEOF'
 import json, sys
 recs = [json.loads(l) for l in open(sys.argv[1])]
 rb = [r for r in recs if r["type"] == "rollback"]
@@ -144,68 +171,32 @@ assert steps[-1]["tokens"] == 11 * 256, steps[-1]["tokens"]  # every batch read,
 s = recs[-1]
 assert s["type"] == "summary" and s["status"] == "ok" and s["rollbacks"] == 1 and s["skipped_steps"] == 2, s
 print("ok")
-EOF
-if [ "$(tail -n 1 "$T/rbj.txt")" = ok ] && grep -q '^summary   | 11 steps in .* | 2 skipped (2 non-finite, 0 loss spikes) | 1 rollback |' "$T/rb.out"; then
+PYEOF
+if [ "$(tail -n 1 "$T/rbj.txt")" = ok ] && grep -q '^summary   | 11 steps in .* | 2 skipped (2 non-finite, 0 loss spikes) | 1 rollback |' "$R/rb.out"; then
   ok rollback_logged
 else
-  fail rollback_logged "$(tail -n 2 "$T/rbj.txt") $(grep '^summary' "$T/rb.out")"
+  fail rollback_logged "$(tail -n 2 "$T/rbj.txt") $(grep '^summary' "$R/rb.out")"
 fi
 
 # FP8 with delayed scaling: the scales and amax histories go back to the
 # checkpoint's too (the skipped steps recorded non-finite gradient amaxes).
-fp8=(--precision fp8 --fp8-recipe delayed --fp8-amax-history 4)
-TRAIN_GPT_INJECT_NAN=6,7 "$TG" "${small[@]}" "${fp8[@]}" --steps 8 --checkpoint-dir "$T/ck8" --checkpoint-every 4 \
-  --keep-last 0 --on-divergence rollback --export "$T/rb8.bin" >"$T/rb8.out" 2>&1
-rc=$?
-mkdir -p "$T/moved8"
-cp -r "$T/ck8/step_00000004" "$T/moved8/" 2>/dev/null
-sed -i 's/"train_position": 16,/"train_position": 28,/' "$T/moved8/step_00000004/manifest.json" 2>/dev/null
-"$TG" "${small[@]}" "${fp8[@]}" --steps 8 --checkpoint-dir "" --resume "$T/moved8/step_00000004" \
-  --export "$T/moved8.bin" >"$T/moved8.out" 2>&1
-if [ $rc -eq 0 ] && grep -q '^rollback  | step 7: .* checkpoint of step 4' "$T/rb8.out" &&
-   grep -q 'data position 28$' "$T/moved8.out" && cmp -s "$T/rb8.bin" "$T/moved8.bin"; then
-  ok rollback_fp8_delayed_scaling
-else
-  fail rollback_fp8_delayed_scaling "exit $rc: $(grep -E '^(rollback|resume|train_gpt: error)' "$T/rb8.out" "$T/moved8.out" | head -n 3)"
-fi
+rollback_and_resume "$T/rb8" 16 28 "$TG" "${small[@]}" --precision fp8 --fp8-recipe delayed --fp8-amax-history 4 \
+  -- --keep-last 0
+rollback_matches_resume rollback_fp8_delayed_scaling "$T/rb8" 28
 
 # The same on 2 ranks at ZeRO-3 (sharded parameters: the gathered copies the
 # skipped steps left behind must not outlive the reload).
 z3=(--device cpu --depth 1 --seq-len 32 --micro-batch 1 --batch-tokens 128 --val-every 0 --sample-every 0 --threads 1
     --peak-tflops 1 --telemetry-every 0 --max-bad-steps 2 --zero 3)
-TRAIN_GPT_INJECT_NAN=6,7 "${MPI[@]}" -np 2 "$TG" "${z3[@]}" --steps 8 --checkpoint-dir "$T/ckz" --checkpoint-every 4 \
-  --on-divergence rollback --export "$T/rbz.bin" >"$T/rbz.out" 2>&1
-rc=$?
-mkdir -p "$T/movedz"
-cp -r "$T/ckz/step_00000004" "$T/movedz/" 2>/dev/null
-sed -i 's/"train_position": 16,/"train_position": 28,/' "$T/movedz/step_00000004/manifest.json" 2>/dev/null
-"${MPI[@]}" -np 2 "$TG" "${z3[@]}" --steps 8 --checkpoint-dir "" --resume "$T/movedz/step_00000004" \
-  --export "$T/movedz.bin" >"$T/movedz.out" 2>&1
-if [ $rc -eq 0 ] && grep -q '^rollback  | step 7: .* checkpoint of step 4' "$T/rbz.out" &&
-   grep -q 'data position 28$' "$T/movedz.out" && cmp -s "$T/rbz.bin" "$T/movedz.bin"; then
-  ok rollback_two_ranks_zero3
-else
-  fail rollback_two_ranks_zero3 "exit $rc: $(grep -E '^(rollback|train_gpt: error)' "$T/rbz.out" "$T/movedz.out" | head -n 2)"
-fi
+rollback_and_resume "$T/rbz" 16 28 "${MPI[@]}" -np 2 "$TG" "${z3[@]}"
+rollback_matches_resume rollback_two_ranks_zero3 "$T/rbz" 28
 
 # The CUDA backend in BF16 on a simulated GPU: the reload from device memory.
 if [ -x "$SIM_TG" ]; then
   simrb=(--layers 2 --channels 64 --heads 2 --seq-len 32 --micro-batch 2 --batch-tokens 64 --val-every 0
          --sample-every 0 --device cuda --precision bf16 --peak-tflops 1 --telemetry-every 0 --max-bad-steps 2)
-  TRAIN_GPT_INJECT_NAN=6,7 "$SIM_TG" "${simrb[@]}" --steps 8 --checkpoint-dir "$T/cks" --checkpoint-every 4 \
-    --on-divergence rollback --export "$T/rbs.bin" >"$T/rbs.out" 2>&1
-  rc=$?
-  mkdir -p "$T/moveds"
-  cp -r "$T/cks/step_00000004" "$T/moveds/" 2>/dev/null
-  sed -i 's/"train_position": 8,/"train_position": 14,/' "$T/moveds/step_00000004/manifest.json" 2>/dev/null
-  "$SIM_TG" "${simrb[@]}" --steps 8 --checkpoint-dir "" --resume "$T/moveds/step_00000004" --export "$T/moveds.bin" \
-    >"$T/moveds.out" 2>&1
-  if [ $rc -eq 0 ] && grep -q '^rollback  | step 7: .* checkpoint of step 4' "$T/rbs.out" &&
-     grep -q 'data position 14$' "$T/moveds.out" && cmp -s "$T/rbs.bin" "$T/moveds.bin"; then
-    ok rollback_sim_cuda_bf16
-  else
-    fail rollback_sim_cuda_bf16 "exit $rc: $(grep -E '^(rollback|train_gpt: error)' "$T/rbs.out" "$T/moveds.out" | head -n 2)"
-  fi
+  rollback_and_resume "$T/rbs" 8 14 "$SIM_TG" "${simrb[@]}"
+  rollback_matches_resume rollback_sim_cuda_bf16 "$T/rbs" 14
 fi
 
 # The same checkpoint reloaded more than --max-rollbacks times: stop.

@@ -112,8 +112,6 @@ done
 # from a copy whose "fp8" is null starts scaling afresh and must differ.
 # Current scaling keeps no state.
 ck=("${model[@]}" --micro-batch 4 --batch-tokens 256 --steps 12 --val-every 0 --peak-tflops 1 --precision fp8 --keep-last 0)
-lines_after() { grep -E '^step ' "$1" | sed -E 's/^(step .* \| lr [^ ]+) \|.*/\1/' |
-  awk -v s="$2" '{ split($2, a, "/"); if (a[1] + 0 > s) print }'; }
 for recipe in delayed current; do
   "$TG" "${ck[@]}" --fp8-recipe $recipe --fp8-amax-history 4 --checkpoint-dir "$T/ck_$recipe" --checkpoint-every 6 \
     --export "$T/straight_$recipe.bin" >"$T/ck1_$recipe.log" 2>&1 &

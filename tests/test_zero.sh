@@ -34,14 +34,19 @@ run() {
   shift 2
   "${MPI[@]}" -np "$np" "$TG" "$@" --export "$T/$name.bin" >"$T/$name.log" 2>&1
 }
-# Largest absolute difference between the weights of two runs.
-maxdiff() {
-  "$PY" -c "import numpy as n,sys; a,b=(n.fromfile(f,dtype=n.float32)[256:] for f in sys.argv[1:]); print('%.3g' % abs(a-b).max())" "$1" "$2"
-}
 # lines: step and validation losses of a run, for comparing runs at printed precision.
 curve() { grep -E '^(step|val) ' "$1" | sed -E 's/ \| [0-9.]+ ms \| .*//'; }
 ran_ok() { [ -s "$T/$1.bin" ] && [ "$(grep -c '^step ' "$T/$1.log")" -eq "$2" ]; }
 within() { awk -v d="$1" -v t="$2" 'BEGIN { exit !(d <= t) }'; }
+# runs_agree NAME A B TOL WHAT: runs A and B print the same losses and their
+# weights differ by at most TOL (reported as "# WHAT: max |weight diff| D").
+runs_agree() {
+  local name=$1 a=$2 b=$3 tol=$4 what=$5 d
+  d=$(maxdiff "$T/$a.bin" "$T/$b.bin")
+  echo "# $what: max |weight diff| $d"
+  if [ "$(curve "$T/$a.log")" = "$(curve "$T/$b.log")" ] && within "$d" "$tol"; then ok "$name"
+  else fail "$name" "max |diff| $d or losses differ"; fi
+}
 
 # 1. Collectives and memory per rank, under several ranks (test_comm also runs
 # as one process in the suite).
@@ -79,10 +84,7 @@ fi
 run 1 clip1 "${small[@]}" --zero 0
 run 4 clip4 "${small[@]}" --zero 3
 if ran_ok clip1 20 && ran_ok clip4 20; then
-  d=$(maxdiff "$T/clip1.bin" "$T/clip4.bin")
-  echo "# with clipping: 1 rank ZeRO-0 vs 4 ranks ZeRO-3: max |weight diff| $d"
-  if [ "$(curve "$T/clip1.log")" = "$(curve "$T/clip4.log")" ] && within "$d" 2e-5; then ok clipped_runs_agree
-  else fail clipped_runs_agree "max |diff| $d or losses differ"; fi
+  runs_agree clipped_runs_agree clip1 clip4 2e-5 "with clipping: 1 rank ZeRO-0 vs 4 ranks ZeRO-3"
 else
   fail clipped_runs_agree "$(tail -n 2 "$T/clip4.log")"
 fi
@@ -100,10 +102,7 @@ for z in 0 1 2 3; do
     if cmp -s "$T/acc1z$z.bin" "$T/acc4z$z.bin"; then ok "accumulation_equals_ranks_zero${z}_bitwise"
     else fail "accumulation_equals_ranks_zero${z}_bitwise" "weights differ: $(maxdiff "$T/acc1z$z.bin" "$T/acc4z$z.bin")"; fi
   else
-    d=$(maxdiff "$T/acc1z$z.bin" "$T/acc4z$z.bin")
-    echo "# ZeRO-$z: 1 rank x 4 vs 4 ranks x 1: max |weight diff| $d"
-    if [ "$(curve "$T/acc1z$z.log")" = "$(curve "$T/acc4z$z.log")" ] && within "$d" 1e-5; then ok "accumulation_equals_ranks_zero$z"
-    else fail "accumulation_equals_ranks_zero$z" "max |diff| $d or losses differ"; fi
+    runs_agree "accumulation_equals_ranks_zero$z" "acc1z$z" "acc4z$z" 1e-5 "ZeRO-$z: 1 rank x 4 vs 4 ranks x 1"
   fi
 done
 
@@ -114,10 +113,7 @@ for z in 1 2 3; do
     fail "hybrid_matches_flat_zero$z" "$(tail -n 2 "$T/hyb$z.log")"
     continue
   fi
-  d=$(maxdiff "$T/w4z$z.bin" "$T/hyb$z.bin")
-  echo "# hybrid 2x2 vs flat 4 ranks, ZeRO-$z: max |weight diff| $d"
-  if [ "$(curve "$T/hyb$z.log")" = "$(curve "$T/w4z$z.log")" ] && within "$d" 2e-5; then ok "hybrid_matches_flat_zero$z"
-  else fail "hybrid_matches_flat_zero$z" "max |diff| $d or losses differ"; fi
+  runs_agree "hybrid_matches_flat_zero$z" "w4z$z" "hyb$z" 2e-5 "hybrid 2x2 vs flat 4 ranks, ZeRO-$z"
 done
 if cmp -s "$T/hyb2.bin" "$T/hyb3.bin"; then ok hybrid_zero2_zero3_bitwise; else fail hybrid_zero2_zero3_bitwise "weights differ"; fi
 

@@ -56,4 +56,23 @@ static char testlib_first[512];
 
 #define RUN(fn) RUN_SUFFIXED(fn, "")
 
+// The whole file at path, NUL-terminated (so text can be searched as a
+// string), its size in *len; NULL when it cannot be opened. Free it.
+static inline void* test_read_file(const char* path, size_t* len) {
+    FILE* f = fopen(path, "rb");
+    if (!f) return NULL;
+    fseek(f, 0, SEEK_END);
+    long n = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    char* buf = (char*)malloc((size_t)n + 1);
+    if (!buf) {
+        fprintf(stderr, "test setup: out of memory reading %s\n", path);
+        exit(2);
+    }
+    *len = fread(buf, 1, (size_t)n, f);
+    buf[*len] = 0;
+    fclose(f);
+    return buf;
+}
+
 #define TESTS_DONE() (testlib_failures > 100 ? 100 : testlib_failures)

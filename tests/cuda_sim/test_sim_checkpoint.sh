@@ -13,9 +13,6 @@ TG=${SIM_TG:-build/sim/train_gpt}
 T=$TEST_TMP
 tiny=(--layers 2 --channels 64 --heads 2 --seq-len 32 --micro-batch 2 --warmup 2 --lr 3e-3 --steps 8
       --val-every 0 --sample-every 0 --peak-tflops 1)
-lines_after() { grep -E '^step ' "$1" | sed -E 's/^(step .* \| lr [^ ]+) \|.*/\1/' |
-  awk -v s="$2" '{ split($2, a, "/"); if (a[1] + 0 > s) print }'; }
-resumed_from() { grep -E '^resume +\| ' "$1" | head -n 1 | sed -E 's/.*: step ([0-9]+) of.*/\1/'; }
 
 # 1. BF16 on the GPU: 8 steps with background saves at 4 and 8, against the
 # step-4 checkpoint resumed: the same losses, final weights, and the same

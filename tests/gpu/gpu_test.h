@@ -1,8 +1,9 @@
 // gpu_test.h: helpers the GPU test programs share: the backend under test
 // (CUDA, in FP32 or BF16) beside the CPU reference backend, random host data
 // (rounded to BF16 when the GPU computes in BF16, so that both backends see
-// the same inputs), uploads and downloads in either dtype, NaN poisoning, and
-// the error measure every comparison uses.
+// the same inputs), uploads and downloads in either dtype, NaN poisoning,
+// the error measure every comparison uses, and a model's training step and
+// loss-curve comparison for the training tests.
 //
 // The programs are plain C on top of kernels/ops.h, so the same sources run
 // on a GPU (linked with the nvcc-built backend) and on the CPU execution
@@ -19,6 +20,7 @@
 #include "kernels/ops.h"
 #include "llm/bf16.h"
 #include "llm/rng.h"
+#include "llm/trainer.h"
 #include "tests/testlib.h"
 
 Backend* cuda_backend_create(DType dtype);
@@ -179,6 +181,40 @@ static inline void structured_batch(uint64_t seed, int32_t* in, int32_t* tgt, in
             t = next;
         }
     }
+}
+
+// One optimizer step of m on (in, tgt) at learning rate lr, gradients clipped
+// at norm 1.0; returns the mean loss.
+static inline double gpu_train_step(GPT* m, const int32_t* in, const int32_t* tgt, int B, int T, int step, float lr) {
+    Backend* be = m->be;
+    size_t bytes = (size_t)B * T * sizeof(int32_t);
+    be->to_device(be, m->inputs, in, bytes);
+    be->to_device(be, m->targets, tgt, bytes);
+    gpt_zero_grads(m);
+    gpt_forward(m, m->inputs, m->targets, B, T, 1.0f / (float)(B * T));
+    gpt_accumulate_loss(m, B, T, 0);
+    gpt_backward(m, m->inputs, B, T);
+    gpt_grad_norm_squared(m, 0, m->layout.total);
+    float s[2];
+    be->to_host(be, s, m->scalars, sizeof s);
+    double clip = grad_clip_scale(sqrt((double)s[1]), 1.0);
+    gpt_update(m, lr, 0.9f, 0.95f, 1e-8f, 0.1f, (float)clip, rng_key(11, 0xADA3, (uint64_t)step));
+    return (double)s[0] / ((double)B * T);
+}
+
+// The largest |got[s] - want[s]| over n steps of two loss curves (a NaN
+// counts as largest), and its step in *at.
+static inline double largest_gap(const double* got, const double* want, int n, int* at) {
+    double worst = 0.0;
+    *at = 0;
+    for (int s = 0; s < n; s++) {
+        double d = fabs(got[s] - want[s]);
+        if (d > worst || !(d == d)) {
+            worst = d;
+            *at = s;
+        }
+    }
+    return worst;
 }
 
 static inline int same_bits(const void* a, const void* b, size_t bytes) { return memcmp(a, b, bytes) == 0; }

@@ -264,18 +264,7 @@ static double* fp8_curve(Backend* be, int steps, int B, int T) {
     for (int step = 0; step < steps; step++) {
         structured_batch(777, in, tgt, B, T, c.vocab_size, (uint64_t)step);
         fp8_begin_step(&s, step);
-        be->to_device(be, m.inputs, in, (size_t)B * T * 4);
-        be->to_device(be, m.targets, tgt, (size_t)B * T * 4);
-        gpt_zero_grads(&m);
-        gpt_forward(&m, m.inputs, m.targets, B, T, 1.0f / (float)(B * T));
-        gpt_accumulate_loss(&m, B, T, 0);
-        gpt_backward(&m, m.inputs, B, T);
-        gpt_grad_norm_squared(&m, 0, m.layout.total);
-        float sc[2];
-        be->to_host(be, sc, m.scalars, sizeof sc);
-        losses[step] = (double)sc[0] / ((double)B * T);
-        double clip = grad_clip_scale(sqrt((double)sc[1]), 1.0);
-        gpt_update(&m, 3e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, (float)clip, rng_key(11, 0xADA3, (uint64_t)step));
+        losses[step] = gpu_train_step(&m, in, tgt, B, T, step, 3e-3f);
         fp8_end_step(&s, NULL);
     }
     free(in);
@@ -289,15 +278,8 @@ static void test_fp8_training_follows_cpu(void) {
     int steps = small ? 12 : 60, B = small ? 2 : 8, T = small ? 32 : 64;
     double* cpu = fp8_curve(ref, steps, B, T);
     double* g8 = fp8_curve(gpu, steps, B, T);
-    double worst = 0.0;
-    int at = 0;
-    for (int s = 0; s < steps; s++) {
-        double d = fabs(g8[s] - cpu[s]);
-        if (d > worst || !(d == d)) {
-            worst = d;
-            at = s;
-        }
-    }
+    int at;
+    double worst = largest_gap(g8, cpu, steps, &at);
     printf("#   %d steps: loss cpu fp8 %.4f -> %.4f, gpu fp8 %.4f -> %.4f, largest gap %.4f at step %d\n", steps,
            cpu[0], cpu[steps - 1], g8[0], g8[steps - 1], worst, at);
     CHECK(worst <= 0.05, "GPU FP8 loss departs from the CPU FP8 loss by %.4f at step %d", worst, at);

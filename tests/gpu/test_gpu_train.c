@@ -31,24 +31,6 @@ static GPTConfig small_config(int T) {
     return c;
 }
 
-// One optimizer step on (in, tgt) with clipping at 1.0; returns the mean loss.
-static double train_step(GPT* m, const int32_t* in, const int32_t* tgt, int B, int T, int step) {
-    Backend* be = m->be;
-    size_t bytes = (size_t)B * T * sizeof(int32_t);
-    be->to_device(be, m->inputs, in, bytes);
-    be->to_device(be, m->targets, tgt, bytes);
-    gpt_zero_grads(m);
-    gpt_forward(m, m->inputs, m->targets, B, T, 1.0f / (float)(B * T));
-    gpt_accumulate_loss(m, B, T, 0);
-    gpt_backward(m, m->inputs, B, T);
-    gpt_grad_norm_squared(m, 0, m->layout.total);
-    float s[2];
-    be->to_host(be, s, m->scalars, sizeof s);
-    double clip = grad_clip_scale(sqrt((double)s[1]), 1.0);
-    gpt_update(m, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, (float)clip, rng_key(11, 0xADA3, (uint64_t)step));
-    return (double)s[0] / ((double)B * T);
-}
-
 // Host FP32 copy of a model's flat buffer (parameters or gradients).
 static float* read_flat(GPT* m, void* flat) {
     size_t n = m->layout.total;
@@ -155,7 +137,7 @@ static double* train_curve(Backend* be, int steps, int B, int T, float** final_p
     double* losses = (double*)xmalloc(steps * sizeof(double));
     for (int s = 0; s < steps; s++) {
         structured_batch(4242, in, tgt, B, T, c.vocab_size, (uint64_t)s);
-        losses[s] = train_step(&m, in, tgt, B, T, s);
+        losses[s] = gpu_train_step(&m, in, tgt, B, T, s, 1e-3f);
     }
     if (final_params) {
         *final_params = read_flat(&m, m.params);
@@ -171,16 +153,10 @@ static void test_bf16_training_follows_fp32_cpu(void) {
     int steps = small ? 30 : 50, B = small ? 2 : 8, T = small ? 32 : 64;
     double* cpu = train_curve(ref, steps, B, T, NULL, NULL);
     double* g16 = train_curve(gpu, steps, B, T, NULL, NULL);
-    double worst = 0.0;
-    int at = 0;
-    for (int s = 0; s < steps; s++) {
-        if (getenv("TEST_VERBOSE")) printf("#   step %d: cpu %.5f gpu %.5f\n", s, cpu[s], g16[s]);
-        double d = fabs(g16[s] - cpu[s]);
-        if (d > worst || !(d == d)) {
-            worst = d;
-            at = s;
-        }
-    }
+    if (getenv("TEST_VERBOSE"))
+        for (int s = 0; s < steps; s++) printf("#   step %d: cpu %.5f gpu %.5f\n", s, cpu[s], g16[s]);
+    int at;
+    double worst = largest_gap(g16, cpu, steps, &at);
     printf("#   %d steps: loss cpu fp32 %.4f -> %.4f, gpu bf16 %.4f -> %.4f, largest gap %.4f at step %d\n", steps,
            cpu[0], cpu[steps - 1], g16[0], g16[steps - 1], worst, at);
     CHECK(worst <= 0.03, "BF16 GPU loss departs from the FP32 CPU loss by %.4f at step %d", worst, at);
@@ -266,7 +242,7 @@ static void test_long_context_step(void) {
     int32_t* in = (int32_t*)xmalloc((size_t)T * 4);
     int32_t* tgt = (int32_t*)xmalloc((size_t)T * 4);
     structured_batch(4242, in, tgt, 1, T, c.vocab_size, 0);
-    double loss = train_step(&m, in, tgt, 1, T, 0);
+    double loss = gpu_train_step(&m, in, tgt, 1, T, 0, 1e-3f);
     printf("#   T=%d: loss %.4f, peak %.1f MiB on the GPU\n", T, loss, gpu->peak_allocated_bytes(gpu) / 1048576.0);
     CHECK(isfinite(loss) && loss > 0, "the T=%d step gave loss %g", T, loss);
     free(in);
