@@ -405,7 +405,9 @@ void comm_all_reduce(Comm* c, CommGroup g, void* buf, size_t n, DType t) {
 
 void comm_all_reduce_max(Comm* c, CommGroup g, float* buf, size_t n) {
     if (c->group[g].size == 1 || n == 0) return;
+    watch(c, g, "all-reduce (max) of FP8 amaxes");
     device_of(c)->all_reduce_max(c->dev, g, buf, n);
+    watchdog_disarm();
 }
 
 void comm_all_gather(Comm* c, CommGroup g, const void* mine, void* buf, size_t chunk, DType t) {

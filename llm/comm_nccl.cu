@@ -162,7 +162,10 @@ static void nccl_all_reduce(CommDevice* dev, CommGroup g, void* buf, size_t n, D
 
 static void nccl_all_reduce_max(CommDevice* dev, CommGroup g, float* buf, size_t n) {
     NcclDevice* d = nccl_of(dev);
-    if (d->nccl[g]) NCCL_CHECK(ncclAllReduce(buf, buf, n, ncclFloat32, ncclMax, d->nccl[g], d->stream));
+    if (d->nccl[g]) {
+        NCCL_CHECK(ncclAllReduce(buf, buf, n, ncclFloat32, ncclMax, d->nccl[g], d->stream));
+        track(d);
+    }
 }
 
 static void nccl_all_gather(CommDevice* dev, CommGroup g, const void* mine, void* buf, size_t chunk, DType t) {

@@ -31,19 +31,34 @@ static struct {
     AsyncSide async[MAX_ASYNC];
     int num_async;
     int hang_rank, hang_step, hang_done;  // TRAIN_GPT_INJECT_HANG; hang_rank -1: off
+    char hang_what[64];                   // ... only in a collective whose name contains this
 } W = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, .hang_rank = -1};
 
 static void parse_inject_hang(void) {
     const char* spec = getenv("TRAIN_GPT_INJECT_HANG");
     W.hang_rank = -1;
     if (!spec || !spec[0]) return;
-    char rank_text[32];
+    char rank_text[32], step_text[32];
     const char* colon = strchr(spec, ':');
-    long rank, step;
     if (!colon || colon == spec || (size_t)(colon - spec) >= sizeof rank_text)
         fatal("TRAIN_GPT_INJECT_HANG='%s': expected RANK:STEP", spec);
     snprintf(rank_text, sizeof rank_text, "%.*s", (int)(colon - spec), spec);
-    if (!parse_long(rank_text, &rank) || rank < 0 || !parse_long(colon + 1, &step) || step < 1 || step > 2147483647L)
+    const char* step_begin = colon + 1;
+    const char* second = strchr(step_begin, ':');  // RANK:STEP:TEXT
+    size_t step_len = second ? (size_t)(second - step_begin) : strlen(step_begin);
+    W.hang_what[0] = 0;
+    if (second) {
+        if (!second[1] || strlen(second + 1) >= sizeof W.hang_what)
+            fatal("TRAIN_GPT_INJECT_HANG='%s': TEXT after RANK:STEP: must be 1 to %zu characters", spec,
+                  sizeof W.hang_what - 1);
+        snprintf(W.hang_what, sizeof W.hang_what, "%s", second + 1);
+    }
+    long rank, step = 0;
+    if (step_len < sizeof step_text) {
+        snprintf(step_text, sizeof step_text, "%.*s", (int)step_len, step_begin);
+        if (!parse_long(step_text, &step)) step = 0;
+    }
+    if (!parse_long(rank_text, &rank) || rank < 0 || step < 1 || step > 2147483647L)
         fatal("TRAIN_GPT_INJECT_HANG='%s': expected RANK:STEP with RANK >= 0 and STEP >= 1", spec);
     W.hang_rank = (int)rank;
     W.hang_step = (int)step;
@@ -144,7 +159,7 @@ void watchdog_arm(const char* what) {
     W.armed_since = now_seconds();
     W.armed_step = W.step;
     pthread_mutex_unlock(&W.lock);
-    if (W.hang_rank == W.rank && W.hang_step == W.step && !W.hang_done) {
+    if (W.hang_rank == W.rank && W.hang_step == W.step && !W.hang_done && strstr(what, W.hang_what)) {
         W.hang_done = 1;
         char line[640];
         int n = snprintf(line, sizeof line, "train_gpt: TRAIN_GPT_INJECT_HANG: rank %d sleeps for ever in %s at step %d\n",

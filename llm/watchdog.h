@@ -15,7 +15,8 @@
 //
 // Testing hook: TRAIN_GPT_INJECT_HANG=RANK:STEP makes rank RANK sleep for
 // ever inside its first collective of step STEP (1-based), as a rank stuck in
-// a driver call or a dead peer would.
+// a driver call or a dead peer would; RANK:STEP:TEXT, in the first one whose
+// name contains TEXT (e.g. "amax").
 #pragma once
 
 #include <stddef.h>

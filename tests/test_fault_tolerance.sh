@@ -48,6 +48,20 @@ hang_case() {  # NAME HANG_RANK
 hang_case collective_timeout_rank1_hangs 1
 hang_case collective_timeout_rank0_hangs 0
 
+# FP8's amax reduction is a collective too: rank 1 sleeps in it at step 3,
+# and rank 0's watchdog names it.
+TRAIN_GPT_INJECT_HANG=1:3:amax timeout 90 "${MPI[@]}" -np 2 "$TG" "${tiny[@]}" --precision fp8 --steps 6 \
+  --collective-timeout 4 >"$T/amax.out" 2>"$T/amax.err"
+rc=$?
+err=$(grep '^train_gpt: error:' "$T/amax.err")
+if [ $rc -ne 0 ] && [ $rc -ne 124 ] && [ "$(printf '%s\n' "$err" | grep -c .)" -eq 1 ] &&
+   printf '%s' "$err" | grep -q 'collective timeout: all-reduce (max) of FP8 amaxes over the world (2 ranks) at step 3 did not finish' &&
+   grep -q 'TRAIN_GPT_INJECT_HANG: rank 1 sleeps for ever in all-reduce (max) of FP8 amaxes' "$T/amax.err"; then
+  ok collective_timeout_fp8_amax
+else
+  fail collective_timeout_fp8_amax "exit $rc: ${err:-$(tail -n 2 "$T/amax.err")}"
+fi
+
 # The CUDA backend with NCCL, on simulated GPUs (tests/cuda_sim) when built.
 SIM_TG=${SIM_TG:-${BUILD:-build}/sim/train_gpt}
 if [ -x "$SIM_TG" ] && [ -e "${BUILD:-build}/sim/llm/comm_nccl.o" ]; then
@@ -77,6 +91,8 @@ else
 fi
 expect_error bad_collective_timeout 'collective-timeout must not be negative' "$TG" "${tiny[@]}" --collective-timeout -1
 expect_error bad_inject_hang "TRAIN_GPT_INJECT_HANG='3': expected RANK:STEP" env TRAIN_GPT_INJECT_HANG=3 "$TG" "${tiny[@]}"
+expect_error bad_inject_hang_text "TRAIN_GPT_INJECT_HANG='1:3:': TEXT after RANK:STEP: must be 1 to 63 characters" \
+  env TRAIN_GPT_INJECT_HANG=1:3: "$TG" "${tiny[@]}"
 
 # 2. Telemetry and memory from two ranks: fake GPU i has SM utilisation 90+i %,
 # 350+i W, 60+i C, 10+i GiB used. Rank 0 reports the min and max of both.
