@@ -46,11 +46,6 @@ struct Checkpointer {
     double pause_seconds, write_seconds;
 };
 
-static int is_dir(const char* path) {
-    struct stat st;
-    return stat(path, &st) == 0 && S_ISDIR(st.st_mode);
-}
-
 static double mib(int64_t bytes) { return (double)bytes / (1024.0 * 1024.0); }
 
 // ---------------------------------------------------------------------------

@@ -46,10 +46,9 @@ int ckpt_list_steps(const char* root, int** steps) {
         size_t plen = strlen(root) + strlen(de->d_name) + 2;
         char* path = (char*)xmalloc(plen);
         snprintf(path, plen, "%s/%s", root, de->d_name);
-        struct stat st;
-        int is_dir = stat(path, &st) == 0 && S_ISDIR(st.st_mode);
+        int dir = is_dir(path);
         free(path);
-        if (!is_dir) continue;
+        if (!dir) continue;
         if (n == cap) {
             cap = cap ? 2 * cap : 16;
             *steps = (int*)xrealloc(*steps, (size_t)cap * sizeof(int));

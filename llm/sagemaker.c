@@ -47,11 +47,6 @@ static char* path_join(const char* a, const char* b) {
     return p;
 }
 
-static int is_dir(const char* path) {
-    struct stat st;
-    return stat(path, &st) == 0 && S_ISDIR(st.st_mode);
-}
-
 // Reads and parses a JSON file; fatal, naming the file, if it cannot.
 static JsonValue* read_json_file(const char* path) {
     FILE* f = fopen(path, "rb");

@@ -115,6 +115,11 @@ int file_exists(const char* path) {
     return stat(path, &st) == 0;
 }
 
+int is_dir(const char* path) {
+    struct stat st;
+    return stat(path, &st) == 0 && S_ISDIR(st.st_mode);
+}
+
 double now_seconds(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);

@@ -63,6 +63,7 @@ void xfclose(FILE* f, const char* path);
 // Size of a file in bytes, or -1 if it cannot be stat'ed.
 int64_t file_size(const char* path);
 int file_exists(const char* path);
+int is_dir(const char* path);  // an existing directory (following links)
 
 // Wall-clock seconds from a monotonic clock.
 double now_seconds(void);
