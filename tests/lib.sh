@@ -51,5 +51,8 @@ resumed_from() { grep -E '^resume +\| ' "$1" | head -n 1 | sed -E 's/.*: step ([
 maxdiff() {
   "$PY" -c "import numpy as n,sys; a,b=(n.fromfile(f,dtype=n.float32)[256:] for f in sys.argv[1:]); print('%.3g' % abs(a-b).max())" "$1" "$2"
 }
+# within D TOL: D is a number no larger than TOL (an empty D, e.g. from a
+# missing file, fails).
+within() { awk -v d="$1" -v t="$2" 'BEGIN { exit !(d != "" && d <= t) }'; }
 
 finish() { exit $((failures > 100 ? 100 : failures)); }

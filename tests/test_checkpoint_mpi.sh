@@ -23,7 +23,6 @@ loss_diff() {
   paste <(lines_after "$1" "$3" | sed -E 's/.*loss ([^ ]+) .*/\1/') <(lines_after "$2" "$3" | sed -E 's/.*loss ([^ ]+) .*/\1/') |
     awk '{ d = $1 - $2; if (d < 0) d = -d; if (d > m) m = d } END { printf "%.3g", m + 0 }'
 }
-within() { awk -v d="$1" -v t="$2" 'BEGIN { exit !(d != "" && d <= t) }'; }
 
 # resume_parity NAME REF RESUMED: run RESUMED, resumed from REF's checkpoint
 # of step 10, repeats REF's last 10 steps and ends with the same weights.

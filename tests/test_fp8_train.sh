@@ -31,7 +31,6 @@ val_loss() { sed -nE 's/^val +[0-9]+\/[0-9]+ \| val loss ([0-9.]+).*/\1/p' "$1" 
 # Mean loss of the last 50 steps.
 tail_loss() { step_losses "$1" | tail -n 50 | awk '{ s += $1 } END { if (NR) printf "%.4f", s / NR }'; }
 absdiff() { awk -v a="$1" -v b="$2" 'BEGIN { d = a - b; printf "%.4f", d < 0 ? -d : d }'; }
-within() { awk -v d="$1" -v t="$2" 'BEGIN { exit !(d <= t) }'; }
 finite_steps() { step_losses "$1" | awk '{ if ($1 !~ /^[0-9.]+$/ || $2 !~ /^[0-9.]+$/) bad++ } END { exit bad > 0 }'; }
 
 # 1. 300 steps: FP32, FP8 current, FP8 delayed (two at a time).

@@ -37,7 +37,6 @@ run() {
 # lines: step and validation losses of a run, for comparing runs at printed precision.
 curve() { grep -E '^(step|val) ' "$1" | sed -E 's/ \| [0-9.]+ ms \| .*//'; }
 ran_ok() { [ -s "$T/$1.bin" ] && [ "$(grep -c '^step ' "$T/$1.log")" -eq "$2" ]; }
-within() { awk -v d="$1" -v t="$2" 'BEGIN { exit !(d <= t) }'; }
 # runs_agree NAME A B TOL WHAT: runs A and B print the same losses and their
 # weights differ by at most TOL (reported as "# WHAT: max |weight diff| D").
 runs_agree() {
