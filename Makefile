@@ -26,7 +26,7 @@ CFLAGS   ?= -O3 -march=native -g
 CFLAGS   += -std=c11 -fopenmp -D_GNU_SOURCE -I. $(WARN)
 LDLIBS   := -lopenblas -lzstd -lxxhash -lpthread -lm -ldl
 
-# MPI starts the ranks (llm/comm.c); every build links it, and a plain ./train_gpt
+# MPI starts the ranks (llm/parallel/comm.c); every build links it, and a plain ./train_gpt
 # runs as a world of one. Flags come from the MPI compiler wrapper.
 MPICC       ?= mpicc
 MPI_CFLAGS  := $(shell $(MPICC) --showme:compile 2>/dev/null)
@@ -35,7 +35,7 @@ CFLAGS   += $(MPI_CFLAGS)
 LDLIBS   += $(MPI_LDFLAGS)
 
 # Everything except main() lives in a static library that tests link too.
-LIB_SRCS := $(wildcard llm/*.c data/*.c kernels/*.c kernels/cpu/*.c)
+LIB_SRCS := $(wildcard llm/*.c llm/*/*.c data/*.c kernels/*.c kernels/cpu/*.c)
 LIB_OBJS := $(LIB_SRCS:%.c=$(BUILD)/%.o)
 
 ifneq ($(NVCC),)
@@ -45,11 +45,11 @@ ifneq ($(NVCC),)
   NVCCFLAGS  := -O3 -std=c++17 $(CUDA_ARCH) -I. -Xcompiler -fopenmp,-Wall,-Wno-unused-parameter
   CUDA_SRCS  := $(wildcard kernels/cuda/*.cu)
   CUDA_LIBS  := -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcublasLt -lcublas -lcudart -lstdc++
-  # llm/*.cu: NCCL collectives (llm/comm_nccl.cu). Without NCCL headers the
+  # llm/*/*.cu: NCCL collectives (llm/parallel/comm_nccl.cu). Without NCCL headers the
   # build still links (a weak symbol) and multi-GPU runs say NCCL is missing.
   NCCL_HOME  ?= $(CUDA_HOME)
   ifneq ($(wildcard $(NCCL_HOME)/include/nccl.h),)
-    CUDA_SRCS  += $(wildcard llm/*.cu)
+    CUDA_SRCS  += $(wildcard llm/*/*.cu)
     NVCCFLAGS  += -I$(NCCL_HOME)/include
     CUDA_LIBS  += -L$(NCCL_HOME)/lib64 -L$(NCCL_HOME)/lib -Wl,-rpath,$(NCCL_HOME)/lib64 -Wl,-rpath,$(NCCL_HOME)/lib -lnccl
   else
@@ -117,7 +117,7 @@ $(BUILD)/tests/%: tests/%.c $(BUILD)/libtrain.a tests/testlib.h
 # GPU test programs in CUDA C (tests/gpu/*.cu), built in CUDA builds with NCCL so
 # that CI compiles them; run by `make test-gpu` on a machine with GPUs (the C ones below).
 GPU_TEST_BINS :=
-ifneq ($(filter llm/comm_nccl.cu,$(CUDA_SRCS)),)
+ifneq ($(filter llm/parallel/comm_nccl.cu,$(CUDA_SRCS)),)
   GPU_TEST_BINS += $(BUILD)/tests/gpu/test_comm_nccl
 endif
 $(BUILD)/tests/gpu/%: tests/gpu/%.cu $(BUILD)/libtrain.a $(CUDA_OBJS) tests/testlib.h
@@ -126,7 +126,7 @@ $(BUILD)/tests/gpu/%: tests/gpu/%.cu $(BUILD)/libtrain.a $(CUDA_OBJS) tests/test
 	$(CC) $(CFLAGS) -o $@ $@.o $(CUDA_OBJS) $(BUILD)/libtrain.a $(CUDA_LIBS) $(LDLIBS)
 
 # ---- FP8 (begin) ------------------------------------------------------------------------------
-# test_fp8_format compares llm/fp8_format.h with CUDA's own host conversion
+# test_fp8_format compares kernels/fp8_format.h with CUDA's own host conversion
 # (cuda_fp8.h, which also compiles as C) when the toolkit's headers are present.
 ifneq ($(wildcard $(CUDA_HOME)/include/cuda_fp8.h),)
 $(BUILD)/tests/test_fp8_format: private CFLAGS += -isystem $(CUDA_HOME)/include -DHAVE_CUDA_FP8_H
@@ -139,13 +139,13 @@ test-fp8-exhaustive: $(BUILD)/tests/test_fp8_format
 
 # The data and checkpoint readers again, under AddressSanitizer and UBSan.
 ASAN_FLAGS := -O1 -g -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=all
-ASAN_SRCS  := $(wildcard data/*.c) llm/util.c
+ASAN_SRCS  := $(wildcard data/*.c) llm/util/util.c
 $(BUILD)/asan/test_data: tests/test_data.c $(ASAN_SRCS) tests/testlib.h
 	@mkdir -p $(dir $@)
 	$(CC) -std=c11 -fopenmp -D_GNU_SOURCE -I. $(WARN) $(ASAN_FLAGS) -DUNDER_ASAN -o $@ $< $(ASAN_SRCS) -lzstd -lm
 
 # The checkpoint format tests (JSON and manifest readers, resharding) under the sanitizers too.
-$(BUILD)/asan/test_checkpoint: tests/test_checkpoint.c $(LIB_SRCS) $(wildcard llm/*.h) tests/testlib.h
+$(BUILD)/asan/test_checkpoint: tests/test_checkpoint.c $(LIB_SRCS) $(wildcard llm/*.h llm/*/*.h) tests/testlib.h
 	@mkdir -p $(dir $@)
 	$(CC) -std=c11 -fopenmp -D_GNU_SOURCE -I. $(WARN) $(MPI_CFLAGS) $(ASAN_FLAGS) -DUNDER_ASAN -o $@ $< $(LIB_SRCS) $(LDLIBS)
 ASAN_TESTS := $(BUILD)/asan/test_data $(BUILD)/asan/test_checkpoint
@@ -184,7 +184,7 @@ $(BUILD)/gpu/%: tests/gpu/%.c tests/gpu/gpu_test.h tests/testlib.h $(BUILD)/libt
 	$(CC) $(CFLAGS) -o $@ $< $(CUDA_OBJS) $(BUILD)/libtrain.a $(CUDA_LIBS) $(LDLIBS)
 
 # ---- CUDA kernels on the CPU: the tests/cuda_sim harness (begin) -------------------------------
-# The CUDA backend's sources (kernels/cuda/*.cu, llm/*.cu) compiled by the host C++
+# The CUDA backend's sources (kernels/cuda/*.cu, llm/*/*.cu) compiled by the host C++
 # compiler with -DCUDA_SIM into $(SIM)/ and linked with the harness
 # (tests/cuda_sim: CUDA's execution model, the runtime, cuBLASLt and NCCL on
 # the CPU) and libtrain.a, so that `make test` runs every kernel and the GPU
@@ -196,11 +196,11 @@ SIM_MPI_CFLAGS := $(shell mpicc --showme:compile 2>/dev/null)
 SIM_MPI_LIBS   := $(shell mpicc --showme:link 2>/dev/null)
 SIM_CXXFLAGS := -std=c++17 -O2 -march=native -g -DCUDA_SIM -fno-extern-tls-init -fstack-clash-protection -fopenmp -pthread -I. \
                 -isystem $(CUDA_HOME)/include $(SIM_MPI_CFLAGS) -DOMPI_SKIP_MPICXX -DMPICH_SKIP_MPICXX -Wall -Wno-unused-parameter -Wno-unused-function
-# Without nccl.h the NCCL parts (tests/cuda_sim/*nccl*, llm/*.cu) are left out.
+# Without nccl.h the NCCL parts (tests/cuda_sim/*nccl*, llm/*/*.cu) are left out.
 SIM_NCCL     := $(shell echo '\#include <nccl.h>' | $(SIM_CXX) -isystem $(CUDA_HOME)/include -E -x c++ - >/dev/null 2>&1 && echo 1)
 SIM_NO_NCCL  := $(if $(SIM_NCCL),,%nccl.cpp %nccl.cu %nccl.sh)
 SIM_HARNESS_OBJS := $(patsubst %.cpp,$(SIM)/%.o,$(filter-out $(SIM_NO_NCCL),$(wildcard tests/cuda_sim/*.cpp)))
-SIM_KERNEL_OBJS  := $(patsubst %.cu,$(SIM)/%.o,$(wildcard kernels/cuda/*.cu $(if $(SIM_NCCL),llm/*.cu)))
+SIM_KERNEL_OBJS  := $(patsubst %.cu,$(SIM)/%.o,$(wildcard kernels/cuda/*.cu $(if $(SIM_NCCL),llm/*/*.cu)))
 SIM_SELF_TESTS   := $(patsubst tests/cuda_sim/%.cu,$(SIM)/bin/%,$(filter-out $(SIM_NO_NCCL),$(wildcard tests/cuda_sim/test_*.cu)))
 SIM_GPU_TESTS    := $(patsubst tests/gpu/%,$(SIM)/bin/gpu_%,$(basename $(filter-out $(SIM_NO_NCCL),$(wildcard tests/gpu/test_*.c tests/gpu/test_*.cu))))
 # The GPU tests run twice: in order, and with every block's threads in a random order.

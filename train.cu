@@ -9,17 +9,17 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "llm/checkpoint.h"
-#include "llm/comm.h"
+#include "llm/checkpoint/checkpoint.h"
+#include "llm/parallel/comm.h"
 #include "llm/config.h"
-#include "llm/device.h"
-#include "llm/divergence.h"
-#include "llm/plan_cli.h"
+#include "llm/platform/device.h"
+#include "llm/checkpoint/divergence.h"
+#include "llm/plan/plan_cli.h"
 #include "llm/precision.h"
-#include "llm/report.h"
-#include "llm/sagemaker.h"
+#include "llm/report/report.h"
+#include "llm/platform/sagemaker.h"
 #include "llm/trainer.h"
-#include "llm/watchdog.h"
+#include "llm/parallel/watchdog.h"
 
 int main(int argc, char** argv) {
     // 0. The ranks: MPI tells this process who it is (a world of one without mpirun).

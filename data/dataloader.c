@@ -10,7 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "llm/rng.h"
+#include "llm/util/rng.h"
 
 typedef unsigned long long ull;
 

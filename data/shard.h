@@ -15,7 +15,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "llm/util.h"
+#include "llm/util/util.h"
 
 EXTERN_C_BEGIN
 

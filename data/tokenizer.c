@@ -12,7 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "llm/rng.h"
+#include "llm/util/rng.h"
 
 #define TOKENIZER_VERSION 2
 #define MAX_TOKEN_BYTES 255        // the file stores lengths in one byte

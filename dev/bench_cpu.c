@@ -15,9 +15,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "llm/fp8.h"
+#include "llm/fp8/fp8.h"
 #include "llm/gpt.h"
-#include "llm/rng.h"
+#include "llm/util/rng.h"
 
 // The backend's own GEMM (OpenBLAS sgemm tiles on every core) on a large
 // square problem: the most this machine gives a training step.

@@ -27,9 +27,9 @@
 #include <string.h>
 
 #include "kernels/ops.h"
-#include "llm/fp8.h"
+#include "llm/fp8/fp8.h"
 #include "llm/gpt.h"
-#include "llm/rng.h"
+#include "llm/util/rng.h"
 #include "llm/trainer.h"
 
 Backend* cuda_backend_create(DType dtype);

@@ -11,7 +11,7 @@
 
 #include "data/shard.h"
 #include "data/tokenizer.h"
-#include "llm/util.h"
+#include "llm/util/util.h"
 
 typedef struct {
     const char* corpus;

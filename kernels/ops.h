@@ -18,7 +18,7 @@
 //   call (no reductions whose order depends on scheduling).
 // - An op may take temporary workspace through be->alloc; it counts toward
 //   the backend's peak bytes (the CPU attention keeps O(T) per thread).
-// - `float* amax` arguments (FP8 training, llm/fp8.h) may be NULL; otherwise
+// - `float* amax` arguments (FP8 training, llm/fp8/fp8.h) may be NULL; otherwise
 //   the op also does *amax = max(*amax, max |y|) over the values y it writes
 //   to the named output, as stored (after rounding to the activation dtype),
 //   a NaN anywhere making it NaN. The maximum needs no order, so it costs
@@ -28,7 +28,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "llm/util.h"
+#include "llm/util/util.h"
 
 EXTERN_C_BEGIN
 
@@ -175,8 +175,8 @@ struct Backend {
     void (*adamw)(Backend* be, void* params, float* master, const void* grads, float* m, float* v,
                   size_t n, const AdamWParams* p);
 
-    // ---- FP8 (llm/fp8.h keeps the scaling state; formats, rounding and scale
-    // rules: llm/fp8_format.h) ------------------------------------------------------
+    // ---- FP8 (llm/fp8/fp8.h keeps the scaling state; formats, rounding and scale
+    // rules: kernels/fp8_format.h) ------------------------------------------------------
     // FP8_TN_ONLY: callers pass the transposed copies (Fp8Tensor.qt) that
     // fp8_matmul_backward names. FP8_NONE: the FP8 ops must not be called.
     Fp8Support fp8_support;

@@ -8,8 +8,8 @@
 
 #include <stdint.h>
 
-#include "llm/json.h"
-#include "llm/util.h"
+#include "llm/util/json.h"
+#include "llm/util/util.h"
 
 EXTERN_C_BEGIN
 
@@ -49,7 +49,7 @@ typedef struct {
     // runtime
     char* device;         // auto|cpu|cuda
     char* precision;      // fp32|bf16|fp8|auto (auto is resolved before the backend opens: llm/precision.h)
-    char* fp8_recipe;     // current|delayed (llm/fp8.h)
+    char* fp8_recipe;     // current|delayed (llm/fp8/fp8.h)
     int fp8_amax_history; // delayed scaling: history length
     int fp8_margin;       // delayed scaling: scales leave 2^margin headroom
     char* fp8_skip;       // GEMMs kept in bf16 (fp8_parse_skip)

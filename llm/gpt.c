@@ -6,8 +6,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "llm/fp8.h"
-#include "llm/rng.h"
+#include "llm/fp8/fp8.h"
+#include "llm/util/rng.h"
 
 // ---------------------------------------------------------------------------
 // configuration
@@ -506,7 +506,7 @@ void gpt_get_params_f32(const GPT* m, float* host_flat) {
 // ---------------------------------------------------------------------------
 // the linear layers of a block: FP8 or the model's dtype
 //
-// With FP8 training on (m->fp8, llm/fp8.h), each of a block's four linear
+// With FP8 training on (m->fp8, llm/fp8/fp8.h), each of a block's four linear
 // layers runs its GEMMs in FP8 unless --fp8-skip names it; the producers of
 // their inputs and output gradients (layernorm, GELU, ...) also write those
 // tensors' amaxes into the slots fp8_amax_slot names (NULL when FP8 is off).

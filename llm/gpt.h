@@ -160,7 +160,7 @@ struct GPT {
     // concatenated in unit order (opt_size = total / world elements): its
     // shard. Stage 2 keeps only the gradient shard, stage 3 also only the
     // parameter shard; such a buffer is the shard followed by full-unit
-    // staging (gpt_staging) that the ZeRO hooks (llm/zero.c) fill and reuse.
+    // staging (gpt_staging) that the ZeRO hooks (llm/parallel/zero.c) fill and reuse.
     int world, rank, zero_stage;
     size_t params_size;   // elements of params
     size_t grads_size;    // elements of grads
@@ -177,7 +177,7 @@ struct GPT {
     float* scalars;       // [0] loss sum, [1] grad norm^2 (backend memory)
     int adam_step;        // completed optimizer steps
     const GPTHooks* hooks;  // NULL: parameters and gradients are the flat buffers
-    struct Fp8State* fp8;   // FP8 training (llm/fp8.h, attached by fp8_create), or NULL
+    struct Fp8State* fp8;   // FP8 training (llm/fp8/fp8.h, attached by fp8_create), or NULL
 };
 
 // Allocates parameters, gradients, optimizer state and activations for

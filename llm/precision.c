@@ -5,9 +5,9 @@
 #include <string.h>
 
 #include "data/tokenizer.h"
-#include "llm/device.h"
-#include "llm/gpu_info.h"
-#include "llm/planner.h"
+#include "llm/platform/device.h"
+#include "llm/platform/gpu_info.h"
+#include "llm/plan/planner.h"
 #include "llm/presets.h"
 
 // Parameters of the model the flags describe (the tokenizer's vocabulary when it is there).

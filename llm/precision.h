@@ -2,7 +2,7 @@
 // default), which is resolved here, before the backend opens, and says why.
 //
 // auto follows one rule, the planner's too (precision_for_model in
-// llm/planner.h): on a GPU, bf16 for models under 6.5B parameters and fp8
+// llm/plan/planner.h): on a GPU, bf16 for models under 6.5B parameters and fp8
 // from 6.5B (the "7B" class: GPT-3's 6.7B shape and our gpt-7B preset count),
 // where the GPU has FP8 tensor cores (compute capability 8.9 or newer; else
 // bf16); on the CPU backend fp32, since it computes in FP32 (--precision fp8

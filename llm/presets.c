@@ -4,7 +4,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "llm/llmc_io.h"
+#include "llm/checkpoint/llmc_io.h"
 
 typedef struct { const char* name; int layers, channels, heads; } Preset;
 

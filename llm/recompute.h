@@ -24,7 +24,7 @@
 // activation arena (act_layout_build) and the passes.
 #pragma once
 
-#include "llm/util.h"
+#include "llm/util/util.h"
 
 EXTERN_C_BEGIN
 

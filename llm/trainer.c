@@ -5,12 +5,12 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "llm/bf16.h"
-#include "llm/gpu_info.h"
-#include "llm/llmc_io.h"
-#include "llm/planner.h"
+#include "kernels/bf16.h"
+#include "llm/platform/gpu_info.h"
+#include "llm/checkpoint/llmc_io.h"
+#include "llm/plan/planner.h"
 #include "llm/presets.h"
-#include "llm/rng.h"
+#include "llm/util/rng.h"
 
 // ---------------------------------------------------------------------------
 // setup
@@ -48,7 +48,7 @@ static void setup_sharding(Trainer* tr, const TrainConfig* cfg) {
 // A multiple of 16 near x, for error messages.
 static int multiple_of_16(int x) { return x < 16 ? 16 : x / 16 * 16; }
 
-// --precision fp8: the FP8 state (llm/fp8.h), after checking that the GPU has
+// --precision fp8: the FP8 state (llm/fp8/fp8.h), after checking that the GPU has
 // FP8 and that every FP8 GEMM's dimensions are multiples of 16.
 static void setup_fp8(Trainer* tr, const TrainConfig* cfg) {
     GPT* m = &tr->model;

@@ -5,13 +5,13 @@
 
 #include "data/dataloader.h"
 #include "data/tokenizer.h"
-#include "llm/comm.h"
+#include "llm/parallel/comm.h"
 #include "llm/config.h"
-#include "llm/fp8.h"
+#include "llm/fp8/fp8.h"
 #include "llm/gpt.h"
 #include "llm/guard.h"
 #include "llm/schedule.h"
-#include "llm/zero.h"
+#include "llm/parallel/zero.h"
 
 EXTERN_C_BEGIN
 

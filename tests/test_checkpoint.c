@@ -8,15 +8,15 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "llm/bf16.h"
-#include "llm/ckpt_comm.h"
-#include "llm/ckpt_files.h"
-#include "llm/ckpt_manifest.h"
-#include "llm/ckpt_state.h"
+#include "kernels/bf16.h"
+#include "llm/checkpoint/ckpt_comm.h"
+#include "llm/checkpoint/ckpt_files.h"
+#include "llm/checkpoint/ckpt_manifest.h"
+#include "llm/checkpoint/ckpt_state.h"
 #include "llm/config.h"
-#include "llm/json_read.h"
-#include "llm/llmc_io.h"
-#include "llm/strbuf.h"
+#include "llm/util/json_read.h"
+#include "llm/checkpoint/llmc_io.h"
+#include "llm/util/strbuf.h"
 #include "tests/testlib.h"
 
 static char tmp_root[256];

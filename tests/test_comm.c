@@ -1,4 +1,4 @@
-// test_comm.c: the collectives of llm/comm.h on the CPU path and the per-rank
+// test_comm.c: the collectives of llm/parallel/comm.h on the CPU path and the per-rank
 // model state of each ZeRO stage.
 //
 // Runs as one process (the test runner) and under `mpirun -np 3/4`
@@ -10,11 +10,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "llm/bf16.h"
-#include "llm/comm.h"
+#include "kernels/bf16.h"
+#include "llm/parallel/comm.h"
 #include "llm/gpt.h"
-#include "llm/rng.h"
-#include "llm/zero.h"
+#include "llm/util/rng.h"
+#include "llm/parallel/zero.h"
 #include "tests/testlib.h"
 
 static Comm* comm;

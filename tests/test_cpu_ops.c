@@ -14,7 +14,7 @@
 #include <unistd.h>
 
 #include "kernels/ops.h"
-#include "llm/rng.h"
+#include "llm/util/rng.h"
 #include "tests/testlib.h"
 
 void openblas_set_num_threads(int num_threads);

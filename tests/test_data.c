@@ -18,8 +18,8 @@
 #include "data/dataloader.h"
 #include "data/shard.h"
 #include "data/tokenizer.h"
-#include "llm/rng.h"
-#include "llm/util.h"
+#include "llm/util/rng.h"
+#include "llm/util/util.h"
 #include "tests/testlib.h"
 
 #ifdef UNDER_ASAN

@@ -1,4 +1,4 @@
-// test_fp8.c: FP8 training on the CPU backend (kernels/cpu/fp8.c, llm/fp8.c).
+// test_fp8.c: FP8 training on the CPU backend (kernels/cpu/fp8.c, llm/fp8/fp8.c).
 //
 //   - the cast: every code is fp8_quantize_value's, plain and transposed, and
 //     the current scale is 448/amax (57344/amax) with its inverse;
@@ -25,10 +25,10 @@
 #include <unistd.h>
 
 #include "kernels/cpu/cpu.h"
-#include "llm/ckpt_manifest.h"
-#include "llm/fp8.h"
-#include "llm/planner.h"
-#include "llm/rng.h"
+#include "llm/checkpoint/ckpt_manifest.h"
+#include "llm/fp8/fp8.h"
+#include "llm/plan/planner.h"
+#include "llm/util/rng.h"
 #include "tests/testlib.h"
 
 static Backend* be;

@@ -1,5 +1,5 @@
-// test_fp8_format.c: the FP8 formats and scale rules of llm/fp8_format.h,
-// BF16 rounding (llm/bf16.h): golden vectors, every code, the rounding
+// test_fp8_format.c: the FP8 formats and scale rules of kernels/fp8_format.h,
+// BF16 rounding (kernels/bf16.h): golden vectors, every code, the rounding
 // rules, and CUDA's own host conversion (cuda_fp8.h) on a large sample of
 // inputs concentrated where rounding and saturation decide.
 //
@@ -10,9 +10,9 @@
 #include <stdint.h>
 #include <string.h>
 
-#include "llm/bf16.h"
-#include "llm/fp8_format.h"
-#include "llm/rng.h"
+#include "kernels/bf16.h"
+#include "kernels/fp8_format.h"
+#include "llm/util/rng.h"
 #include "tests/testlib.h"
 
 #ifdef HAVE_CUDA_FP8_H
@@ -203,7 +203,7 @@ static int exhaustive(void) {
 }
 #endif
 
-// BF16 round to nearest even (llm/bf16.h), the project notes' vectors.
+// BF16 round to nearest even (kernels/bf16.h), the project notes' vectors.
 static void bf16_round_to_nearest_even(void) {
     CHECK(f32_to_bf16(bits(0x3F808000u)) == 0x3F80, "tie stays even");
     CHECK(f32_to_bf16(bits(0x3F818000u)) == 0x3F82, "tie rounds up to even");

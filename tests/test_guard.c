@@ -6,7 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "llm/comm.h"
+#include "llm/parallel/comm.h"
 #include "llm/guard.h"
 #include "llm/trainer.h"
 #include "tests/testlib.h"

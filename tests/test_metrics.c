@@ -6,8 +6,8 @@
 #include <string.h>
 
 #include "llm/config.h"
-#include "llm/json.h"
-#include "llm/mfu.h"
+#include "llm/util/json.h"
+#include "llm/plan/mfu.h"
 #include "tests/testlib.h"
 
 // GPT-2 124M at T = 1024: L 12, C 768, V 50257, 1024 positions.

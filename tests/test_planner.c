@@ -1,4 +1,4 @@
-// test_planner.c: the memory planner (llm/planner.h).
+// test_planner.c: the memory planner (llm/plan/planner.h).
 //
 // On the CPU backend the planned bytes must equal the backend's peak
 // allocated bytes exactly, for several shapes, every recompute policy and
@@ -7,8 +7,8 @@
 #include <omp.h>
 #include <string.h>
 
-#include "llm/planner.h"
-#include "llm/rng.h"
+#include "llm/plan/planner.h"
+#include "llm/util/rng.h"
 #include "tests/testlib.h"
 
 static const double GIB = 1073741824.0;

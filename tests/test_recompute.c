@@ -9,7 +9,7 @@
 
 #include "kernels/cpu/cpu.h"
 #include "llm/gpt.h"
-#include "llm/rng.h"
+#include "llm/util/rng.h"
 #include "tests/testlib.h"
 
 // Odd sizes: a padded vocabulary, 3 heads of 16, T not a power of two.

@@ -8,7 +8,7 @@
 #include <unistd.h>
 
 #include "llm/config.h"
-#include "llm/sagemaker.h"
+#include "llm/platform/sagemaker.h"
 #include "tests/testlib.h"
 
 static char tmp_dir[256];

@@ -1,4 +1,4 @@
-// test_telemetry.c: NVML telemetry (llm/telemetry.c) against the fake NVML
+// test_telemetry.c: NVML telemetry (llm/report/telemetry.c) against the fake NVML
 // library tests/fake_nvml.c (built next to this program): loading and symbol
 // resolution, device choice, every query's units, throttle decoding,
 // unsupported and failing calls, the min/max reduction across ranks and the
@@ -8,7 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "llm/telemetry.h"
+#include "llm/report/telemetry.h"
 #include "tests/testlib.h"
 
 static char fake_lib[1024];

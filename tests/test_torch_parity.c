@@ -11,8 +11,8 @@
 #include <unistd.h>
 
 #include "llm/gpt.h"
-#include "llm/llmc_io.h"
-#include "llm/rng.h"
+#include "llm/checkpoint/llmc_io.h"
+#include "llm/util/rng.h"
 #include "llm/schedule.h"
 #include "llm/trainer.h"
 #include "tests/testlib.h"

@@ -4,7 +4,7 @@
 #include <string.h>
 
 #include "kernels/cpu/cpu.h"
-#include "llm/bf16.h"
+#include "kernels/bf16.h"
 
 static void f32_to_bf16_array(uint16_t* dst, const float* src, size_t n) {
 #pragma omp parallel for simd schedule(static) if (n > CPU_PARALLEL_MIN)

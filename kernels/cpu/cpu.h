@@ -11,7 +11,7 @@
 #include <stdint.h>
 
 #include "kernels/ops.h"
-#include "llm/fp8_format.h"
+#include "kernels/fp8_format.h"
 
 // Below this many elements of work an OpenMP fork costs more than it saves.
 #define CPU_PARALLEL_MIN 16384

@@ -10,7 +10,7 @@
 //
 // With 16-bit parameters the FP32 master weights are updated and the BF16
 // parameters written from them with stochastic rounding: element i adds 16
-// random bits from rng_u64(seed, index_base + i) (llm/rng.h's generator)
+// random bits from rng_u64(seed, index_base + i) (llm/util/rng.h's generator)
 // below the BF16 mantissa and truncates, so it rounds up with probability
 // equal to its distance from the lower neighbour. The bits depend only on
 // (seed, flat index), not on how the range was split into calls or blocks.
@@ -44,7 +44,7 @@ static AdamWCoefficients adamw_coefficients(const AdamWParams* p) {
 }
 
 // x rounded to BF16 stochastically with 16 random bits r (the float bit casts
-// are llm/fp8_format.h's, callable on both sides).
+// are kernels/fp8_format.h's, callable on both sides).
 __device__ inline bf16 bf16_stochastic(float x, uint32_t r) {
     uint32_t u = fp8_f32_bits(x);
     if ((u & 0x7f800000u) == 0x7f800000u) return __float2bfloat16_rn(x);  // inf and NaN stay

@@ -17,7 +17,7 @@
 #define LAUNCH(kernel, grid, block, smem, stream, ...) kernel<<<(grid), (block), (smem), (stream)>>>(__VA_ARGS__)
 #endif
 
-#include "llm/util.h"
+#include "llm/util/util.h"
 
 // Any failed CUDA runtime call is fatal, naming the call site.
 #define CUDA_CHECK(call)                                                                     \

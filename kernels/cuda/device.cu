@@ -2,7 +2,7 @@
 // or without a driver (it then reports zero devices).
 #include <cuda_runtime.h>
 
-#include "llm/util.h"
+#include "llm/util/util.h"
 
 extern "C" int cuda_device_count(void) {
     int n = 0;

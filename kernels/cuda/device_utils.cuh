@@ -1,7 +1,7 @@
 // device_utils.cuh: the small device-side vocabulary every kernel file of the
 // CUDA backend shares: the two storage types (float and bf16) with their
 // conversions, 16-byte packed loads and stores, the warp sum,
-// the counter-based RNG of llm/rng.h on the device, and alignment tests.
+// the counter-based RNG of llm/util/rng.h on the device, and alignment tests.
 //
 // Only what the CPU execution harness (tests/cuda_sim/, CUDA_SIM) provides is
 // used here: plain C-style device code, small templates over the storage
@@ -11,7 +11,7 @@
 #include <stdint.h>
 
 #include "kernels/cuda/common.cuh"
-#include "llm/fp8_format.h"
+#include "kernels/fp8_format.h"
 
 // `#pragma unroll` and __launch_bounds__ are hints to nvcc; the harness
 // compiles with g++, which knows neither.
@@ -112,7 +112,7 @@ __device__ inline uint32_t amax_keep_pack(uint32_t top, const float v[V]) {
     return top;
 }
 
-// ---- counter-based random numbers (the device twin of llm/rng.h) --------------------------------------
+// ---- counter-based random numbers (the device twin of llm/util/rng.h) --------------------------------------
 __device__ inline uint64_t rng_mix64_device(uint64_t x) {
     x += 0x9E3779B97F4A7C15ull;
     x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
@@ -120,7 +120,7 @@ __device__ inline uint64_t rng_mix64_device(uint64_t x) {
     return x ^ (x >> 31);
 }
 
-// rng_u64(key, i) of llm/rng.h: value i of stream `key`.
+// rng_u64(key, i) of llm/util/rng.h: value i of stream `key`.
 __device__ inline uint64_t rng_u64_device(uint64_t key, uint64_t i) {
     return rng_mix64_device(key ^ rng_mix64_device(i));
 }

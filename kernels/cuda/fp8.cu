@@ -2,7 +2,7 @@
 // Hopper's TN-only GEMMs, transposed in the same pass), and the
 // delayed-scaling update. The FP8 GEMMs are in matmul.cu.
 //
-// Every rule comes from llm/fp8_format.h, shared with the CPU backend: the
+// Every rule comes from kernels/fp8_format.h, shared with the CPU backend: the
 // cast is cvt.rn.satfinite (CUDA's __nv_cvt_float_to_fp8, which the CPU's
 // fp8_encode matches on all 2^32 inputs) of the FP32 product x * scale, and
 // the scales are computed with the same IEEE divisions, so the codes and

@@ -15,7 +15,7 @@
 #
 # One host with one GPU (or none): train_gpt is exec'ed directly, no mpirun.
 # train_gpt itself reads the hyperparameters, data channels and output
-# folders (llm/sagemaker.c); arguments after `train` are passed to it as flags.
+# folders (llm/platform/sagemaker.c); arguments after `train` are passed to it as flags.
 #
 # The mpi distribution of the SageMaker SDK reaches the container as the
 # hyperparameters sagemaker_mpi_num_of_processes_per_host and
@@ -43,7 +43,7 @@ sshd=${TRAIN_GPT_SSHD:-/usr/sbin/sshd}
 
 log() { echo "entrypoint: $*" >&2; }
 
-# The failure reason for SageMaker: first writer wins, as in llm/sagemaker.c.
+# The failure reason for SageMaker: first writer wins, as in llm/platform/sagemaker.c.
 fail() {
   log "error: $*"
   if [ -d "$root/input/config" ] && [ "$dry_run" != 1 ]; then

@@ -18,8 +18,8 @@
 #include <string.h>
 
 #include "kernels/ops.h"
-#include "llm/bf16.h"
-#include "llm/rng.h"
+#include "kernels/bf16.h"
+#include "llm/util/rng.h"
 #include "llm/trainer.h"
 #include "tests/testlib.h"
 

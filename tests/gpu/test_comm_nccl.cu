@@ -1,4 +1,4 @@
-// test_comm_nccl.cu: the NCCL collectives of llm/comm_nccl.cu on GPU memory,
+// test_comm_nccl.cu: the NCCL collectives of llm/parallel/comm_nccl.cu on GPU memory,
 // for a machine with GPUs (tests/gpu/test_zero_nccl.sh runs it with one rank
 // per GPU). Built in CUDA builds so that CI compiles it; without a GPU it
 // reports itself skipped.
@@ -9,9 +9,9 @@
 // shard, and that results are ordered before the compute stream reads them.
 #include <cuda_runtime.h>
 
-#include "llm/bf16.h"
-#include "llm/comm.h"
-#include "llm/rng.h"
+#include "kernels/bf16.h"
+#include "llm/parallel/comm.h"
+#include "llm/util/rng.h"
 #include "tests/testlib.h"
 
 static Comm* comm;

@@ -1,0 +1,465 @@
+// fp8.c: FP8 training state and the FP8 linear layer (see fp8.h).
+#include "llm/fp8/fp8.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kernels/bf16.h"
+#include "kernels/fp8_format.h"
+
+static const char* GEMM_NAMES[FP8_NUM_GEMMS] = {"qkv", "attproj", "fc", "fcproj"};
+
+const char* fp8_gemm_name(Fp8Gemm g) { return GEMM_NAMES[g]; }
+const char* fp8_recipe_name(Fp8Recipe r) { return r == FP8_DELAYED ? "delayed" : "current"; }
+
+Fp8Recipe fp8_parse_recipe(const char* s) {
+    if (!strcmp(s, "current")) return FP8_CURRENT;
+    if (!strcmp(s, "delayed")) return FP8_DELAYED;
+    fatal("--fp8-recipe '%s' is not one of current, delayed", s);
+}
+
+// ---------------------------------------------------------------------------
+// --fp8-skip
+
+static int gemm_by_name(const char* s, size_t len) {
+    for (int g = 0; g < FP8_NUM_GEMMS; g++)
+        if (strlen(GEMM_NAMES[g]) == len && !strncmp(s, GEMM_NAMES[g], len)) return g;
+    return -1;
+}
+
+// A layer number, `first` or `last`; -1 if it is none of those.
+static int layer_by_name(const char* s, size_t len, int L) {
+    if (len == 5 && !strncmp(s, "first", 5)) return 0;
+    if (len == 4 && !strncmp(s, "last", 4)) return L - 1;
+    if (len == 0 || len > 9) return -1;
+    int v = 0;
+    for (size_t i = 0; i < len; i++) {
+        if (s[i] < '0' || s[i] > '9') return -1;
+        v = v * 10 + (s[i] - '0');
+    }
+    return v;
+}
+
+// "L" or "L-M" into [*lo, *hi]; 0 if malformed.
+static int parse_layer_range(const char* s, size_t len, int L, int* lo, int* hi) {
+    const char* dash = memchr(s, '-', len);
+    if (!dash) {
+        *lo = *hi = layer_by_name(s, len, L);
+        return *lo >= 0;
+    }
+    *lo = layer_by_name(s, (size_t)(dash - s), L);
+    *hi = layer_by_name(dash + 1, len - (size_t)(dash - s) - 1, L);
+    return *lo >= 0 && *hi >= 0;
+}
+
+uint8_t* fp8_parse_skip(const char* spec, int L) {
+    uint8_t* skip = (uint8_t*)xcalloc((size_t)(L > 0 ? L : 1), 1);
+    const char* p = spec ? spec : "";
+    while (*p) {
+        const char* end = strchr(p, ',');
+        size_t len = end ? (size_t)(end - p) : strlen(p);
+        if (len == 0) fatal("--fp8-skip '%s': an empty item", spec);
+        const char* at = memchr(p, '@', len);
+        int gemm_mask = 0, lo = 0, hi = L - 1;
+        int g = gemm_by_name(p, at ? (size_t)(at - p) : len);
+        if (at) {
+            if (g < 0) fatal("--fp8-skip '%.*s': '%.*s' is not one of qkv, attproj, fc, fcproj", (int)len, p, (int)(at - p), p);
+            if (!parse_layer_range(at + 1, len - (size_t)(at - p) - 1, L, &lo, &hi))
+                fatal("--fp8-skip '%.*s': '%.*s' is not a layer or a range of layers (L, L-M, first, last)", (int)len, p,
+                      (int)(len - (size_t)(at - p) - 1), at + 1);
+            gemm_mask = 1 << g;
+        } else if (g >= 0) {
+            gemm_mask = 1 << g;
+        } else if (parse_layer_range(p, len, L, &lo, &hi)) {
+            gemm_mask = (1 << FP8_NUM_GEMMS) - 1;
+        } else {
+            fatal("--fp8-skip '%.*s' is neither a GEMM (qkv, attproj, fc, fcproj) nor layers (L, L-M, first, last), "
+                  "nor GEMM@layers",
+                  (int)len, p);
+        }
+        if (lo > hi || hi >= L)
+            fatal("--fp8-skip '%.*s': layers %d-%d are outside the model's 0-%d", (int)len, p, lo, hi, L - 1);
+        for (int l = lo; l <= hi; l++) skip[l] |= (uint8_t)gemm_mask;
+        p += len;
+        if (*p == ',') p++;
+    }
+    return skip;
+}
+
+// ---------------------------------------------------------------------------
+// memory
+
+static const int GEMM_OUT[FP8_NUM_GEMMS] = {3, 1, 4, 1};  // OC / C
+static const int GEMM_IN[FP8_NUM_GEMMS] = {1, 1, 1, 4};   // in channels / C
+// Byte offset of GEMM g's weight (OC x IN) in a slot, in units of C^2.
+static const int GEMM_OFFSET[FP8_NUM_GEMMS] = {0, 3, 4, 8};
+#define LAYER_WEIGHT_C2 12  // 3 + 1 + 4 + 4
+
+static int weight_slots(int L, int zero_stage) { return zero_stage >= 3 ? (L < 2 ? L : 2) : L; }
+static int cast_buffers(Fp8Support support) { return support == FP8_TN_ONLY ? 3 : 2; }
+
+Fp8Bytes fp8_state_bytes(const GPTConfig* c, int B, int T, int zero_stage, Fp8Support support, Fp8Recipe recipe,
+                         int history, const uint8_t* skip) {
+    Fp8Bytes b;
+    size_t C = (size_t)c->channels, L = (size_t)c->num_layers, n = 12 * L;
+    size_t slot = (size_t)LAYER_WEIGHT_C2 * C * C * (support == FP8_TN_ONLY ? 2 : 1);
+    b.weights = round_up(slot, 256) * (size_t)weight_slots(c->num_layers, zero_stage);
+    b.scaling = n * (3 + (recipe == FP8_DELAYED ? (size_t)history : 0)) * sizeof(float);
+    b.casts = (size_t)cast_buffers(support) * round_up((size_t)B * T * 4 * C, 256);
+    // The largest FP8 GEMM any layer runs, at a full micro-batch.
+    int used = 0;
+    for (int l = 0; l < c->num_layers; l++) used |= ~(skip ? skip[l] : 0) & ((1 << FP8_NUM_GEMMS) - 1);
+    b.cpu_gemm_scratch = 0;
+    for (int g = 0; g < FP8_NUM_GEMMS; g++) {
+        if (!(used & (1 << g))) continue;
+        size_t s = cpu_fp8_matmul_scratch_bytes(B * T, GEMM_IN[g] * c->channels, GEMM_OUT[g] * c->channels);
+        b.cpu_gemm_scratch = s > b.cpu_gemm_scratch ? s : b.cpu_gemm_scratch;
+    }
+    return b;
+}
+
+// ---------------------------------------------------------------------------
+// creation
+
+static int tensor_index(const Fp8State* s, int l, Fp8Gemm g, Fp8Role role) {
+    return (role * s->L + l) * FP8_NUM_GEMMS + g;
+}
+
+static void read_spike_hook(Fp8State* s) {
+    s->spike_step = -1;
+    const char* env = getenv("TRAIN_GPT_FP8_SPIKE");
+    if (!env || !env[0]) return;
+    char gemm[16];
+    if (sscanf(env, "%d,%d,%15[a-z],%f", &s->spike_step, &s->spike_layer, gemm, &s->spike_factor) != 4 ||
+        (s->spike_gemm = gemm_by_name(gemm, strlen(gemm))) < 0 || s->spike_layer < 0 || s->spike_layer >= s->L)
+        fatal("TRAIN_GPT_FP8_SPIKE='%s' is not STEP,LAYER,GEMM,FACTOR (e.g. 5,0,fc,1000)", env);
+    warn("TRAIN_GPT_FP8_SPIKE: layer %d's %s input will be multiplied by %g at step %d (a test hook)", s->spike_layer,
+         gemm, s->spike_factor, s->spike_step);
+}
+
+void fp8_create(Fp8State* s, GPT* m, const Fp8Options* o) {
+    memset(s, 0, sizeof *s);
+    Backend* be = m->be;
+    if (be->fp8_support == FP8_NONE) fatal("--precision fp8: the %s backend has no FP8 GEMMs on this device", be->name);
+    if (o->recipe == FP8_DELAYED && o->history < 1)
+        fatal("--fp8-amax-history must be at least 1 (got %d)", o->history);
+    if (o->margin < 0 || o->margin > 31) fatal("--fp8-margin must be in 0..31 (got %d)", o->margin);
+    s->opt = *o;
+    s->m = m;
+    s->be = be;
+    s->L = m->config.num_layers;
+    s->C = m->config.channels;
+    s->n = 12 * s->L;
+    s->tn_only = be->fp8_support == FP8_TN_ONLY;
+    s->skip = (uint8_t*)xcalloc((size_t)s->L, 1);
+    if (o->skip) memcpy(s->skip, o->skip, (size_t)s->L);
+    s->opt.skip = s->skip;
+
+    Fp8Bytes b = fp8_state_bytes(&m->config, m->B, m->T, m->zero_stage, be->fp8_support, o->recipe, o->history, NULL);
+    // One allocation for the scaling state: amax | scale | scale_inv | history.
+    float* st = (float*)be->alloc(be, b.scaling, "FP8 scaling state");
+    s->amax = st;
+    s->scale = st + s->n;
+    s->scale_inv = st + 2 * s->n;
+    s->history = o->recipe == FP8_DELAYED ? st + 3 * s->n : NULL;
+    be->zero(be, st, b.scaling);
+    float* ones = (float*)xmalloc(2 * (size_t)s->n * sizeof(float));
+    for (int i = 0; i < 2 * s->n; i++) ones[i] = 1.0f;
+    be->to_device(be, s->scale, ones, 2 * (size_t)s->n * sizeof(float));  // scale and scale_inv start at 1
+    free(ones);
+
+    s->slots = weight_slots(s->L, m->zero_stage);
+    s->slot_bytes = b.weights / (size_t)(s->slots ? s->slots : 1);
+    s->weights = (uint8_t*)be->alloc(be, b.weights, "FP8 weights");
+    s->slot_layer = (int*)xmalloc((size_t)(s->slots ? s->slots : 1) * sizeof(int));
+    s->slot_version = (uint64_t*)xcalloc((size_t)(s->slots ? s->slots : 1) * FP8_NUM_GEMMS, sizeof(uint64_t));
+    for (int k = 0; k < s->slots; k++) s->slot_layer[k] = -1;
+    s->amax_version = (uint64_t*)xcalloc((size_t)s->L * FP8_NUM_GEMMS, sizeof(uint64_t));
+    s->version = 1;  // nothing has been cast or measured yet (all records say 0)
+
+    size_t cast_bytes = b.casts / (size_t)cast_buffers(be->fp8_support);
+    for (int k = 0; k < cast_buffers(be->fp8_support); k++) s->cast[k] = be->alloc(be, cast_bytes, "FP8 cast buffer");
+    read_spike_hook(s);
+    m->fp8 = s;
+}
+
+void fp8_free(Fp8State* s) {
+    Backend* be = s->be;
+    if (!be) return;
+    be->free(be, s->amax);
+    be->free(be, s->weights);
+    for (int k = 0; k < 3; k++)
+        if (s->cast[k]) be->free(be, s->cast[k]);
+    if (s->m && s->m->fp8 == s) s->m->fp8 = NULL;
+    free(s->skip);
+    free(s->slot_layer);
+    free(s->slot_version);
+    free(s->amax_version);
+    memset(s, 0, sizeof *s);
+}
+
+// ---------------------------------------------------------------------------
+// the model's hooks
+
+int fp8_gemm_on(const Fp8State* s, int l, Fp8Gemm g, int N) {
+    return s && !(s->skip[l] & (1 << g)) && N % 16 == 0;
+}
+
+float* fp8_amax_slot(Fp8State* s, int l, Fp8Gemm g, Fp8Role role) {
+    if (!s || l < 0 || l >= s->L || (s->skip[l] & (1 << g))) return NULL;
+    return &s->amax[tensor_index(s, l, g, role)];
+}
+
+// The amaxes of one pass start from zero: the inputs' in forward, the
+// gradients' in backward (the weights' belong to the update). A tensor's own
+// amax is then that of this micro-batch alone, whatever the ranks and
+// micro-batches; delayed scaling folds each pass's into the step's history
+// row when the pass ends.
+static void pass_begins(Fp8State* s, Fp8Role role) {
+    if (s) s->be->zero(s->be, &s->amax[tensor_index(s, 0, 0, role)], (size_t)4 * s->L * sizeof(float));
+}
+static void pass_ends(Fp8State* s, Fp8Role role) {
+    if (!s || !s->history) return;
+    size_t t = (size_t)tensor_index(s, 0, 0, role);
+    s->be->fp8_amax_fold(s->be, &s->history[(size_t)s->pos * s->n + t], &s->amax[t], (size_t)4 * s->L);
+}
+void fp8_begin_forward(Fp8State* s) { pass_begins(s, FP8_INPUT); }
+void fp8_end_forward(Fp8State* s) { pass_ends(s, FP8_INPUT); }
+void fp8_begin_backward(Fp8State* s) { pass_begins(s, FP8_GRAD); }
+void fp8_end_backward(Fp8State* s) { pass_ends(s, FP8_GRAD); }
+
+// The amax a quantisation derives its scale from, or NULL to use the stored
+// scale: current scaling always; delayed scaling until its first step is in.
+static const float* scale_source(Fp8State* s, int l, Fp8Gemm g, Fp8Role role) {
+    if (s->history && s->steps_recorded > 0) return NULL;
+    return &s->amax[tensor_index(s, l, g, role)];
+}
+
+static void quantize(Fp8State* s, int l, Fp8Gemm g, Fp8Role role, void* q, void* qt, const void* x, int rows,
+                     int cols) {
+    int t = tensor_index(s, l, g, role);
+    s->be->fp8_quantize(s->be, q, qt, role == FP8_GRAD ? DTYPE_FP8_E5M2 : DTYPE_FP8_E4M3, x, rows, cols,
+                        scale_source(s, l, g, role), &s->scale[t], &s->scale_inv[t]);
+}
+
+static Fp8Tensor operand(Fp8State* s, int l, Fp8Gemm g, Fp8Role role, const void* q, const void* qt) {
+    Fp8Tensor o;
+    o.q = q;
+    o.qt = qt;
+    o.type = role == FP8_GRAD ? DTYPE_FP8_E5M2 : DTYPE_FP8_E4M3;
+    o.scale_inv = &s->scale_inv[tensor_index(s, l, g, role)];
+    return o;
+}
+
+// The FP8 copy of layer l's weight for GEMM g (and its transpose on TN-only
+// backends), cast from the 16-bit weight when the slot does not hold this
+// version of it. Every rank holds the whole weight here (at ZeRO-3 the
+// gathered unit), so a first-use amax pass needs no communication.
+static Fp8Tensor fp8_weight(Fp8State* s, int l, Fp8Gemm g, const void* weight) {
+    Backend* be = s->be;
+    int k = s->slots == s->L ? l : l % 2;
+    size_t C = (size_t)s->C, rows = (size_t)GEMM_OUT[g] * C, cols = (size_t)GEMM_IN[g] * C;
+    uint8_t* q = s->weights + (size_t)k * s->slot_bytes + (size_t)GEMM_OFFSET[g] * C * C;
+    uint8_t* qt = s->tn_only ? q + (size_t)LAYER_WEIGHT_C2 * C * C : NULL;
+    uint64_t* held = &s->slot_version[(size_t)k * FP8_NUM_GEMMS + g];
+    if (s->slot_layer[k] != l) {
+        for (int j = 0; j < FP8_NUM_GEMMS; j++) s->slot_version[(size_t)k * FP8_NUM_GEMMS + j] = 0;
+        s->slot_layer[k] = l;
+    }
+    if (*held != s->version) {
+        uint64_t* measured = &s->amax_version[(size_t)l * FP8_NUM_GEMMS + g];
+        if (*measured != s->version) {
+            // Set rather than updated (initialisation, loading): no AdamW amax; measure it.
+            float* amax = &s->amax[tensor_index(s, l, g, FP8_WEIGHT)];
+            be->zero(be, amax, sizeof(float));
+            be->amax(be, amax, weight, rows * cols);
+            *measured = s->version;
+        }
+        quantize(s, l, g, FP8_WEIGHT, q, qt, weight, (int)rows, (int)cols);
+        *held = s->version;
+    }
+    return operand(s, l, g, FP8_WEIGHT, q, qt);
+}
+
+// Multiplies x (n elements of the backend's dtype) by a factor on the host
+// and folds the new amax in: the spike test hook, never on in real runs.
+static void apply_spike(Fp8State* s, void* x, size_t n, float* amax) {
+    Backend* be = s->be;
+    size_t es = dtype_size(be->dtype);
+    void* h = xmalloc(n * es);
+    be->to_host(be, h, x, n * es);
+    float top = 0;
+    for (size_t i = 0; i < n; i++) {
+        float v;
+        if (be->dtype == DTYPE_BF16) {
+            uint16_t* p = (uint16_t*)h + i;
+            *p = f32_to_bf16(bf16_to_f32(*p) * s->spike_factor);
+            v = bf16_to_f32(*p);
+        } else {
+            float* p = (float*)h + i;
+            *p *= s->spike_factor;
+            v = *p;
+        }
+        top = fabsf(v) > top ? fabsf(v) : top;
+    }
+    be->to_device(be, x, h, n * es);
+    free(h);
+    float old;
+    be->to_host(be, &old, amax, sizeof old);
+    if (top > old) be->to_device(be, amax, &top, sizeof top);
+}
+
+void fp8_linear_forward(Fp8State* s, int l, Fp8Gemm g, void* out, void* pre_gelu, float* out_amax, void* inp,
+                        const void* weight, const void* bias, int N, int C, int OC) {
+    Backend* be = s->be;
+    if (s->step == s->spike_step && l == s->spike_layer && (int)g == s->spike_gemm)
+        apply_spike(s, inp, (size_t)N * C, fp8_amax_slot(s, l, g, FP8_INPUT));
+    quantize(s, l, g, FP8_INPUT, s->cast[0], NULL, inp, N, C);
+    Fp8Tensor x = operand(s, l, g, FP8_INPUT, s->cast[0], NULL);
+    Fp8Tensor w = fp8_weight(s, l, g, weight);
+    be->fp8_matmul_forward(be, pre_gelu ? pre_gelu : out, &x, &w, bias, N, C, OC);
+    if (pre_gelu) be->gelu_forward(be, out, pre_gelu, (size_t)N * OC, out_amax);
+}
+
+void fp8_linear_backward(Fp8State* s, int l, Fp8Gemm g, void* dinp, void* dweight, void* dbias, const void* dout,
+                         const void* inp, const void* weight, int N, int C, int OC) {
+    Backend* be = s->be;
+    // Buffers: dY in cast[0]; then dY^T and X^T (TN-only) or X.
+    void* dy_t = s->tn_only ? s->cast[1] : NULL;
+    void* x_q = s->tn_only ? NULL : s->cast[1];
+    void* x_qt = s->tn_only ? s->cast[2] : NULL;
+    quantize(s, l, g, FP8_GRAD, s->cast[0], dweight ? dy_t : NULL, dout, N, OC);
+    if (dbias) be->matmul_backward(be, NULL, NULL, dbias, dout, NULL, NULL, N, C, OC);
+    // The input again, with the forward's scale (the same amax, or the
+    // step's delayed scale): the codes the forward GEMM used. Before dinp
+    // is written, which may overwrite inp.
+    if (dweight) quantize(s, l, g, FP8_INPUT, x_q, x_qt, inp, N, C);
+    Fp8Tensor dy = operand(s, l, g, FP8_GRAD, s->cast[0], dy_t);
+    Fp8Tensor x = operand(s, l, g, FP8_INPUT, x_q, x_qt);
+    Fp8Tensor w = dinp ? fp8_weight(s, l, g, weight) : operand(s, l, g, FP8_WEIGHT, NULL, NULL);
+    be->fp8_matmul_backward(be, dinp, dweight, &dy, &x, &w, N, C, OC);
+}
+
+float* fp8_weight_update_amax(Fp8State* s, ParamKind kind, int layer) {
+    int g;
+    switch (kind) {
+    case P_QKVW: g = FP8_QKV; break;
+    case P_ATTPROJW: g = FP8_ATTPROJ; break;
+    case P_FCW: g = FP8_FC; break;
+    case P_FCPROJW: g = FP8_FCPROJ; break;
+    default: return NULL;
+    }
+    return fp8_amax_slot(s, layer, (Fp8Gemm)g, FP8_WEIGHT);
+}
+
+void fp8_before_update(Fp8State* s) {
+    if (!s) return;
+    s->be->zero(s->be, &s->amax[tensor_index(s, 0, 0, FP8_WEIGHT)], (size_t)4 * s->L * sizeof(float));
+    s->version++;
+    // AdamW writes the new weights' amaxes (this rank's pieces; fp8_end_step
+    // completes them over the ranks).
+    for (int i = 0; i < s->L * FP8_NUM_GEMMS; i++) s->amax_version[i] = s->version;
+}
+
+void fp8_params_changed(Fp8State* s) {
+    if (s) s->version++;  // the weight amaxes no longer match: measured again at first use
+}
+
+// ---------------------------------------------------------------------------
+// the trainer's hooks
+
+void fp8_begin_step(Fp8State* s, int step) {
+    if (!s) return;
+    s->step = step;
+    if (s->history) s->be->zero(s->be, &s->history[(size_t)s->pos * s->n], (size_t)s->n * sizeof(float));
+}
+
+void fp8_end_step(Fp8State* s, Comm* comm) {
+    if (!s) return;
+    Backend* be = s->be;
+    size_t w0 = (size_t)tensor_index(s, 0, 0, FP8_WEIGHT), nw = (size_t)4 * s->L;
+    if (comm) comm_wait_compute(comm);
+    if (!s->history) {
+        // Current scaling: only the weights' amaxes outlive the step.
+        if (comm) comm_all_reduce_max(comm, COMM_WORLD, s->amax + w0, nw);
+        if (comm) comm_compute_wait_all(comm);
+        return;
+    }
+    float* row = &s->history[(size_t)s->pos * s->n];
+    be->copy(be, row + w0, s->amax + w0, nw * sizeof(float));  // the new weights' amaxes join this step's
+    if (comm) {
+        comm_all_reduce_max(comm, COMM_WORLD, row, (size_t)s->n);
+        comm_all_reduce_max(comm, COMM_WORLD, s->amax + w0, nw);
+        comm_compute_wait_all(comm);
+    }
+    // Inputs and weights are E4M3 (the first 8 L tensors), gradients E5M2.
+    size_t n43 = (size_t)8 * s->L;
+    be->fp8_update_scales(be, s->scale, s->scale_inv, s->history, s->opt.history, (size_t)s->n, s->pos, n43,
+                          DTYPE_FP8_E4M3, s->opt.margin);
+    be->fp8_update_scales(be, s->scale + n43, s->scale_inv + n43, s->history + n43, s->opt.history, (size_t)s->n,
+                          s->pos, (size_t)s->n - n43, DTYPE_FP8_E5M2, s->opt.margin);
+    s->pos = (s->pos + 1) % s->opt.history;
+    s->steps_recorded++;
+}
+
+// ---------------------------------------------------------------------------
+// checkpoints
+
+void fp8_snapshot_take(const Fp8State* s, Fp8Snapshot* out) {
+    memset(out, 0, sizeof *out);
+    out->recipe = s->opt.recipe;
+    out->margin = s->opt.margin;
+    out->tensors = s->n;
+    if (!s->history) return;  // current scaling: nothing outlives a step but the weights' amaxes (see fp8.h)
+    out->history = s->opt.history;
+    out->pos = s->pos;
+    out->steps_recorded = s->steps_recorded;
+    size_t n = (size_t)s->n, h = (size_t)s->opt.history;
+    out->scale = (float*)xmalloc(n * sizeof(float));
+    out->scale_inv = (float*)xmalloc(n * sizeof(float));
+    out->amax_history = (float*)xmalloc(h * n * sizeof(float));
+    s->be->to_host(s->be, out->scale, s->scale, n * sizeof(float));
+    s->be->to_host(s->be, out->scale_inv, s->scale_inv, n * sizeof(float));
+    s->be->to_host(s->be, out->amax_history, s->history, h * n * sizeof(float));
+}
+
+int fp8_snapshot_restore(Fp8State* s, const Fp8Snapshot* snap, char* why, size_t whysize) {
+    if (snap->recipe != s->opt.recipe) {
+        snprintf(why, whysize, "it is for --fp8-recipe %s, this run uses %s", fp8_recipe_name(snap->recipe),
+                 fp8_recipe_name(s->opt.recipe));
+        return 0;
+    }
+    if (snap->margin != s->opt.margin) {
+        snprintf(why, whysize, "it is for --fp8-margin %d, this run uses %d", snap->margin, s->opt.margin);
+        return 0;
+    }
+    if (snap->tensors != s->n) {
+        snprintf(why, whysize, "it has %d scaled tensors, this model %d", snap->tensors, s->n);
+        return 0;
+    }
+    if (!s->history) return 1;
+    if (snap->history != s->opt.history || !snap->amax_history) {
+        snprintf(why, whysize, "its amax history has %d steps, this run's --fp8-amax-history %d", snap->history,
+                 s->opt.history);
+        return 0;
+    }
+    if (snap->pos < 0 || snap->pos >= snap->history || snap->steps_recorded < 0) {
+        snprintf(why, whysize, "its history position %d is outside 0..%d", snap->pos, snap->history - 1);
+        return 0;
+    }
+    size_t n = (size_t)s->n, h = (size_t)s->opt.history;
+    s->pos = snap->pos;
+    s->steps_recorded = snap->steps_recorded;
+    s->be->to_device(s->be, s->scale, snap->scale, n * sizeof(float));
+    s->be->to_device(s->be, s->scale_inv, snap->scale_inv, n * sizeof(float));
+    s->be->to_device(s->be, s->history, snap->amax_history, h * n * sizeof(float));
+    return 1;
+}
+
+void fp8_snapshot_free(Fp8Snapshot* snap) {
+    free(snap->scale);
+    free(snap->scale_inv);
+    free(snap->amax_history);
+    memset(snap, 0, sizeof *snap);
+}

@@ -1,0 +1,190 @@
+// fp8.h: FP8 training state: which linear layers run in FP8, the per-tensor
+// scales and amaxes of the two recipes, the FP8 copies of the weights, and
+// the FP8 versions of the three GEMMs of a linear layer.
+//
+// What runs in FP8 (--precision fp8): the four linear layers of every block
+// (qkv, attention projection, fc, fc projection), each in all three GEMMs:
+//   forward  out = X W^T       X E4M3, W E4M3
+//   dinp     dX  = dY W        dY E5M2, W E4M3
+//   dweight  dW += dY^T X      dY E5M2, X E4M3
+// with FP32 accumulation and 16-bit outputs (BF16 on GPUs; FP32 storage on
+// the CPU, which emulates the FP8 GEMMs exactly: kernels/cpu/fp8.c).
+// Embeddings, the LM head, attention, LayerNorm, GELU, residuals and the loss
+// stay in the model's dtype; master weights and AdamW state stay FP32.
+// --fp8-skip keeps chosen GEMMs in the model's dtype (fp8_parse_skip).
+//
+// Scaling is per tensor: 12 tensors per layer (input X, weight W, output
+// gradient dY of each of the 4 GEMMs), each quantised as fp8(x * scale) and
+// dequantised by scale_inv = 1/scale in the GEMM (kernels/fp8_format.h).
+//   current: every quantisation takes its scale from the tensor's own amax,
+//            448 / amax (E4M3) or 57344 / amax (E5M2). Stateless.
+//   delayed: TransformerEngine's DelayedScaling: each tensor keeps an amax
+//            history of --fp8-amax-history steps; after every applied step
+//            scale = max * 2^-margin / max(history) (the previous scale kept
+//            when the history holds no finite non-zero amax), used for the
+//            next step; a step's amax is the max over its micro-batches.
+//            Until the first step is recorded a tensor is scaled from its
+//            own amax, as in current scaling (no guessed first scale). The
+//            amaxes are reduced (max) over all ranks first, so every rank
+//            holds the same scales and the run does not depend on how the
+//            batch is split among ranks.
+// Where the amaxes come from, without extra passes over the data:
+//   X:  the kernel that writes the GEMM input: LayerNorm forward (qkv, fc
+//       inputs), GELU forward (fc projection input); the attention output
+//       (attention projection input) takes a separate amax pass, as the
+//       flash-attention kernels write their output in tiles from several
+//       kernels (a read of N*C 16-bit values);
+//   dY: LayerNorm backward (the residual-stream gradient: fc projection and
+//       attention projection), GELU backward (fc); the attention backward's
+//       dqkv (qkv) takes a separate pass, as above (N*3C);
+//   W:  the AdamW kernel, over the parameters it writes (with ZeRO each rank
+//       sees its shard: a max-all-reduce over 4 floats per layer completes
+//       it); after initialisation or loading, one amax pass at first use.
+// What backward needs is not stored in FP8: the GEMM inputs a layer keeps
+// (or recomputes) in 16-bit are quantised again with the same scale, which
+// gives the same codes; so every recompute policy gives the same bits in FP8
+// mode too. The price is one more cast per GEMM input in backward, and no
+// FP8 saving of activation memory (llm/plan/planner.c bills exactly this).
+//
+// Memory (fp8_state_bytes, also what the planner bills): FP8 copies of each
+// layer's 4 weights (12 C^2 bytes), doubled by their transposes on Hopper
+// (FP8_TN_ONLY), for every layer, or at ZeRO-3 for the 2 layers in flight;
+// 12 L tensors x (amax, scale, scale_inv, history) FP32; and 2 (3 on Hopper)
+// cast buffers of B*T*4C bytes for the operands of one GEMM.
+#pragma once
+
+#include "llm/parallel/comm.h"
+#include "llm/gpt.h"
+
+EXTERN_C_BEGIN
+
+typedef enum { FP8_CURRENT = 0, FP8_DELAYED = 1 } Fp8Recipe;
+typedef enum { FP8_QKV = 0, FP8_ATTPROJ, FP8_FC, FP8_FCPROJ, FP8_NUM_GEMMS } Fp8Gemm;
+typedef enum { FP8_INPUT = 0, FP8_WEIGHT, FP8_GRAD, FP8_NUM_ROLES } Fp8Role;
+
+const char* fp8_gemm_name(Fp8Gemm g);
+const char* fp8_recipe_name(Fp8Recipe r);
+// "current" or "delayed"; fatal naming --fp8-recipe otherwise.
+Fp8Recipe fp8_parse_recipe(const char* s);
+
+// --fp8-skip: a comma-separated list of items, each
+//   NAME           that GEMM (qkv, attproj, fc, fcproj) in every layer
+//   L  or  L-M     every GEMM of layer L (layers L to M), 0-based;
+//                  `first` and `last` stand for 0 and the last layer
+//   NAME@L, NAME@L-M   that GEMM in those layers
+// e.g. "first,last" (Megatron's first/last layers in BF16), "fcproj",
+// "attproj@0-3". Empty: everything in FP8. Returns a bitmask per layer (bit
+// g: GEMM g stays in the model's dtype); fatal naming the item on an error.
+uint8_t* fp8_parse_skip(const char* spec, int num_layers);
+
+typedef struct {
+    Fp8Recipe recipe;
+    int history;     // delayed: amax history length, >= 1
+    int margin;      // delayed: scales are max * 2^-margin / amax, 0..31
+    const uint8_t* skip;  // per layer (num_layers), or NULL: nothing skipped; copied
+} Fp8Options;
+
+// Bytes an Fp8State allocates for a model.
+typedef struct {
+    size_t weights;  // FP8 weight copies (and transposes)
+    size_t scaling;  // amax, scale, scale_inv and history per tensor
+    size_t casts;    // cast buffers for one GEMM's operands
+    size_t cpu_gemm_scratch;  // the CPU backend's largest emulated FP8 GEMM's scratch (not allocated here)
+} Fp8Bytes;
+Fp8Bytes fp8_state_bytes(const GPTConfig* c, int B, int T, int zero_stage, Fp8Support support, Fp8Recipe recipe,
+                         int history, const uint8_t* skip);
+
+typedef struct Fp8State {
+    Fp8Options opt;
+    uint8_t* skip;           // (L) owned copy
+    GPT* m;
+    Backend* be;
+    int L, C, n;             // n = 12 L tensors, ordered role-major: [role][layer][gemm]
+    int tn_only;             // the backend wants transposed copies
+    float* amax;             // (n) the current pass's amaxes, and the weights' (from the update)
+    float* scale;            // (n)
+    float* scale_inv;        // (n)
+    float* history;          // (history, n) delayed recipe, else NULL
+    int pos;                 // delayed: the history row of this step
+    int steps_recorded;      // delayed: applied steps in the history
+    // FP8 weights: `slots` copies of one layer's 4 weights (+ transposes).
+    uint8_t* weights;
+    int slots;
+    size_t slot_bytes;
+    int* slot_layer;         // (slots) layer a slot holds, -1: none
+    uint64_t* slot_version;  // (slots x 4) params version each weight was cast from
+    uint64_t version;        // bumped whenever the parameters change
+    uint64_t* amax_version;  // (L x 4) version each weight's amax belongs to
+    void* cast[3];           // cast buffers of B*T*4C bytes
+    int step;                // the training step (for the spike hook)
+    // TRAIN_GPT_FP8_SPIKE=STEP,LAYER,GEMM,FACTOR: a test hook that multiplies
+    // that GEMM's input by FACTOR in the forward passes of that step.
+    int spike_step, spike_layer, spike_gemm;
+    float spike_factor;
+} Fp8State;
+
+// Allocates the state for model m on m's backend and attaches it (m->fp8).
+void fp8_create(Fp8State* s, GPT* m, const Fp8Options* o);
+void fp8_free(Fp8State* s);
+
+// ---- called by the model (llm/gpt.c) -------------------------------------------
+// Whether GEMM g of layer l runs in FP8 for a pass over N tokens (FP8 GEMMs
+// need N a multiple of 16: shorter passes, as when sampling text, fall back).
+int fp8_gemm_on(const Fp8State* s, int l, Fp8Gemm g, int N);
+// The amax the producer of tensor (l, g, role) accumulates into, or NULL when
+// that GEMM does not run in FP8.
+float* fp8_amax_slot(Fp8State* s, int l, Fp8Gemm g, Fp8Role role);
+// The start and end of a forward / backward pass: its amaxes start from zero,
+// and delayed scaling folds them into the step's history row at the end.
+void fp8_begin_forward(Fp8State* s);
+void fp8_end_forward(Fp8State* s);
+void fp8_begin_backward(Fp8State* s);
+void fp8_end_backward(Fp8State* s);
+// The linear layer in FP8 (kernels/ops.h's matmul_forward/backward
+// semantics; weight is the 16-bit weight of (l, g)). With pre_gelu, out =
+// gelu(pre_gelu) and its amax goes to out_amax. dinp may be the buffer inp
+// points to (recompute writes the input gradient over the input).
+void fp8_linear_forward(Fp8State* s, int l, Fp8Gemm g, void* out, void* pre_gelu, float* out_amax, void* inp,
+                        const void* weight, const void* bias, int N, int C, int OC);
+void fp8_linear_backward(Fp8State* s, int l, Fp8Gemm g, void* dinp, void* dweight, void* dbias, const void* dout,
+                         const void* inp, const void* weight, int N, int C, int OC);
+// The AdamW amax of parameter tensor (kind, layer) (NULL: not an FP8 weight).
+float* fp8_weight_update_amax(Fp8State* s, ParamKind kind, int layer);
+// The parameters changed: by an update (the amaxes of the FP8 weights come
+// from AdamW; fp8_before_update zeroes them first) or by being set.
+void fp8_before_update(Fp8State* s);
+void fp8_params_changed(Fp8State* s);
+
+// ---- called by the trainer ---------------------------------------------------------
+// The start of training step `step` (delayed: the step's history row starts empty).
+void fp8_begin_step(Fp8State* s, int step);
+// After an applied optimizer step on every rank: the amaxes made whole over
+// the ranks (comm may be NULL for one process), then (delayed) the scales.
+// A skipped step (the guard) calls neither gpt_update nor this.
+void fp8_end_step(Fp8State* s, Comm* comm);
+
+// ---- checkpoints ---------------------------------------------------------------------
+// The scaling state a checkpoint keeps (llm/checkpoint/ckpt_manifest.c writes it into
+// the manifest): the settings, and for delayed scaling the history position,
+// the recorded steps, the scales and the amax histories (host copies). That
+// is everything: current scaling's scales come from each tensor's own amax,
+// and the weights' amaxes are measured again from the loaded weights (the
+// values AdamW measured when it wrote them).
+typedef struct {
+    Fp8Recipe recipe;
+    int margin;
+    int tensors;             // 12 L
+    int history;             // delayed: the history length; 0 for current scaling
+    int pos, steps_recorded; // delayed
+    float* scale;            // (tensors) delayed, else NULL
+    float* scale_inv;        // (tensors)
+    float* amax_history;     // (history, tensors): row r holds the amaxes of one step
+} Fp8Snapshot;
+
+void fp8_snapshot_take(const Fp8State* s, Fp8Snapshot* out);
+// Restores a snapshot taken with the same recipe, margin, history length and
+// model; returns 0 (state unchanged) with the difference in `why` otherwise.
+int fp8_snapshot_restore(Fp8State* s, const Fp8Snapshot* snap, char* why, size_t whysize);
+void fp8_snapshot_free(Fp8Snapshot* snap);
+
+EXTERN_C_END

@@ -1,0 +1,238 @@
+// zero.c: ZeRO stages 0-3 through the model's unit hooks. See zero.h.
+//
+// Staging (stages 2 and 3, see gpt_staging): the embeddings and the final
+// norm have a slot each for the whole step; layers alternate between two
+// slots. Communication events: one per parameter slot and one per gradient
+// slot, recorded after the collective that fills or drains the slot.
+#include "llm/parallel/zero.h"
+
+#include <string.h>
+
+enum { EV_PARAMS = 0, EV_GRADS = NUM_STAGING };
+
+static size_t es_of(const GPT* m) { return dtype_size(m->dtype); }
+static int is_layer_unit(const GPT* m, int u) { return u >= 1 && u <= m->config.num_layers; }
+
+// This rank's chunk of unit u's gradients, where its reduced sum lands: in
+// the shard (stages 2, 3) or in the flat buffer (stages 0, 1).
+static void* grad_chunk(const GPT* m, int u) {
+    const ParamLayout* pl = &m->layout;
+    if (gpt_grads_sharded(m)) return (char*)m->grads + pl->unit_begin[u] / (size_t)m->world * es_of(m);
+    return (char*)gpt_unit_slice(m, m->grads, u) + (size_t)m->rank * unit_chunk(pl, u) * es_of(m);
+}
+
+// ---------------------------------------------------------------------------
+// ZeRO-3 parameters: gathering units into staging slots, with prefetch
+
+static int param_slot_of(const Zero* z, int u) {
+    for (int s = 0; s < NUM_STAGING; s++)
+        if (z->param_unit[s] == u) return s;
+    return -1;
+}
+
+// The layer unit used after u in this pass (forward: 0, 1..L, L+1; backward:
+// 0, L+1, L..1), or -1 when no layer follows.
+static int next_layer(const GPT* m, int u, int backward) {
+    int L = m->config.num_layers;
+    if (!backward) return u == 0 ? 1 : (is_layer_unit(m, u) && u < L ? u + 1 : -1);
+    if (u == 0 || u == gpt_final_unit(m)) return L;
+    return is_layer_unit(m, u) && u > 1 ? u - 1 : -1;
+}
+
+static void gather_into(Zero* z, int slot, int u) {
+    GPT* m = z->m;
+    size_t lo, off, chunk = gpt_owned_piece(m, u, &lo, &off);
+    // The slot's previous contents must no longer be read by queued compute.
+    comm_wait_compute(z->comm);
+    comm_all_gather(z->comm, COMM_SHARD, (char*)m->params + off * es_of(m), gpt_staging(m, m->params, (StagingSlot)slot),
+                    chunk, m->dtype);
+    comm_record(z->comm, EV_PARAMS + slot);
+    z->param_unit[slot] = u;
+}
+
+// A layer slot that nobody computes with and that does not hold `keep`.
+static int free_layer_slot(const Zero* z, int keep) {
+    for (int s = STAGING_LAYER_A; s <= STAGING_LAYER_B; s++)
+        if (!z->param_busy[s] && (keep < 0 || z->param_unit[s] != keep)) return s;
+    return -1;
+}
+
+// Gathers the first layer after u that is not resident yet into a free slot,
+// never evicting a layer needed before it.
+static void prefetch_after(Zero* z, int u, int backward) {
+    int v = next_layer(z->m, u, backward);
+    if (v < 0) return;
+    int keep = -1;
+    if (param_slot_of(z, v) >= 0) {
+        keep = v;
+        v = next_layer(z->m, v, backward);
+        if (v < 0 || param_slot_of(z, v) >= 0) return;
+    }
+    int s = free_layer_slot(z, keep);
+    if (s >= 0) gather_into(z, s, v);
+}
+
+static void* acquire_params(Zero* z, int u, int backward) {
+    GPT* m = z->m;
+    int s = param_slot_of(z, u);
+    if (s < 0) {
+        if (u == 0) s = STAGING_EMBED;
+        else if (u == gpt_final_unit(m)) s = STAGING_FINAL;
+        else s = free_layer_slot(z, next_layer(m, u, backward));
+        if (s < 0) s = free_layer_slot(z, -1);
+        if (s < 0) fatal("internal: ZeRO-3 needs a third layer slot for unit %d", u);
+        gather_into(z, s, u);
+    }
+    z->param_busy[s] = 1;
+    comm_compute_wait(z->comm, EV_PARAMS + s);
+    prefetch_after(z, u, backward);
+    return gpt_staging(m, m->params, (StagingSlot)s);
+}
+
+static void release_params(Zero* z, int u, int backward) {
+    int s = param_slot_of(z, u);
+    if (s < 0) fatal("internal: ZeRO-3 release of unit %d, which is not gathered", u);
+    z->param_busy[s] = 0;
+    prefetch_after(z, u, backward);
+}
+
+// ---------------------------------------------------------------------------
+// the hooks
+
+static void* hook_unit_params(void* ctx, GPT* m, int u, int backward) {
+    Zero* z = (Zero*)ctx;
+    return gpt_params_sharded(m) ? acquire_params(z, u, backward) : gpt_unit_slice(m, m->params, u);
+}
+
+static int grad_slot_for(const GPT* m, int u) {
+    if (u == 0) return STAGING_EMBED;
+    if (u == gpt_final_unit(m)) return STAGING_FINAL;
+    return STAGING_LAYER_A + (u & 1);
+}
+
+static void* hook_unit_grads(void* ctx, GPT* m, int u) {
+    Zero* z = (Zero*)ctx;
+    if (!gpt_grads_sharded(m)) return gpt_unit_slice(m, m->grads, u);
+    int s = grad_slot_for(m, u);
+    void* buf = gpt_staging(m, m->grads, (StagingSlot)s);
+    if (z->grad_unit[s] != u) {
+        // The slot's last reduce-scatter must have read it before it is zeroed.
+        comm_compute_wait(z->comm, EV_GRADS + s);
+        m->be->zero(m->be, buf, unit_size(&m->layout, u) * es_of(m));
+        z->grad_unit[s] = u;
+    }
+    return buf;
+}
+
+static void hook_unit_backward_done(void* ctx, GPT* m, int u) {
+    Zero* z = (Zero*)ctx;
+    if (!z->communicate) return;
+    Comm* c = z->comm;
+    size_t chunk = unit_chunk(&m->layout, u);
+    int replicas = c->group[COMM_REPLICA].size > 1 && z->last_micro;
+    comm_wait_compute(c);  // the unit's gradients are complete
+    if (z->stage == 0) {
+        comm_all_reduce(c, COMM_WORLD, gpt_unit_slice(m, m->grads, u), unit_size(&m->layout, u), m->dtype);
+    } else if (z->stage == 1) {
+        comm_reduce_scatter(c, COMM_SHARD, gpt_unit_slice(m, m->grads, u), chunk, m->dtype, NULL);
+        if (replicas) comm_all_reduce(c, COMM_REPLICA, grad_chunk(m, u), chunk, m->dtype);
+    } else {
+        int s = grad_slot_for(m, u);
+        comm_reduce_scatter(c, COMM_SHARD, gpt_staging(m, m->grads, (StagingSlot)s), chunk, m->dtype, grad_chunk(m, u));
+        if (replicas) comm_all_reduce(c, COMM_REPLICA, grad_chunk(m, u), chunk, m->dtype);
+        comm_record(c, EV_GRADS + s);
+        z->grad_unit[s] = -1;
+    }
+}
+
+static void hook_unit_release(void* ctx, GPT* m, int u, int backward) {
+    Zero* z = (Zero*)ctx;
+    if (gpt_params_sharded(m)) release_params(z, u, backward);
+}
+
+// ---------------------------------------------------------------------------
+// the step
+
+void zero_init(Zero* z, GPT* m, Comm* comm) {
+    memset(z, 0, sizeof *z);
+    z->m = m;
+    z->comm = comm;
+    z->stage = m->zero_stage;
+    if (m->world != comm->group[COMM_SHARD].size || m->rank != comm->group[COMM_SHARD].rank)
+        fatal("internal: model sharded as rank %d of %d, shard group is rank %d of %d", m->rank, m->world,
+              comm->group[COMM_SHARD].rank, comm->group[COMM_SHARD].size);
+    if (z->stage == 0 && comm->group[COMM_SHARD].size != comm->world)
+        fatal("internal: ZeRO-0 replicates over the world, not a node");
+    for (int s = 0; s < NUM_STAGING; s++) {
+        z->param_unit[s] = -1;
+        z->grad_unit[s] = -1;
+    }
+    z->hooks.ctx = z;
+    z->hooks.unit_params = hook_unit_params;
+    z->hooks.unit_grads = hook_unit_grads;
+    z->hooks.unit_backward_done = hook_unit_backward_done;
+    z->hooks.unit_release = hook_unit_release;
+    m->hooks = &z->hooks;
+}
+
+void zero_free(Zero* z) {
+    if (z->m) z->m->hooks = NULL;
+    memset(z, 0, sizeof *z);
+}
+
+void zero_begin_step(Zero* z) {
+    gpt_zero_grads(z->m);
+    for (int s = 0; s < NUM_STAGING; s++) z->grad_unit[s] = -1;
+}
+
+void zero_begin_micro_step(Zero* z, int micro, int accum) {
+    z->last_micro = micro == accum - 1;
+    z->communicate = z->stage >= 2 || z->last_micro;
+}
+
+void zero_step_totals(Zero* z, double* loss_sum, double* grad_norm_sq) {
+    GPT* m = z->m;
+    Backend* be = m->be;
+    const ParamLayout* pl = &m->layout;
+    comm_compute_wait_all(z->comm);
+    // The squared norm of the chunks this rank reduced (chunk r of every
+    // unit), unit by unit, the same way at every stage.
+    for (int u = 0; u < pl->num_units; u++) be->sum_squares(be, &m->scalars[1], grad_chunk(m, u), unit_chunk(pl, u), u > 0);
+    float scalars[2];
+    be->to_host(be, scalars, m->scalars, sizeof scalars);
+    *loss_sum = scalars[0];
+    *grad_norm_sq = scalars[1];
+    comm_host_sum(z->comm, COMM_WORLD, loss_sum, 1);
+    // Replicas hold the same shard: the norm is a sum over the shard group.
+    comm_host_sum(z->comm, COMM_SHARD, grad_norm_sq, 1);
+}
+
+void zero_update(Zero* z, float lr, float beta1, float beta2, float eps, float weight_decay, float grad_scale,
+                 uint64_t seed) {
+    GPT* m = z->m;
+    gpt_update(m, lr, beta1, beta2, eps, weight_decay, grad_scale, seed);
+    if (z->stage == 1 || z->stage == 2) {
+        comm_wait_compute(z->comm);
+        for (int u = 0; u < m->layout.num_units; u++)
+            comm_all_gather(z->comm, COMM_SHARD, NULL, gpt_unit_slice(m, m->params, u), unit_chunk(&m->layout, u),
+                            m->dtype);
+        comm_compute_wait_all(z->comm);
+    } else if (z->stage == 3) {
+        zero_params_changed(z);  // gathered copies are stale; the next use gathers the new values
+    }
+}
+
+void zero_params_changed(Zero* z) {
+    for (int s = 0; s < NUM_STAGING; s++) z->param_unit[s] = -1;
+}
+
+void zero_gather_params_f32(Zero* z, float* host_flat) {
+    GPT* m = z->m;
+    gpt_get_params_f32(m, host_flat);
+    // Every rank holds exact FP32 values only for its own pieces when the
+    // master weights (or, at stage 3, the parameters) are sharded.
+    if (z->stage == 0 || (!m->master && !gpt_params_sharded(m))) return;
+    for (int u = 0; u < m->layout.num_units; u++)
+        comm_host_all_gather(z->comm, COMM_SHARD, host_flat + m->layout.unit_begin[u],
+                             unit_chunk(&m->layout, u) * sizeof(float));
+}

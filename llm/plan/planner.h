@@ -1,0 +1,155 @@
+// planner.h: the memory bill of a training run, per device, and the
+// configuration the planner recommends for a device and a world size.
+//
+// The bill is arithmetic on the same functions the allocator uses:
+// gpt_state_bytes for parameters, gradients, master weights and AdamW
+// moments, act_layout_build for the activation arena, the CPU attention's own
+// scratch formula. So on the CPU backend the planned bytes equal the backend's
+// peak allocated bytes exactly (tests/test_planner.c checks it). On a GPU the
+// bill adds what no allocator call shows: a reserve for the CUDA context,
+// library and NCCL buffers, and fragmentation.
+//
+// FP8 (llm/fp8/fp8.h; fp8_state_bytes, the function the FP8 state allocates
+// with): per transformer block an FP8 copy of its 4 GEMM weights, and on
+// Hopper of their transposes (its FP8 GEMMs take only the TN layout), for
+// every layer at ZeRO 0-2 and for the two layers in flight at ZeRO-3; per
+// linear layer three scaled tensors (input, weight, output gradient), each
+// with an FP32 amax, scale and inverse, and with delayed scaling an amax
+// history; 2 (B, T, 4C) FP8 buffers for casting one GEMM's operands (3 on
+// Hopper). The activations themselves stay 16-bit: backward casts the kept
+// GEMM inputs again rather than storing FP8 copies (see llm/fp8/fp8.h). On the
+// CPU, FP8 is FP32 storage with emulated FP8 GEMMs, whose FP32 copies of the
+// operands are workspace.
+#pragma once
+
+#include "llm/gpt.h"
+
+EXTERN_C_BEGIN
+
+typedef enum { PREC_FP32 = 0, PREC_BF16 = 1, PREC_FP8 = 2 } Precision;
+const char* precision_name(Precision p);
+// Parameters from which FP8 is the default on GPUs that have it: the "7B"
+// class (GPT-3's 6.7B shape counts as 7B); BF16 below. The one rule for
+// --plan, --auto and --precision auto (precision_for_model).
+#define PLAN_FP8_FROM_PARAMS 6.5e9
+
+// The device a plan is for.
+typedef struct {
+    char name[48];        // "B200", "cpu", "GPU"
+    int is_gpu;
+    double memory;        // bytes per device available to the run
+    double peak_bf16;     // dense FLOP/s, 0 when unknown
+    double peak_fp8;      // dense FLOP/s, 0 when the GPU has no FP8 (or unknown)
+    Fp8Support fp8_support;  // what its FP8 GEMMs take (decides the transposed weight copies)
+    int cpu_threads;      // CPU: threads the attention scratch is sized for
+} PlanDevice;
+
+// A known GPU by its --gpu name (h100, h200, b200, a100; case-insensitive).
+// Memory is the total cudaMemGetInfo/nvidia-smi report. Returns 0 if unknown.
+int plan_device_gpu(PlanDevice* d, const char* name);
+// The CPU backend with `memory` bytes and `threads` threads.
+PlanDevice plan_device_cpu(double memory, int threads);
+// Peak FLOP/s for a GPU whose name contains H100, H200, B200 or A100 (e.g.
+// from cudaGetDeviceProperties); leaves them 0 otherwise.
+void plan_device_set_peaks_from_name(PlanDevice* d, const char* device_name);
+
+// One training configuration, per rank.
+typedef struct {
+    GPTConfig model;
+    Precision precision;
+    int B, T;                 // micro-batch and sequence length
+    RecomputePolicy recompute;
+    int zero_stage;           // 0..3
+    int world;                // data-parallel ranks
+    int ranks_per_node;
+    int hybrid;               // shard inside a node, replicate across nodes
+    int fp8_history;          // FP8: amax history length (delayed scaling), 0 for current scaling
+    const uint8_t* fp8_skip;  // FP8: --fp8-skip per layer (llm/fp8/fp8.h), or NULL
+} PlanConfig;
+
+// The ranks the ZeRO shards are spread over.
+int plan_shard_world(const PlanConfig* pc);
+
+typedef struct {
+    StateBytes state;         // gpt_state_bytes: params, grads, master, adam
+    size_t fp8_weights;       // FP8 weight copies and transposes
+    size_t fp8_scaling;       // amaxes, scales, amax histories
+    ActLayout acts;           // the arena (16/32-bit)
+    size_t activations;       // arena bytes, plus the FP8 cast buffers
+    size_t tokens;            // inputs, targets (int32) and the 4 scalars
+    size_t workspace;         // CPU: attention scratch; GPU: cuBLASLt workspace
+    size_t allocated;         // the sum of the above: the backend's peak
+    size_t reserve;           // GPU: runtime (1 GiB) + 5% of allocated; CPU: 0
+    size_t total;             // allocated + reserve
+} MemoryBill;
+
+#define PLAN_CUBLASLT_WORKSPACE ((size_t)32 << 20)
+#define PLAN_GPU_RUNTIME_RESERVE ((size_t)1 << 30)
+#define PLAN_FRAGMENTATION_PERCENT 5
+
+MemoryBill plan_bill(const PlanConfig* pc, const PlanDevice* dev);
+int plan_fits(const MemoryBill* b, const PlanDevice* dev);
+
+// Throughput estimate from FLOPs per token and an assumed utilization.
+#define PLAN_ASSUMED_MFU 0.40
+typedef struct {
+    double model_flops;       // per token: 6 N + 12 L h s (N without the position embedding)
+    double recompute_flops;   // per token: forward GEMMs and attention re-run by full recompute
+    double peak;              // dense FLOP/s per GPU for the precision (0: unknown)
+    double tokens_per_s_gpu;  // PLAN_ASSUMED_MFU * peak / model_flops, less the recompute share
+    double tokens_per_s;      // all ranks
+    double gpu_hours_per_billion;
+    double hours_per_billion; // wall-clock on `world` GPUs
+} PlanSpeed;
+PlanSpeed plan_speed(const PlanConfig* pc, const PlanDevice* dev);
+
+// Which parts of the request the planner must keep (explicit flags).
+typedef struct {
+    int precision, micro_batch, recompute, zero_stage, hybrid;
+    long batch_tokens;  // > 0: micro-batches must divide it per rank
+} PlanFixed;
+
+// Micro-batch limits when --batch-tokens does not bound it.
+#define PLAN_MAX_MICRO_BATCH 1024
+#define PLAN_MAX_MICRO_BATCH_TOKENS (1L << 20)
+// The longest sequence train_gpt supports.
+#define PLAN_MAX_SEQ_LEN 131072
+
+typedef struct {
+    int fits;
+    PlanConfig config;        // the recommendation, or when nothing fits the least memory the fixed choices allow
+    MemoryBill bill;
+    PlanSpeed speed;
+    // When nothing fits: what would, each 0 (or -1) when it does not help.
+    // fits_with_*: at micro-batch 1, full recompute, the least-memory ZeRO stage
+    int fits_with_world;      // fewest ranks
+    int fits_with_seq_len;    // longest sequence (a halving of T) at this world size
+    int fits_when_unfixed;    // dropping the explicit choices would fit
+    PlanConfig unfixed;       // ... with this configuration
+} PlanResult;
+
+// The default precision for a model of `params` parameters: fp32 on the CPU
+// (it computes in FP32); on GPUs BF16, or FP8 from PLAN_FP8_FROM_PARAMS
+// where the GPU has FP8 tensor cores.
+Precision precision_for_model(double params, int is_gpu, int gpu_has_fp8);
+// The same for a model on a planned device.
+Precision plan_default_precision(const GPTConfig* c, const PlanDevice* dev);
+
+// Searches, in this order, the lowest ZeRO stage (hybrid sharding first
+// when the world spans nodes), then the cheapest recompute at micro-batch 1
+// (none, selective, selective + full for the fewest layers, full), then the
+// largest micro-batch at that stage and policy. Knobs in `fixed` keep the
+// request's value.
+PlanResult plan_recommend(const PlanConfig* request, const PlanFixed* fixed, const PlanDevice* dev);
+
+// The largest micro-batch that fits at the config's other settings (0: none).
+int plan_max_micro_batch(const PlanConfig* pc, const PlanFixed* fixed, const PlanDevice* dev);
+
+// The configuration, device and bill of a model as created (its dtype,
+// arena, recompute policy, ZeRO stage and world) on its backend: what the
+// trainer prints at start and compares with the backend's peak bytes.
+PlanConfig plan_config_of_model(const GPT* m);
+PlanDevice plan_device_of_backend(const Backend* be);
+MemoryBill plan_bill_of_model(const GPT* m);
+
+EXTERN_C_END
