@@ -1,0 +1,80 @@
+# tests/cuda_sim/sim.mk: the CUDA backend on the CPU (the tests/cuda_sim harness),
+# included by the Makefile; `make tests` adds $(SIM_TESTS) and $(SIM)/train_gpt.
+
+# The CUDA backend's sources (kernels/cuda/*.cu, llm/*/*.cu) compiled by the host C++
+# compiler with -DCUDA_SIM into $(SIM)/ and linked with the harness
+# (tests/cuda_sim: CUDA's execution model, the runtime, cuBLASLt and NCCL on
+# the CPU) and libtrain.a, so that `make test` runs every kernel and the GPU
+# test suite (tests/gpu/test_*.c, test_*.cu) without a GPU. Needs the CUDA headers only.
+SIM          := $(BUILD)/sim
+SIM_CXX      ?= g++
+SIM_ENABLED  := $(if $(wildcard $(CUDA_HOME)/include/cuda_runtime_api.h),1,)
+SIM_MPI_CFLAGS := $(shell mpicc --showme:compile 2>/dev/null)
+SIM_MPI_LIBS   := $(shell mpicc --showme:link 2>/dev/null)
+SIM_CXXFLAGS := -std=c++17 -O2 -march=native -g -DCUDA_SIM -fno-extern-tls-init -fstack-clash-protection -fopenmp -pthread -I. \
+                -isystem $(CUDA_HOME)/include $(SIM_MPI_CFLAGS) -DOMPI_SKIP_MPICXX -DMPICH_SKIP_MPICXX -Wall -Wno-unused-parameter -Wno-unused-function
+# Without nccl.h the NCCL parts (tests/cuda_sim/*nccl*, llm/*/*.cu) are left out.
+SIM_NCCL     := $(shell echo '\#include <nccl.h>' | $(SIM_CXX) -isystem $(CUDA_HOME)/include -E -x c++ - >/dev/null 2>&1 && echo 1)
+SIM_NO_NCCL  := $(if $(SIM_NCCL),,%nccl.cpp %nccl.cu %nccl.sh)
+SIM_HARNESS_OBJS := $(patsubst %.cpp,$(SIM)/%.o,$(filter-out $(SIM_NO_NCCL),$(wildcard tests/cuda_sim/*.cpp)))
+SIM_KERNEL_OBJS  := $(patsubst %.cu,$(SIM)/%.o,$(wildcard kernels/cuda/*.cu $(if $(SIM_NCCL),llm/*/*.cu)))
+SIM_SELF_TESTS   := $(patsubst tests/cuda_sim/%.cu,$(SIM)/bin/%,$(filter-out $(SIM_NO_NCCL),$(wildcard tests/cuda_sim/test_*.cu)))
+SIM_GPU_TESTS    := $(patsubst tests/gpu/%,$(SIM)/bin/gpu_%,$(basename $(filter-out $(SIM_NO_NCCL),$(wildcard tests/gpu/test_*.c tests/gpu/test_*.cu))))
+# The GPU tests run twice: in order, and with every block's threads in a random order.
+SIM_GPU_RANDOM   := $(SIM_GPU_TESTS:%=%.random)
+SIM_SCRIPTS      := $(filter-out $(SIM_NO_NCCL),tests/cuda_sim/test_sim_train_gpt.sh tests/cuda_sim/test_sim_zero_nccl.sh \
+                               tests/cuda_sim/test_sim_checkpoint.sh)
+SIM_TESTS        := $(if $(SIM_ENABLED),$(SIM_SELF_TESTS) $(SIM_GPU_TESTS) $(SIM_GPU_RANDOM) $(SIM_SCRIPTS),)
+SIM_LINK_LIBS    := $(SIM)/libkernels.a $(SIM)/libcudasim.a $(BUILD)/libtrain.a
+
+# Keep the test programs' objects (make would delete them as intermediates).
+.PRECIOUS: $(SIM)/tests/cuda_sim/%.o $(SIM)/tests/gpu/%.o
+.PHONY: sim-tests
+sim-tests: $(SIM_TESTS) $(if $(SIM_ENABLED),$(SIM)/train_gpt)
+
+$(SIM)/libcudasim.a: $(SIM_HARNESS_OBJS)
+	@rm -f $@
+	ar rcs $@ $^
+$(SIM)/libkernels.a: $(SIM_KERNEL_OBJS)
+	@rm -f $@
+	ar rcs $@ $^
+$(SIM)/tests/cuda_sim/%.o: tests/cuda_sim/%.cpp
+	@mkdir -p $(dir $@)
+	$(SIM_CXX) $(SIM_CXXFLAGS) -MMD -MP -c $< -o $@
+$(SIM)/%.o: %.cu
+	@mkdir -p $(dir $@)
+	$(SIM_CXX) $(SIM_CXXFLAGS) -MMD -MP -x c++ -c $< -o $@
+$(SIM)/tests/gpu/%.o: tests/gpu/%.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -DCUDA_SIM -MMD -MP -c $< -o $@
+
+# A test program: its object, the extern __shared__ arrays its objects use
+# (gen_dynamic_smem.sh), the kernels (whole: libtrain.a refers to parts of
+# the CUDA backend weakly, which does not pull them out of an archive), the
+# harness and the CPU library.
+define sim_link
+	@mkdir -p $(dir $@)
+	tests/cuda_sim/gen_dynamic_smem.sh $@.smem.cpp $< $(SIM_LINK_LIBS)
+	$(SIM_CXX) $(SIM_CXXFLAGS) -c $@.smem.cpp -o $@.smem.o
+	$(SIM_CXX) $(SIM_CXXFLAGS) -o $@ $< $@.smem.o -Wl,--whole-archive $(SIM)/libkernels.a -Wl,--no-whole-archive \
+		$(SIM)/libcudasim.a $(BUILD)/libtrain.a $(LDLIBS) $(SIM_MPI_LIBS) -ldl
+endef
+$(SIM)/bin/%: $(SIM)/tests/cuda_sim/%.o $(SIM_LINK_LIBS) tests/cuda_sim/gen_dynamic_smem.sh
+	$(sim_link)
+$(SIM)/bin/gpu_%: $(SIM)/tests/gpu/%.o $(SIM_LINK_LIBS) tests/cuda_sim/gen_dynamic_smem.sh
+	$(sim_link)
+$(SIM)/bin/%.random: $(SIM)/bin/% tests/cuda_sim/random_schedule.sh
+	printf '#!/bin/sh\nexec $(CURDIR)/tests/cuda_sim/random_schedule.sh $(abspath $<) "$$@"\n' > $@
+	@chmod +x $@
+
+# train_gpt itself on the simulated GPU (--device auto picks it): main() as in
+# the CPU build, the backend's objects linked whole (libtrain.a refers to the
+# CUDA backend weakly, which would not pull them out of an archive).
+$(SIM)/train_gpt: $(SIM)/train.o $(SIM_KERNEL_OBJS) $(SIM)/libcudasim.a $(BUILD)/libtrain.a tests/cuda_sim/gen_dynamic_smem.sh
+	tests/cuda_sim/gen_dynamic_smem.sh $@.smem.cpp $(SIM_KERNEL_OBJS) $(SIM)/libcudasim.a
+	$(SIM_CXX) $(SIM_CXXFLAGS) -c $@.smem.cpp -o $@.smem.o
+	$(SIM_CXX) $(SIM_CXXFLAGS) -o $@ $(SIM)/train.o $@.smem.o $(SIM_KERNEL_OBJS) $(SIM)/libcudasim.a $(BUILD)/libtrain.a \
+		$(LDLIBS) $(SIM_MPI_LIBS) -ldl
+$(SIM)/train.o: train.cu
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -MMD -MP -x c -c $< -o $@

@@ -1,0 +1,76 @@
+# tests/tests.mk: the test programs, the sanitizer builds and the GPU test and benchmark
+# programs (included by the Makefile, which assembles `make tests` from what is defined here).
+
+# Every tests/test_*.c is one test program linked against the library.
+TEST_SRCS := $(wildcard tests/test_*.c)
+TEST_BINS := $(TEST_SRCS:tests/%.c=$(BUILD)/tests/%)
+TEST_SCRIPTS := $(sort $(wildcard tests/test_*.sh tests/test_*.py))
+
+$(BUILD)/tests/%: tests/%.c $(BUILD)/libtrain.a tests/testlib.h
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -o $@ $< $(BUILD)/libtrain.a $(LDLIBS)
+
+# GPU test programs in CUDA C (tests/gpu/*.cu), built in CUDA builds with NCCL so
+# that CI compiles them; run by `make test-gpu` on a machine with GPUs (the C ones below).
+GPU_TEST_BINS :=
+ifneq ($(filter llm/parallel/comm_nccl.cu,$(CUDA_SRCS)),)
+  GPU_TEST_BINS += $(BUILD)/tests/gpu/test_comm_nccl
+endif
+$(BUILD)/tests/gpu/%: tests/gpu/%.cu $(BUILD)/libtrain.a $(CUDA_OBJS) tests/testlib.h
+	@mkdir -p $(dir $@)
+	$(NVCC) $(NVCCFLAGS) -MMD -MP -c $< -o $@.o
+	$(CC) $(CFLAGS) -o $@ $@.o $(CUDA_OBJS) $(BUILD)/libtrain.a $(CUDA_LIBS) $(LDLIBS)
+
+# ---- FP8 (begin) ------------------------------------------------------------------------------
+# test_fp8_format compares kernels/fp8_format.h with CUDA's own host conversion
+# (cuda_fp8.h, which also compiles as C) when the toolkit's headers are present.
+ifneq ($(wildcard $(CUDA_HOME)/include/cuda_fp8.h),)
+$(BUILD)/tests/test_fp8_format: private CFLAGS += -isystem $(CUDA_HOME)/include -DHAVE_CUDA_FP8_H
+endif
+# All 2^32 float inputs against CUDA's conversion (about 3 minutes on 2 cores; not in make test).
+.PHONY: test-fp8-exhaustive
+test-fp8-exhaustive: $(BUILD)/tests/test_fp8_format
+	$(BUILD)/tests/test_fp8_format --exhaustive
+# ---- FP8 (end) --------------------------------------------------------------------------------
+
+# The data and checkpoint readers again, under AddressSanitizer and UBSan.
+ASAN_FLAGS := -O1 -g -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=all
+ASAN_SRCS  := $(wildcard data/*.c) llm/util/util.c
+$(BUILD)/asan/test_data: tests/test_data.c $(ASAN_SRCS) tests/testlib.h
+	@mkdir -p $(dir $@)
+	$(CC) -std=c11 -fopenmp -D_GNU_SOURCE -I. $(WARN) $(ASAN_FLAGS) -DUNDER_ASAN -o $@ $< $(ASAN_SRCS) -lzstd -lm
+
+# The checkpoint format tests (JSON and manifest readers, resharding) under the sanitizers too.
+$(BUILD)/asan/test_checkpoint: tests/test_checkpoint.c $(LIB_SRCS) $(wildcard llm/*.h llm/*/*.h) tests/testlib.h
+	@mkdir -p $(dir $@)
+	$(CC) -std=c11 -fopenmp -D_GNU_SOURCE -I. $(WARN) $(MPI_CFLAGS) $(ASAN_FLAGS) -DUNDER_ASAN -o $@ $< $(LIB_SRCS) $(LDLIBS)
+ASAN_TESTS := $(BUILD)/asan/test_data $(BUILD)/asan/test_checkpoint
+
+# A stand-in for libnvidia-ml.so.1 (tests/fake_nvml.c): NVML telemetry is tested without a GPU.
+$(BUILD)/tests/libfake_nvml.so: tests/fake_nvml.c
+	@mkdir -p $(dir $@)
+	$(CC) -std=c11 -O1 -shared -fPIC -o $@ $<
+
+
+
+# ---- GPU tests and benchmarks (CUDA builds) ----------------------------------------------------
+# tests/gpu/test_*.c and dev/bench_gpu.c linked against the nvcc-built backend.
+# `make tests` (and so CI, which has no GPU) only compiles and links them;
+# `make test-gpu` runs them where a GPU exists and reports itself skipped
+# elsewhere; `make bench-gpu` runs the benchmarks (scripts/gpu_check.sh does all).
+GPU_TEST_BINS += $(if $(NVCC),$(patsubst tests/gpu/%.c,$(BUILD)/gpu/%,$(wildcard tests/gpu/test_*.c)),)
+GPU_BENCH     := $(if $(NVCC),$(BUILD)/gpu/bench_gpu,)
+
+test-gpu: $(BIN) $(GPU_TEST_BINS)
+	@tests/gpu/run_gpu_tests.sh $(GPU_TEST_BINS) $(if $(GPU_TEST_BINS),$(wildcard tests/gpu/test_*.sh))
+
+bench-gpu: $(BIN) $(GPU_BENCH)
+	@test -n "$(GPU_BENCH)" || { echo "bench-gpu: this build has no CUDA"; exit 1; }
+	$(GPU_BENCH)
+
+$(BUILD)/gpu/bench_gpu: dev/bench_gpu.c $(BUILD)/libtrain.a $(CUDA_OBJS)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -I$(CUDA_HOME)/include -o $@ $< $(CUDA_OBJS) $(BUILD)/libtrain.a $(CUDA_LIBS) $(LDLIBS)
+$(BUILD)/gpu/%: tests/gpu/%.c tests/gpu/gpu_test.h tests/testlib.h $(BUILD)/libtrain.a $(CUDA_OBJS)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -o $@ $< $(CUDA_OBJS) $(BUILD)/libtrain.a $(CUDA_LIBS) $(LDLIBS)
