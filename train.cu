@@ -33,6 +33,7 @@ int main(int argc, char** argv) {
     TrainConfig cfg;
     config_parse(&cfg, argc, argv);
     sagemaker_configure(&cfg);
+    config_check(&cfg);  // the checks across flags, once every source has set them
     // --plan: the memory bill and the recommended configuration; no data, no model.
     if (cfg.plan) {
         int status = plan_command(&cfg);
@@ -96,8 +97,8 @@ int main(int argc, char** argv) {
             free(text);
         }
         if (cfg.export_path[0]) {
-            trainer_export(&tr, cfg.export_path, strcmp(cfg.export_dtype, "bf16") == 0 ? DTYPE_BF16 : DTYPE_F32);
-            printf("exported weights to %s (llm.c format, %s)\n", cfg.export_path, cfg.export_dtype);
+            trainer_export(&tr, cfg.export_path, cfg.export_dtype == EXPORT_BF16 ? DTYPE_BF16 : DTYPE_F32);
+            printf("exported weights to %s (llm.c format, %s)\n", cfg.export_path, config_enum_name("export-dtype", cfg.export_dtype));
         }
         checkpoint_export_model_dir(ck);
         report_memory_peak(&tr);

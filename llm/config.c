@@ -1,101 +1,130 @@
-// config.c: the flag table, its parser and its help text.
+// config.c: the flag table, its parser, its help text and the checks that
+// involve more than one flag (config_check).
+//
+// The table: one line per flag,
+//   {name, type, OFF(field), default, metavar, help, group, allowed}
+//   name      without "--"
+//   type      F_INT, F_LONG, F_DOUBLE, F_BOOL, F_STRING, or F_ENUM
+//   field     the TrainConfig member it sets
+//   default   as text, parsed and checked like a value from the command line
+//             (a default such as 0 meaning "from elsewhere" is in the range)
+//   metavar   the value's placeholder in --help (NULL for an F_ENUM: its values)
+//   help      one sentence or two; the default and the allowed values are appended
+//   group     a heading in --help that starts a new section, or NULL
+//   allowed   F_ENUM: its values as "a|b|c"; the field (an int-sized enum)
+//             holds the index of the name, so the enum lists them in this order.
+//             F_INT, F_LONG, F_DOUBLE: a range in interval notation, "[0, 1)",
+//             "(0, inf)", "[1, 131072]"; a value given outside it is fatal,
+//             naming the flag. NULL: any value.
+// A new enum flag is one line, e.g.
+//   {"attention", F_ENUM, OFF(attention), "auto", NULL, "attention kernel", NULL, "auto|cudnn|native"},
+// with `typedef enum { ATTENTION_AUTO, ATTENTION_CUDNN, ATTENTION_NATIVE } AttentionChoice;`
+// in config.h and the field `AttentionChoice attention;` in TrainConfig.
 #include "llm/config.h"
 
+#include <math.h>
 #include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 
-typedef enum { F_INT, F_LONG, F_DOUBLE, F_STRING, F_BOOL } FlagType;
+typedef enum { F_INT, F_LONG, F_DOUBLE, F_STRING, F_BOOL, F_ENUM } FlagType;
 
 typedef struct {
     const char* name;     // without "--"
     FlagType type;
     size_t offset;        // into TrainConfig
     const char* def;      // default, as text (NULL: none)
-    const char* metavar;
+    const char* metavar;  // NULL for F_ENUM: "a|b|c" from allowed
     const char* help;
     const char* group;    // heading in --help; a flag with a group starts a new section
+    const char* allowed;  // F_ENUM: "a|b|c"; numbers: a range such as "[0, 1)"; NULL: anything
 } Flag;
+
+// Enum fields are written through an int pointer.
+_Static_assert(sizeof(DeviceChoice) == sizeof(int) && sizeof(PrecisionChoice) == sizeof(int) &&
+                   sizeof(RecomputeMode) == sizeof(int) && sizeof(DivergenceAction) == sizeof(int) &&
+                   sizeof(ShardScope) == sizeof(int) && sizeof(ExportDtype) == sizeof(int),
+               "enum flags are int-sized");
 
 #define OFF(field) offsetof(TrainConfig, field)
 
 // The defaults train the bundled demo: `./train_gpt` alone trains a small
 // model on the King James Bible shards that `make data` writes.
 static const Flag FLAGS[] = {
-    {"model", F_STRING, OFF(model), "", "NAME", "preset: gpt2-124M, gpt2-350M, gpt2-774M, gpt2-1558M; gpt-1B, gpt-7B, gpt-13B, gpt-30B, gpt-64B (GPT-3 shapes, see README); or dN (same as --depth N)", "Model"},
-    {"depth", F_INT, OFF(depth), "4", "D", "llm.c's -e dD: D layers, 64*D channels, D heads", NULL},
-    {"layers", F_INT, OFF(layers), "0", "L", "number of layers (overrides --depth)", NULL},
-    {"channels", F_INT, OFF(channels), "0", "C", "model width (overrides --depth)", NULL},
-    {"heads", F_INT, OFF(heads), "0", "NH", "attention heads (overrides --depth)", NULL},
-    {"vocab-size", F_INT, OFF(vocab_size), "0", "V", "vocabulary size; 0 takes it from --tokenizer (GPT-2's 50257 without one)", NULL},
-    {"max-seq-len", F_INT, OFF(max_seq_len), "0", "T", "rows of the position embedding; 0 = --seq-len (1024 for GPT-2 presets)", NULL},
-    {"init-from", F_STRING, OFF(init_from), "", "FILE", "start from weights in llm.c's model format (version 3 fp32 or 5 bf16); the model shape comes from the file", NULL},
+    {"model", F_STRING, OFF(model), "", "NAME", "preset: gpt2-124M, gpt2-350M, gpt2-774M, gpt2-1558M; gpt-1B, gpt-7B, gpt-13B, gpt-30B, gpt-64B (GPT-3 shapes, see README); or dN (same as --depth N)", "Model", NULL},
+    {"depth", F_INT, OFF(depth), "4", "D", "llm.c's -e dD: D layers, 64*D channels, D heads", NULL, "[1, 1024]"},
+    {"layers", F_INT, OFF(layers), "0", "L", "number of layers (overrides --depth)", NULL, "[0, 4096]"},
+    {"channels", F_INT, OFF(channels), "0", "C", "model width (overrides --depth)", NULL, "[0, 65536]"},
+    {"heads", F_INT, OFF(heads), "0", "NH", "attention heads (overrides --depth)", NULL, "[0, 4096]"},
+    {"vocab-size", F_INT, OFF(vocab_size), "0", "V", "vocabulary size; 0 takes it from --tokenizer (GPT-2's 50257 without one)", NULL, "[0, 16777216]"},
+    {"max-seq-len", F_INT, OFF(max_seq_len), "0", "T", "rows of the position embedding; 0 = --seq-len (1024 for GPT-2 presets)", NULL, "[0, 131072]"},
+    {"init-from", F_STRING, OFF(init_from), "", "FILE", "start from weights in llm.c's model format (version 3 fp32 or 5 bf16); the model shape comes from the file", NULL, NULL},
 
-    {"train-data", F_STRING, OFF(train_data), "data/kjv/kjv_train_*.bin", "GLOB", "training shards (llm.c format, .bin or .bin.zst)", "Data"},
-    {"val-data", F_STRING, OFF(val_data), "data/kjv/kjv_val_*.bin", "GLOB", "validation shards; empty to skip validation", NULL},
-    {"tokenizer", F_STRING, OFF(tokenizer), "data/kjv/tokenizer.bin", "FILE", "vocabulary for printing samples (llm.c tokenizer format); empty: print token ids", NULL},
-    {"shuffle", F_BOOL, OFF(shuffle), "1", "0|1", "shuffle shard and window order each epoch (deterministic from --seed)", NULL},
+    {"train-data", F_STRING, OFF(train_data), "data/kjv/kjv_train_*.bin", "GLOB", "training shards (llm.c format, .bin or .bin.zst)", "Data", NULL},
+    {"val-data", F_STRING, OFF(val_data), "data/kjv/kjv_val_*.bin", "GLOB", "validation shards; empty to skip validation", NULL, NULL},
+    {"tokenizer", F_STRING, OFF(tokenizer), "data/kjv/tokenizer.bin", "FILE", "vocabulary for printing samples (llm.c tokenizer format); empty: print token ids", NULL, NULL},
+    {"shuffle", F_BOOL, OFF(shuffle), "1", "0|1", "shuffle shard and window order each epoch (deterministic from --seed)", NULL, NULL},
 
-    {"seq-len", F_INT, OFF(seq_len), "256", "T", "tokens per sequence", "Batch"},
-    {"micro-batch", F_INT, OFF(micro_batch), "8", "B", "sequences per forward/backward on each rank", NULL},
-    {"batch-tokens", F_LONG, OFF(batch_tokens), "0", "N", "tokens per optimizer step over all ranks (= B*T*ranks*accumulation); 0: B*T*ranks", NULL},
+    {"seq-len", F_INT, OFF(seq_len), "256", "T", "tokens per sequence", "Batch", "[1, 131072]"},
+    {"micro-batch", F_INT, OFF(micro_batch), "8", "B", "sequences per forward/backward on each rank", NULL, "[1, 65536]"},
+    {"batch-tokens", F_LONG, OFF(batch_tokens), "0", "N", "tokens per optimizer step over all ranks (= B*T*ranks*accumulation); 0: B*T*ranks", NULL, "[0, inf)"},
 
-    {"steps", F_INT, OFF(steps), "300", "N", "optimizer steps", "Optimization"},
-    {"lr", F_DOUBLE, OFF(lr), "1e-3", "X", "peak learning rate", NULL},
-    {"warmup", F_INT, OFF(warmup), "30", "N", "linear warmup steps", NULL},
-    {"lr-final-frac", F_DOUBLE, OFF(lr_final_frac), "0.1", "X", "cosine decay ends at lr * this", NULL},
-    {"weight-decay", F_DOUBLE, OFF(weight_decay), "0.1", "X", "AdamW decoupled weight decay (2-D weights only)", NULL},
-    {"grad-clip", F_DOUBLE, OFF(grad_clip), "1.0", "X", "clip the global gradient norm to this; 0 disables", NULL},
-    {"beta1", F_DOUBLE, OFF(beta1), "0.9", "X", "AdamW beta1", NULL},
-    {"beta2", F_DOUBLE, OFF(beta2), "0.95", "X", "AdamW beta2", NULL},
-    {"eps", F_DOUBLE, OFF(eps), "1e-8", "X", "AdamW epsilon", NULL},
-    {"seed", F_LONG, OFF(seed), "1337", "N", "seed for initialisation, data order and sampling", NULL},
+    {"steps", F_INT, OFF(steps), "300", "N", "optimizer steps", "Optimization", "[0, inf)"},
+    {"lr", F_DOUBLE, OFF(lr), "1e-3", "X", "peak learning rate", NULL, "(0, inf)"},
+    {"warmup", F_INT, OFF(warmup), "30", "N", "linear warmup steps", NULL, "[0, inf)"},
+    {"lr-final-frac", F_DOUBLE, OFF(lr_final_frac), "0.1", "X", "cosine decay ends at lr * this", NULL, "[0, 1]"},
+    {"weight-decay", F_DOUBLE, OFF(weight_decay), "0.1", "X", "AdamW decoupled weight decay (2-D weights only)", NULL, "[0, inf)"},
+    {"grad-clip", F_DOUBLE, OFF(grad_clip), "1.0", "X", "clip the global gradient norm to this; 0 disables", NULL, "[0, inf)"},
+    {"beta1", F_DOUBLE, OFF(beta1), "0.9", "X", "AdamW beta1", NULL, "[0, 1)"},
+    {"beta2", F_DOUBLE, OFF(beta2), "0.95", "X", "AdamW beta2", NULL, "[0, 1)"},
+    {"eps", F_DOUBLE, OFF(eps), "1e-8", "X", "AdamW epsilon", NULL, "(0, inf)"},
+    {"seed", F_LONG, OFF(seed), "1337", "N", "seed for initialisation, data order and sampling", NULL, NULL},
 
-    {"val-every", F_INT, OFF(val_every), "100", "N", "validation loss every N steps (and at the end); 0 disables", "Evaluation and output"},
-    {"val-batches", F_INT, OFF(val_batches), "8", "N", "micro-batches per validation; 0: the whole validation set", NULL},
-    {"sample-every", F_INT, OFF(sample_every), "150", "N", "print a generated sample every N steps (and at the end); 0 disables", NULL},
-    {"sample-tokens", F_INT, OFF(sample_tokens), "96", "N", "tokens per generated sample", NULL},
-    {"log-every", F_INT, OFF(log_every), "1", "N", "print a step line every N steps", NULL},
-    {"export", F_STRING, OFF(export_path), "", "FILE", "write the final weights in llm.c's model format", NULL},
-    {"export-dtype", F_STRING, OFF(export_dtype), "fp32", "fp32|bf16", "value type of --export", NULL},
+    {"val-every", F_INT, OFF(val_every), "100", "N", "validation loss every N steps (and at the end); 0 disables", "Evaluation and output", "[0, inf)"},
+    {"val-batches", F_INT, OFF(val_batches), "8", "N", "micro-batches per validation; 0: the whole validation set", NULL, "[0, inf)"},
+    {"sample-every", F_INT, OFF(sample_every), "150", "N", "print a generated sample every N steps (and at the end); 0 disables", NULL, "[0, inf)"},
+    {"sample-tokens", F_INT, OFF(sample_tokens), "96", "N", "tokens per generated sample", NULL, "[0, 1000000]"},
+    {"log-every", F_INT, OFF(log_every), "1", "N", "print a step line every N steps", NULL, "(0, inf)"},
+    {"export", F_STRING, OFF(export_path), "", "FILE", "write the final weights in llm.c's model format", NULL, NULL},
+    {"export-dtype", F_ENUM, OFF(export_dtype), "fp32", NULL, "value type of --export", NULL, "fp32|bf16"},
 
-    {"checkpoint-dir", F_STRING, OFF(checkpoint_dir), "auto", "DIR", "where checkpoints go; auto: $TRAIN_GPT_CHECKPOINT_DIR if set, else /opt/ml/checkpoints if it exists, else ./checkpoints; empty: none", "Checkpoints"},
-    {"checkpoint-every", F_INT, OFF(checkpoint_every), "0", "N", "write a checkpoint every N steps; 0: only at the end and on SIGTERM/SIGINT", NULL},
-    {"keep-last", F_INT, OFF(keep_last), "2", "K", "keep the K newest complete checkpoints, delete older ones; 0: keep all", NULL},
-    {"resume", F_STRING, OFF(resume), "auto", "auto|never|DIR", "auto: continue from the newest complete, verified checkpoint; never: start over; DIR: from that checkpoint", NULL},
-    {"async-checkpoint", F_BOOL, OFF(async_checkpoint), "0", "0|1", "copy the state to host memory and write it from a background thread while training goes on", NULL},
-    {"model-dir", F_STRING, OFF(model_dir), "auto", "DIR", "final weights (llm.c format, --export-dtype) go to DIR/model.bin; auto: $SM_MODEL_DIR, else /opt/ml/model if it exists; empty: none", NULL},
+    {"checkpoint-dir", F_STRING, OFF(checkpoint_dir), "auto", "DIR", "where checkpoints go; auto: $TRAIN_GPT_CHECKPOINT_DIR if set, else /opt/ml/checkpoints if it exists, else ./checkpoints; empty: none", "Checkpoints", NULL},
+    {"checkpoint-every", F_INT, OFF(checkpoint_every), "0", "N", "write a checkpoint every N steps; 0: only at the end and on SIGTERM/SIGINT", NULL, "[0, inf)"},
+    {"keep-last", F_INT, OFF(keep_last), "2", "K", "keep the K newest complete checkpoints, delete older ones; 0: keep all", NULL, "[0, inf)"},
+    {"resume", F_STRING, OFF(resume), "auto", "auto|never|DIR", "auto: continue from the newest complete, verified checkpoint; never: start over; DIR: from that checkpoint", NULL, NULL},
+    {"async-checkpoint", F_BOOL, OFF(async_checkpoint), "0", "0|1", "copy the state to host memory and write it from a background thread while training goes on", NULL, NULL},
+    {"model-dir", F_STRING, OFF(model_dir), "auto", "DIR", "final weights (llm.c format, --export-dtype) go to DIR/model.bin; auto: $SM_MODEL_DIR, else /opt/ml/model if it exists; empty: none", NULL, NULL},
 
-    {"device", F_STRING, OFF(device), "auto", "auto|cpu|cuda", "compute backend; auto: the GPU when one is present", "Runtime"},
-    {"precision", F_STRING, OFF(precision), "auto", "P", "fp32, bf16, fp8 or auto. fp8: the blocks' linear layers (qkv, attproj, fc, fcproj) run their GEMMs in FP8 (E4M3 forward, E5M2 gradients), the rest in bf16 (on the CPU: fp32 with the FP8 GEMMs emulated). auto: on GPUs bf16 under 6.5B parameters and fp8 from there (the 7B class) where the GPU has FP8; fp32 on the CPU. Master weights and optimizer state are always fp32", NULL},
-    {"fp8-recipe", F_STRING, OFF(fp8_recipe), "current", "current|delayed", "FP8 scaling per tensor: from its own amax (current), or from the max of an amax history, updated after each step (delayed, as TransformerEngine's DelayedScaling)", NULL},
-    {"fp8-amax-history", F_INT, OFF(fp8_amax_history), "1024", "N", "delayed scaling: steps in each tensor's amax history (1: the last step's amax)", NULL},
-    {"fp8-margin", F_INT, OFF(fp8_margin), "0", "M", "delayed scaling: scales are fp8 max / 2^M / amax, leaving room for growth", NULL},
-    {"fp8-skip", F_STRING, OFF(fp8_skip), "", "LIST", "GEMMs kept in bf16 with --precision fp8, comma-separated: qkv, attproj, fc, fcproj (in every layer); L, L-M, first, last (every GEMM of those layers, 0-based); GEMM@L or GEMM@L-M. E.g. first,last or fcproj@0-3", NULL},
-    {"threads", F_INT, OFF(threads), "0", "N", "CPU threads per rank; 0: the machine's cores divided by its ranks (OMP_NUM_THREADS also works)", NULL},
+    {"device", F_ENUM, OFF(device), "auto", NULL, "compute backend; auto: the GPU when one is present", "Runtime", "auto|cpu|cuda"},
+    {"precision", F_ENUM, OFF(precision), "auto", NULL, "fp32, bf16, fp8 or auto. fp8: the blocks' linear layers (qkv, attproj, fc, fcproj) run their GEMMs in FP8 (E4M3 forward, E5M2 gradients), the rest in bf16 (on the CPU: fp32 with the FP8 GEMMs emulated). auto: on GPUs bf16 under 6.5B parameters and fp8 from there (the 7B class) where the GPU has FP8; fp32 on the CPU. Master weights and optimizer state are always fp32", NULL, "fp32|bf16|fp8|auto"},
+    {"fp8-recipe", F_ENUM, OFF(fp8_recipe), "current", NULL, "FP8 scaling per tensor: from its own amax (current), or from the max of an amax history, updated after each step (delayed, as TransformerEngine's DelayedScaling)", NULL, "current|delayed"},
+    {"fp8-amax-history", F_INT, OFF(fp8_amax_history), "1024", "N", "delayed scaling: steps in each tensor's amax history (1: the last step's amax)", NULL, "[1, inf)"},
+    {"fp8-margin", F_INT, OFF(fp8_margin), "0", "M", "delayed scaling: scales are fp8 max / 2^M / amax, leaving room for growth", NULL, "[0, 31]"},
+    {"fp8-skip", F_STRING, OFF(fp8_skip), "", "LIST", "GEMMs kept in bf16 with --precision fp8, comma-separated: qkv, attproj, fc, fcproj (in every layer); L, L-M, first, last (every GEMM of those layers, 0-based); GEMM@L or GEMM@L-M. E.g. first,last or fcproj@0-3", NULL, NULL},
+    {"threads", F_INT, OFF(threads), "0", "N", "CPU threads per rank; 0: the machine's cores divided by its ranks (OMP_NUM_THREADS also works)", NULL, "[0, 1024]"},
 
-    {"recompute", F_STRING, OFF(recompute), "none", "MODE", "activation recompute: none; selective (recompute layernorm and GELU outputs in backward); full (keep only each layer's input, re-run its forward in backward)", "Memory and planning"},
-    {"recompute-layers", F_INT, OFF(recompute_layers), "0", "N", "full recompute for the first N layers, the others as --recompute (none or selective)", NULL},
-    {"plan", F_BOOL, OFF(plan), "0", "", "print the memory bill and the recommended configuration for --gpu and --world-size, then exit: 0 when it fits, 2 when nothing fits (reads no data)", NULL},
-    {"auto", F_BOOL, OFF(auto_plan), "0", "", "train with the planner's recommendation (micro-batch, recompute, precision, ZeRO stage); explicitly set flags win", NULL},
-    {"gpu", F_STRING, OFF(gpu), "", "NAME", "GPU for --plan: h100, h200, b200 or a100 (default: the GPU present, else this CPU)", NULL},
-    {"gpu-mem", F_DOUBLE, OFF(gpu_mem), "0", "GiB", "memory per device for --plan/--auto in GiB (2^30 bytes), instead of --gpu's or the device's free memory", NULL},
-    {"world-size", F_INT, OFF(world_size), "0", "N", "ranks for --plan (default: the MPI world under mpirun, else 1)", NULL},
-    {"ranks-per-node", F_INT, OFF(ranks_per_node), "0", "N", "ranks per node for --plan (default: the MPI local size under mpirun, else 8)", NULL},
-    {"log-dir", F_STRING, OFF(log_dir), "", "DIR", "write DIR/metrics.jsonl: the config, one JSON object per step, validation, telemetry, a summary", "Metrics and fault tolerance"},
-    {"telemetry-every", F_INT, OFF(telemetry_every), "100", "N", "GPU telemetry (NVML: utilisation, memory, power, temperature, clocks, throttling) every N steps; 0 disables", NULL},
-    {"progress-every", F_DOUBLE, OFF(progress_every), "60", "SECONDS", "a progress line with elapsed time and ETA at most this often; 0 disables", NULL},
-    {"peak-tflops", F_DOUBLE, OFF(peak_tflops), "0", "X", "dense peak TFLOP/s of one device for MFU; 0: the GPU table, or the CPU's sgemm measured at start-up", NULL},
-    {"max-bad-steps", F_INT, OFF(max_bad_steps), "5", "N", "stop (exit 1) after N skipped steps in a row; 0: never stop", NULL},
-    {"spike-z", F_DOUBLE, OFF(spike_z), "5", "Z", "report a loss more than Z standard deviations above the last --spike-window losses; 0 disables", NULL},
-    {"spike-window", F_INT, OFF(spike_window), "100", "N", "steps in the loss-spike baseline", NULL},
-    {"skip-spikes", F_BOOL, OFF(skip_spikes), "0", "0|1", "also skip the update of a loss-spike step (non-finite steps are always skipped)", NULL},
-    {"on-divergence", F_STRING, OFF(on_divergence), "stop", "stop|rollback", "after --max-bad-steps skipped steps in a row: stop (exit 1), or reload the newest checkpoint (weights, optimizer, guard) and go on with the data that follows", NULL},
-    {"max-rollbacks", F_INT, OFF(max_rollbacks), "3", "N", "--on-divergence rollback: stop when the same checkpoint would be reloaded more than N times", NULL},
-    {"collective-timeout", F_DOUBLE, OFF(collective_timeout), "600", "SECONDS", "a collective (MPI or NCCL) unfinished after this long aborts every rank with a message naming it; 0: wait for ever", NULL},
+    {"recompute", F_ENUM, OFF(recompute), "none", NULL, "activation recompute: none; selective (recompute layernorm and GELU outputs in backward); full (keep only each layer's input, re-run its forward in backward)", "Memory and planning", "none|selective|full"},
+    {"recompute-layers", F_INT, OFF(recompute_layers), "0", "N", "full recompute for the first N layers, the others as --recompute (none or selective)", NULL, "[0, 4096]"},
+    {"plan", F_BOOL, OFF(plan), "0", "", "print the memory bill and the recommended configuration for --gpu and --world-size, then exit: 0 when it fits, 2 when nothing fits (reads no data)", NULL, NULL},
+    {"auto", F_BOOL, OFF(auto_plan), "0", "", "train with the planner's recommendation (micro-batch, recompute, precision, ZeRO stage); explicitly set flags win", NULL, NULL},
+    {"gpu", F_STRING, OFF(gpu), "", "NAME", "GPU for --plan: h100, h200, b200 or a100 (default: the GPU present, else this CPU)", NULL, NULL},
+    {"gpu-mem", F_DOUBLE, OFF(gpu_mem), "0", "GiB", "memory per device for --plan/--auto in GiB (2^30 bytes), instead of --gpu's or the device's free memory", NULL, "[0, inf)"},
+    {"world-size", F_INT, OFF(world_size), "0", "N", "ranks for --plan (default: the MPI world under mpirun, else 1)", NULL, "[0, inf)"},
+    {"ranks-per-node", F_INT, OFF(ranks_per_node), "0", "N", "ranks per node for --plan (default: the MPI local size under mpirun, else 8)", NULL, "[0, inf)"},
+    {"log-dir", F_STRING, OFF(log_dir), "", "DIR", "write DIR/metrics.jsonl: the config, one JSON object per step, validation, telemetry, a summary", "Metrics and fault tolerance", NULL},
+    {"telemetry-every", F_INT, OFF(telemetry_every), "100", "N", "GPU telemetry (NVML: utilisation, memory, power, temperature, clocks, throttling) every N steps; 0 disables", NULL, "[0, inf)"},
+    {"progress-every", F_DOUBLE, OFF(progress_every), "60", "SECONDS", "a progress line with elapsed time and ETA at most this often; 0 disables", NULL, "[0, inf)"},
+    {"peak-tflops", F_DOUBLE, OFF(peak_tflops), "0", "X", "dense peak TFLOP/s of one device for MFU; 0: the GPU table, or the CPU's sgemm measured at start-up", NULL, "[0, inf)"},
+    {"max-bad-steps", F_INT, OFF(max_bad_steps), "5", "N", "stop (exit 1) after N skipped steps in a row; 0: never stop", NULL, "[0, inf)"},
+    {"spike-z", F_DOUBLE, OFF(spike_z), "5", "Z", "report a loss more than Z standard deviations above the last --spike-window losses; 0 disables", NULL, "[0, inf)"},
+    {"spike-window", F_INT, OFF(spike_window), "100", "N", "steps in the loss-spike baseline", NULL, "[2, inf)"},
+    {"skip-spikes", F_BOOL, OFF(skip_spikes), "0", "0|1", "also skip the update of a loss-spike step (non-finite steps are always skipped)", NULL, NULL},
+    {"on-divergence", F_ENUM, OFF(on_divergence), "stop", NULL, "after --max-bad-steps skipped steps in a row: stop (exit 1), or reload the newest checkpoint (weights, optimizer, guard) and go on with the data that follows", NULL, "stop|rollback"},
+    {"max-rollbacks", F_INT, OFF(max_rollbacks), "3", "N", "--on-divergence rollback: stop when the same checkpoint would be reloaded more than N times", NULL, "[1, inf)"},
+    {"collective-timeout", F_DOUBLE, OFF(collective_timeout), "600", "SECONDS", "a collective (MPI or NCCL) unfinished after this long aborts every rank with a message naming it; 0: wait for ever", NULL, "[0, inf)"},
 
-    {"zero", F_INT, OFF(zero_stage), "1", "0|1|2|3", "ZeRO stage: 0 replicates everything, 1 shards optimizer state, 2 also gradients, 3 also parameters", "Distributed (mpirun -np N ./train_gpt ...)"},
-    {"shard-scope", F_STRING, OFF(shard_scope), "world", "world|node", "shard over all ranks, or inside each node with gradients all-reduced across nodes (hybrid; ZeRO 1-3)", NULL},
+    {"zero", F_INT, OFF(zero_stage), "1", "0|1|2|3", "ZeRO stage: 0 replicates everything, 1 shards optimizer state, 2 also gradients, 3 also parameters", "Distributed (mpirun -np N ./train_gpt ...)", "[0, 3]"},
+    {"shard-scope", F_ENUM, OFF(shard_scope), "world", NULL, "shard over all ranks, or inside each node with gradients all-reduced across nodes (hybrid; ZeRO 1-3)", NULL, "world|node"},
 };
 #define NUM_FLAGS ((int)(sizeof FLAGS / sizeof FLAGS[0]))
 
@@ -114,30 +143,138 @@ static int parse_bool(const char* s, int* out) {
     return 0;
 }
 
+// ---------------------------------------------------------------------------
+// enum values: "a|b|c"
+
+// The index of `value` among the names in "a|b|c", or -1.
+static int enum_index(const char* allowed, const char* value) {
+    size_t n = strlen(value);
+    int index = 0;
+    for (const char* p = allowed;; index++) {
+        const char* bar = strchr(p, '|');
+        size_t len = bar ? (size_t)(bar - p) : strlen(p);
+        if (len == n && strncmp(p, value, n) == 0) return index;
+        if (!bar) return -1;
+        p = bar + 1;
+    }
+}
+
+// Name number `index` of "a|b|c" into buf; NULL when there is none.
+static const char* enum_name(const char* allowed, int index, char* buf, size_t size) {
+    const char* p = allowed;
+    for (int i = 0; i < index && p; i++) {
+        p = strchr(p, '|');
+        if (p) p++;
+    }
+    if (!p || index < 0) return NULL;
+    const char* bar = strchr(p, '|');
+    snprintf(buf, size, "%.*s", (int)(bar ? (size_t)(bar - p) : strlen(p)), p);
+    return buf;
+}
+
+// "a|b|c" as "a, b, c", for messages.
+static void enum_list(const char* allowed, char* buf, size_t size) {
+    size_t len = 0;
+    for (const char* p = allowed; *p && len + 3 < size; p++) {
+        if (*p == '|') len += (size_t)snprintf(buf + len, size - len, ", ");
+        else buf[len++] = *p;
+    }
+    buf[len < size ? len : size - 1] = 0;
+}
+
+// ---------------------------------------------------------------------------
+// ranges: "[lo, hi]", "(lo, hi)", "[lo, inf)", ...
+
+typedef struct {
+    double lo, hi;
+    int lo_open, hi_open;
+} Range;
+
+// A bound: a number, or inf.
+static int parse_bound(const char* s, double* out) {
+    if (!strcmp(s, "inf")) {
+        *out = INFINITY;
+        return 1;
+    }
+    return parse_double(s, out);
+}
+
+static Range parse_range(const Flag* f) {
+    Range r;
+    char open, close;
+    char lo[32], hi[32];
+    if (sscanf(f->allowed, " %c %31[^, ] , %31[^])] %c", &open, lo, hi, &close) != 4 || (open != '[' && open != '(') ||
+        (close != ']' && close != ')') || !parse_bound(lo, &r.lo) || !parse_bound(hi, &r.hi))
+        fatal("internal: flag --%s has the malformed range '%s'", f->name, f->allowed);
+    r.lo_open = open == '(';
+    r.hi_open = close == ')';
+    return r;
+}
+
+static int in_range(const Range* r, double v) {
+    return (r->lo_open ? v > r->lo : v >= r->lo) && (r->hi_open ? v < r->hi : v <= r->hi);
+}
+
+// Fatal, in the words the common ranges read best in, when v is outside f's range.
+static void check_range(const Flag* f, double v, const char* value, const char* source) {
+    Range r = parse_range(f);
+    if (in_range(&r, v)) return;
+    int integer = f->type != F_DOUBLE;
+    if (isinf(r.hi) && r.lo == 0 && !r.lo_open) fatal("%s--%s must not be negative (got %s)", source, f->name, value);
+    if (isinf(r.hi) && r.lo == 0) fatal("%s--%s must be positive (got %s)", source, f->name, value);
+    if (isinf(r.hi) && !r.lo_open) fatal("%s--%s must be at least %.17g (got %s)", source, f->name, r.lo, value);
+    if (integer && !r.lo_open && !r.hi_open && r.hi - r.lo <= 3) {
+        char list[64] = "";
+        for (long i = (long)r.lo; i <= (long)r.hi; i++)
+            snprintf(list + strlen(list), sizeof list - strlen(list), "%s%ld", i > (long)r.lo ? ", " : "", i);
+        fatal("%s--%s %s is not one of %s", source, f->name, value, list);
+    }
+    if (integer && !r.lo_open && !r.hi_open)
+        fatal("%s--%s %s is outside %ld..%ld", source, f->name, value, (long)r.lo, (long)r.hi);
+    fatal("%s--%s must be in %s (got %s)", source, f->name, f->allowed, value);
+}
+
+// ---------------------------------------------------------------------------
+// storing and printing values
+
 // Stores a textual value into the field; fatal with the flag name on a bad value.
 static void store(TrainConfig* cfg, const Flag* f, const char* value, const char* source) {
     char* field = (char*)cfg + f->offset;
     long l;
     double d;
     int b;
+    int ranged = f->allowed && f->type != F_ENUM;
     switch (f->type) {
     case F_INT:
         if (!parse_long(value, &l) || l < -2147483647L || l > 2147483647L)
             fatal("%s--%s: '%s' is not an integer", source, f->name, value);
+        if (ranged) check_range(f, (double)l, value, source);
         *(int*)field = (int)l;
         break;
     case F_LONG:
         if (!parse_long(value, &l)) fatal("%s--%s: '%s' is not an integer", source, f->name, value);
+        if (ranged) check_range(f, (double)l, value, source);
         *(long*)field = l;
         break;
     case F_DOUBLE:
         if (!parse_double(value, &d)) fatal("%s--%s: '%s' is not a number", source, f->name, value);
+        if (ranged) check_range(f, d, value, source);
         *(double*)field = d;
         break;
     case F_BOOL:
         if (!parse_bool(value, &b)) fatal("%s--%s: '%s' is not a boolean (use 1/0, true/false)", source, f->name, value);
         *(int*)field = b;
         break;
+    case F_ENUM: {
+        int index = enum_index(f->allowed, value);
+        if (index < 0) {
+            char list[256];
+            enum_list(f->allowed, list, sizeof list);
+            fatal("%s--%s '%s' is not one of %s", source, f->name, value, list);
+        }
+        *(int*)field = index;
+        break;
+    }
     case F_STRING:
         free(*(char**)field);
         *(char**)field = xstrdup(value);
@@ -160,10 +297,44 @@ int config_is_set(const TrainConfig* cfg, const char* name) {
 
 int config_has_flag(const char* name) { return find_flag(name) != NULL; }
 
+const char* config_enum_name(const char* flag, int value) {
+    static char bufs[4][64];  // a few at a time, for one message naming several values
+    static int next;
+    const Flag* f = find_flag(flag);
+    if (!f || f->type != F_ENUM) return NULL;
+    next = (next + 1) % 4;
+    return enum_name(f->allowed, value, bufs[next], sizeof bufs[next]);
+}
+
+ResumeMode config_resume_mode(const TrainConfig* cfg) {
+    if (!strcmp(cfg->resume, "auto")) return RESUME_AUTO;
+    if (!strcmp(cfg->resume, "never")) return RESUME_NEVER;
+    return RESUME_DIR;
+}
+
+int config_dir_is_auto(const char* value) { return strcmp(value, "auto") == 0; }
+
 static void set_defaults(TrainConfig* cfg) {
     memset(cfg, 0, sizeof *cfg);
     for (int i = 0; i < NUM_FLAGS; i++) store(cfg, &FLAGS[i], FLAGS[i].def, "internal default: ");
     memset(flag_was_set, 0, sizeof flag_was_set);
+}
+
+// A field's value as text: enums by name, numbers with every digit.
+static void format_value(const TrainConfig* cfg, const Flag* fl, char* buf, size_t size) {
+    const char* field = (const char*)cfg + fl->offset;
+    switch (fl->type) {
+    case F_INT: case F_BOOL: snprintf(buf, size, "%d", *(const int*)field); break;
+    case F_LONG: snprintf(buf, size, "%ld", *(const long*)field); break;
+    case F_DOUBLE: snprintf(buf, size, "%.17g", *(const double*)field); break;
+    case F_STRING: snprintf(buf, size, "%s", *(char* const*)field); break;
+    case F_ENUM: {
+        char name[64];
+        const char* n = enum_name(fl->allowed, *(const int*)field, name, sizeof name);
+        snprintf(buf, size, "%s", n ? n : "?");
+        break;
+    }
+    }
 }
 
 void config_print_help(FILE* f) {
@@ -172,14 +343,17 @@ void config_print_help(FILE* f) {
             "\n"
             "Trains a GPT-2 model. With no flags it trains a small model on the bundled\n"
             "King James Bible corpus (run `make data` once first) and prints samples.\n"
-            "Flags take a value as `--flag value` or `--flag=value`; a 0|1 flag given alone means 1.\n");
+            "Flags take a value as `--flag value` or `--flag=value`; a 0|1 flag given alone means 1.\n"
+            "[x] is the default; {range} the values a flag accepts.\n");
     for (int i = 0; i < NUM_FLAGS; i++) {
         const Flag* fl = &FLAGS[i];
         if (fl->group) fprintf(f, "\n%s:\n", fl->group);
+        const char* metavar = fl->type == F_ENUM ? fl->allowed : fl->metavar;
         char left[64];
-        snprintf(left, sizeof left, fl->metavar[0] ? "--%s %s" : "--%s", fl->name, fl->metavar);
+        snprintf(left, sizeof left, metavar[0] ? "--%s %s" : "--%s", fl->name, metavar);
         fprintf(f, "  %-28s %s", left, fl->help);
         if (fl->def && fl->def[0] && strcmp(fl->def, "0") != 0) fprintf(f, " [%s]", fl->def);
+        if (fl->allowed && fl->type != F_ENUM) fprintf(f, " {%s}", fl->allowed);
         fprintf(f, "\n");
     }
     fprintf(f, "\n  --help                       print this help and exit\n");
@@ -188,31 +362,19 @@ void config_print_help(FILE* f) {
 void config_print(const TrainConfig* cfg, FILE* f, const char* prefix) {
     for (int i = 0; i < NUM_FLAGS; i++) {
         const Flag* fl = &FLAGS[i];
-        const char* field = (const char*)cfg + fl->offset;
-        fprintf(f, "%s%-16s ", prefix, fl->name);
-        switch (fl->type) {
-        case F_INT: case F_BOOL: fprintf(f, "%d\n", *(const int*)field); break;
-        case F_LONG: fprintf(f, "%ld\n", *(const long*)field); break;
-        case F_DOUBLE: fprintf(f, "%g\n", *(const double*)field); break;
-        case F_STRING: fprintf(f, "%s\n", *(char* const*)field); break;
-        }
+        char value[4096];
+        format_value(cfg, fl, value, sizeof value);
+        if (fl->type == F_DOUBLE) snprintf(value, sizeof value, "%g", *(const double*)((const char*)cfg + fl->offset));
+        fprintf(f, "%s%-16s %s\n", prefix, fl->name, value);
     }
 }
 
 int config_num_flags(void) { return NUM_FLAGS; }
 const char* config_flag_name(int i) { return FLAGS[i].name; }
-int config_flag_is_string(int i) { return FLAGS[i].type == F_STRING; }
+int config_flag_is_string(int i) { return FLAGS[i].type == F_STRING || FLAGS[i].type == F_ENUM; }
+const char* config_flag_allowed(int i) { return FLAGS[i].allowed; }
 
-void config_flag_value(const TrainConfig* cfg, int i, char* buf, size_t size) {
-    const Flag* fl = &FLAGS[i];
-    const char* field = (const char*)cfg + fl->offset;
-    switch (fl->type) {
-    case F_INT: case F_BOOL: snprintf(buf, size, "%d", *(const int*)field); break;
-    case F_LONG: snprintf(buf, size, "%ld", *(const long*)field); break;
-    case F_DOUBLE: snprintf(buf, size, "%.17g", *(const double*)field); break;
-    case F_STRING: snprintf(buf, size, "%s", *(char* const*)field); break;
-    }
-}
+void config_flag_value(const TrainConfig* cfg, int i, char* buf, size_t size) { format_value(cfg, &FLAGS[i], buf, size); }
 
 void config_free(TrainConfig* cfg) {
     for (int i = 0; i < NUM_FLAGS; i++)
@@ -227,13 +389,51 @@ void config_write_json(const TrainConfig* cfg, JsonWriter* j) {
     for (int i = 0; i < NUM_FLAGS; i++) {
         const Flag* fl = &FLAGS[i];
         const char* field = (const char*)cfg + fl->offset;
+        char name[64];
         switch (fl->type) {
         case F_INT: json_int(j, fl->name, *(const int*)field); break;
         case F_BOOL: json_bool(j, fl->name, *(const int*)field); break;
         case F_LONG: json_int(j, fl->name, *(const long*)field); break;
         case F_DOUBLE: json_number(j, fl->name, *(const double*)field); break;
         case F_STRING: json_string(j, fl->name, *(char* const*)field); break;
+        case F_ENUM: json_string(j, fl->name, enum_name(fl->allowed, *(const int*)field, name, sizeof name)); break;
         }
+    }
+}
+
+// ---------------------------------------------------------------------------
+// checks across flags
+
+void config_check(const TrainConfig* cfg) {
+    if (cfg->shard_scope == SHARD_SCOPE_NODE && cfg->zero_stage == 0)
+        fatal("--shard-scope node needs --zero 1, 2 or 3 (ZeRO-0 shards nothing)");
+    if (cfg->on_divergence == ON_DIVERGENCE_ROLLBACK && cfg->checkpoint_every <= 0)
+        fatal("--on-divergence rollback needs --checkpoint-every above 0 (checkpoints during the run to go back to)");
+    if (cfg->on_divergence == ON_DIVERGENCE_ROLLBACK && cfg->max_bad_steps <= 0)
+        fatal("--on-divergence rollback needs --max-bad-steps above 0 (with 0 the run never gives up on a step)");
+    if (cfg->skip_spikes && cfg->spike_z == 0) fatal("--skip-spikes needs spike detection: set --spike-z above 0");
+    if (!cfg->resume[0]) fatal("--resume must be auto, never, or a checkpoint directory");
+    if (config_resume_mode(cfg) == RESUME_DIR && !is_dir(cfg->resume))
+        fatal("--resume '%s' is not auto, never, or an existing checkpoint directory", cfg->resume);
+    if (cfg->auto_plan && !cfg->plan && cfg->gpu[0])
+        fatal("--gpu names a GPU for --plan; --auto plans for the device this run trains on (--gpu-mem sets its "
+              "memory)");
+    // 0, the default, means "from elsewhere"; given, these must be positive.
+    if (config_is_set(cfg, "gpu-mem") && !(cfg->gpu_mem > 0)) fatal("--gpu-mem must be a positive number of GiB");
+    if (config_is_set(cfg, "world-size") && cfg->world_size <= 0)
+        fatal("--world-size must be positive (got %d)", cfg->world_size);
+    if (config_is_set(cfg, "ranks-per-node") && cfg->ranks_per_node <= 0)
+        fatal("--ranks-per-node must be positive (got %d)", cfg->ranks_per_node);
+    if (cfg->auto_plan && !cfg->plan && config_is_set(cfg, "world-size"))
+        fatal("--world-size is for --plan; a training run's world is the number of MPI ranks");
+    // --fp8-* only for FP8 runs; under --precision auto once it is resolved (precision_resolve).
+    if (cfg->precision != PRECISION_FP8 && cfg->precision != PRECISION_AUTO) {
+        const char* fp8_flags[] = {"fp8-recipe", "fp8-amax-history", "fp8-margin", "fp8-skip"};
+        for (int i = 0; i < 4; i++)
+            if (config_is_set(cfg, fp8_flags[i]))
+                fatal("--%s is for FP8 training, but this run trains in %s%s", fp8_flags[i],
+                      config_enum_name("precision", cfg->precision),
+                      config_is_set(cfg, "precision") ? "" : " (chosen by --precision auto; give --precision fp8)");
     }
 }
 

@@ -8,10 +8,24 @@
 
 #include <stdint.h>
 
+#include "llm/recompute.h"
 #include "llm/util/json.h"
 #include "llm/util/util.h"
 
 EXTERN_C_BEGIN
+
+// Enum-like flags are parsed once, here: the field holds the index of the
+// value's name in the flag's list of allowed values (config.c's FLAGS table),
+// so each enum below lists its values in the table's order.
+typedef enum { DEVICE_AUTO = 0, DEVICE_CPU, DEVICE_CUDA } DeviceChoice;                  // --device
+typedef enum { PRECISION_FP32 = 0, PRECISION_BF16, PRECISION_FP8, PRECISION_AUTO } PrecisionChoice;  // --precision
+typedef enum { ON_DIVERGENCE_STOP = 0, ON_DIVERGENCE_ROLLBACK } DivergenceAction;        // --on-divergence
+typedef enum { SHARD_SCOPE_WORLD = 0, SHARD_SCOPE_NODE } ShardScope;                     // --shard-scope
+typedef enum { EXPORT_FP32 = 0, EXPORT_BF16 } ExportDtype;                               // --export-dtype
+// --recompute is a RecomputeMode (llm/recompute.h) and --fp8-recipe an
+// Fp8Recipe (llm/fp8/fp8.h), in the same order (tests/test_config.c checks).
+// --resume is a directory or a keyword:
+typedef enum { RESUME_AUTO = 0, RESUME_NEVER, RESUME_DIR } ResumeMode;
 
 typedef struct {
     // model
@@ -38,23 +52,23 @@ typedef struct {
     // evaluation and output
     int val_every, val_batches, sample_every, sample_tokens, log_every;
     char* export_path;    // final weights in llm.c's layout
-    char* export_dtype;   // fp32|bf16
+    ExportDtype export_dtype;
     // checkpoints
     char* checkpoint_dir; // auto|""|DIR (see checkpoint.h)
     int checkpoint_every; // steps between checkpoints; 0: only at the end and on SIGTERM
     int keep_last;        // complete checkpoints kept; 0: all
-    char* resume;         // auto|never|DIR of one checkpoint
+    char* resume;         // auto|never|DIR of one checkpoint (config_resume_mode)
     int async_checkpoint; // write checkpoints from a background thread
     char* model_dir;      // final weights (llm.c layout) go here: auto|""|DIR
     // runtime
-    char* device;         // auto|cpu|cuda
-    char* precision;      // fp32|bf16|fp8|auto (auto is resolved before the backend opens: llm/precision.h)
-    char* fp8_recipe;     // current|delayed (llm/fp8/fp8.h)
+    DeviceChoice device;
+    PrecisionChoice precision;  // auto is resolved before the backend opens (llm/precision.h)
+    int fp8_recipe;       // an Fp8Recipe (llm/fp8/fp8.h)
     int fp8_amax_history; // delayed scaling: history length
     int fp8_margin;       // delayed scaling: scales leave 2^margin headroom
     char* fp8_skip;       // GEMMs kept in bf16 (fp8_parse_skip)
     // memory and planning
-    char* recompute;      // none|selective|full
+    RecomputeMode recompute;
     int recompute_layers; // full recompute for the first N layers
     int plan;             // --plan: print the plan and exit
     int auto_plan;        // --auto: train with the plan's recommendation
@@ -71,18 +85,30 @@ typedef struct {
     double spike_z;       // loss z-score that counts as a spike; 0: off
     int spike_window;     // steps in the spike baseline
     int skip_spikes;      // skip the update on a spike
-    char* on_divergence;  // stop|rollback when --max-bad-steps is reached
+    DivergenceAction on_divergence;  // when --max-bad-steps is reached
     int max_rollbacks;    // rollbacks to the same checkpoint before stopping
     double collective_timeout;  // seconds a collective may take; 0: no watchdog
     int threads;          // CPU threads; 0: all cores (shared by the ranks of a machine)
     // distributed
     int zero_stage;       // 0..3
-    char* shard_scope;    // world|node
+    ShardScope shard_scope;
 } TrainConfig;
 
 // Fills defaults, parses argv (`--flag value` or `--flag=value`), prints help
-// and exits 0 on --help; any unknown flag or bad value is fatal, naming it.
+// and exits 0 on --help; any unknown flag or bad value is fatal, naming it:
+// not a number, not one of an enum's values, or outside the flag's range.
 void config_parse(TrainConfig* cfg, int argc, char** argv);
+// The checks that involve more than one flag (e.g. --shard-scope node needs
+// --zero 1..3), fatal naming the flags. Run after every source of flags
+// (command line, SageMaker) and again once --precision auto is resolved.
+void config_check(const TrainConfig* cfg);
+// The name of an enum flag's value ("bf16" for --precision PRECISION_BF16);
+// NULL for a flag that is not an enum or a value out of its range.
+const char* config_enum_name(const char* flag, int value);
+// --resume's keyword, or RESUME_DIR for a checkpoint directory.
+ResumeMode config_resume_mode(const TrainConfig* cfg);
+// Whether a directory flag (--checkpoint-dir, --model-dir) says "auto".
+int config_dir_is_auto(const char* value);
 // Sets one flag by name (without the leading dashes) from a string value;
 // `source` prefixes error messages (e.g. "hyperparameters.json: ", or "" for
 // the command line). Returns 0 if the flag is unknown.
@@ -104,6 +130,9 @@ void config_write_json(const TrainConfig* cfg, JsonWriter* j);
 int config_num_flags(void);
 const char* config_flag_name(int i);
 int config_flag_is_string(int i);
+// The values the flag accepts, as the table and --help write them: "a|b|c"
+// for an enum, a range such as "[0, 1)" for a number; NULL: any value.
+const char* config_flag_allowed(int i);
 void config_flag_value(const TrainConfig* cfg, int i, char* buf, size_t size);
 // Frees the text values (for programs that parse more than one config).
 void config_free(TrainConfig* cfg);

@@ -26,10 +26,6 @@ static void parse_inject_steps(Guard* g, const char* spec) {
 
 void guard_init(Guard* g, const TrainConfig* cfg) {
     memset(g, 0, sizeof *g);
-    if (cfg->max_bad_steps < 0) fatal("--max-bad-steps must not be negative (got %d)", cfg->max_bad_steps);
-    if (!(cfg->spike_z >= 0)) fatal("--spike-z must not be negative (got %g)", cfg->spike_z);
-    if (cfg->spike_window < 2) fatal("--spike-window must be at least 2 (got %d)", cfg->spike_window);
-    if (cfg->skip_spikes && cfg->spike_z == 0) fatal("--skip-spikes needs spike detection: set --spike-z above 0");
     g->max_bad_steps = cfg->max_bad_steps;
     g->spike_z = cfg->spike_z;
     g->spike_window = cfg->spike_window;

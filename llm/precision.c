@@ -17,23 +17,20 @@ static double model_params(const TrainConfig* cfg) {
     return (double)gpt_num_params(&c);
 }
 
-static void set_precision(TrainConfig* cfg, const char* value) {
-    free(cfg->precision);
-    cfg->precision = xstrdup(value);
+// The run's precision for the planner's choice (the two enums list fp32, bf16, fp8 alike).
+static PrecisionChoice from_plan(Precision p) {
+    return p == PREC_FP8 ? PRECISION_FP8 : p == PREC_BF16 ? PRECISION_BF16 : PRECISION_FP32;
 }
 
 void precision_resolve(TrainConfig* cfg) {
-    const char* p = cfg->precision;
-    if (strcmp(p, "fp32") && strcmp(p, "bf16") && strcmp(p, "fp8") && strcmp(p, "auto"))
-        fatal("--precision '%s' is not one of fp32, bf16, fp8, auto", p);
-    if (!strcmp(p, "auto")) {
+    if (cfg->precision == PRECISION_AUTO) {
         double params = model_params(cfg);
         int gpu = device_wants_cuda(cfg->device);
         int major = 0, minor = 0;
         if (gpu && cuda_current_compute_capability) cuda_current_compute_capability(&major, &minor);
         int has_fp8 = major * 10 + minor >= 89;
         Precision choice = precision_for_model(params, gpu, has_fp8);
-        set_precision(cfg, precision_name(choice));
+        cfg->precision = from_plan(choice);
         if (!gpu)
             printf("precision | auto: fp32: the CPU backend computes in FP32 (--precision fp8 emulates FP8 GEMMs)\n");
         else if (choice == PREC_FP8)
@@ -47,11 +44,5 @@ void precision_resolve(TrainConfig* cfg) {
             printf("precision | auto: bf16: %.2fB parameters, under the %.1fB from which FP8 is the default\n",
                    params / 1e9, PLAN_FP8_FROM_PARAMS / 1e9);
     }
-    if (strcmp(cfg->precision, "fp8") != 0) {
-        const char* fp8_flags[] = {"fp8-recipe", "fp8-amax-history", "fp8-margin", "fp8-skip"};
-        for (int i = 0; i < 4; i++)
-            if (config_is_set(cfg, fp8_flags[i]))
-                fatal("--%s is for FP8 training, but this run trains in %s%s", fp8_flags[i], cfg->precision,
-                      config_is_set(cfg, "precision") ? "" : " (chosen by --precision auto; give --precision fp8)");
-    }
+    config_check(cfg);  // now also the --fp8-* flags against the resolved precision
 }

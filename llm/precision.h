@@ -13,8 +13,8 @@
 
 EXTERN_C_BEGIN
 
-// Replaces cfg->precision "auto" by the choice, printing one line that says
-// why; checks the value and that --fp8-* flags are only given for fp8 runs.
+// Replaces cfg->precision auto by the choice, printing one line that says
+// why; then config_check (--fp8-* flags are only for fp8 runs).
 void precision_resolve(TrainConfig* cfg);
 
 EXTERN_C_END

@@ -19,12 +19,7 @@ RecomputePolicy recompute_policy(RecomputeMode mode, int full_layers, int num_la
     return p;
 }
 
-RecomputePolicy recompute_policy_from_flags(const char* name, int full_layers, int num_layers) {
-    RecomputeMode mode;
-    if (!strcmp(name, "none")) mode = RECOMPUTE_NONE;
-    else if (!strcmp(name, "selective")) mode = RECOMPUTE_SELECTIVE;
-    else if (!strcmp(name, "full")) mode = RECOMPUTE_FULL;
-    else fatal("--recompute '%s' is not one of none, selective, full", name);
+RecomputePolicy recompute_policy_from_flags(RecomputeMode mode, int full_layers, int num_layers) {
     if (full_layers < 0 || full_layers > num_layers)
         fatal("--recompute-layers %d is outside 0..%d (the model's layers)", full_layers, num_layers);
     if (mode == RECOMPUTE_FULL && full_layers != 0 && full_layers != num_layers)

@@ -42,9 +42,9 @@ typedef struct {
 // The policy for `mode` with `full_layers` full layers out of num_layers,
 // normalised so that equal memory plans compare equal: full <=> F == L.
 RecomputePolicy recompute_policy(RecomputeMode mode, int full_layers, int num_layers);
-// From the flags --recompute NAME and --recompute-layers N; fatal, naming the
-// flag, on an unknown name or an N outside 0..L.
-RecomputePolicy recompute_policy_from_flags(const char* name, int full_layers, int num_layers);
+// From the flags --recompute MODE and --recompute-layers N; fatal, naming the
+// flag, on an N outside 0..L or one that contradicts --recompute full.
+RecomputePolicy recompute_policy_from_flags(RecomputeMode mode, int full_layers, int num_layers);
 // The mode layer l runs in: FULL for l < F, else the base mode.
 RecomputeMode recompute_layer_mode(const RecomputePolicy* p, int layer);
 const char* recompute_mode_name(RecomputeMode m);

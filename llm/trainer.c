@@ -15,11 +15,8 @@
 // ---------------------------------------------------------------------------
 // setup
 
+// (--seq-len, --micro-batch and --steps are range-checked by the flag table.)
 static void setup_batch_geometry(Trainer* tr, const TrainConfig* cfg) {
-    if (cfg->seq_len <= 0 || cfg->seq_len > PLAN_MAX_SEQ_LEN)
-        fatal("--seq-len %d is outside 1..%d", cfg->seq_len, PLAN_MAX_SEQ_LEN);
-    if (cfg->micro_batch <= 0) fatal("--micro-batch must be positive (got %d)", cfg->micro_batch);
-    if (cfg->steps < 0) fatal("--steps must not be negative (got %d)", cfg->steps);
     tr->B = cfg->micro_batch;
     tr->T = cfg->seq_len;
     long per_micro = (long)tr->B * tr->T * tr->world;
@@ -34,14 +31,7 @@ static void setup_batch_geometry(Trainer* tr, const TrainConfig* cfg) {
 
 // --zero and --shard-scope: the rank groups the model is sharded over.
 static void setup_sharding(Trainer* tr, const TrainConfig* cfg) {
-    if (cfg->zero_stage < 0 || cfg->zero_stage > 3) fatal("--zero %d is not one of 0, 1, 2, 3", cfg->zero_stage);
-    int node_scope;
-    if (!strcmp(cfg->shard_scope, "world")) node_scope = 0;
-    else if (!strcmp(cfg->shard_scope, "node")) node_scope = 1;
-    else fatal("--shard-scope '%s' is not one of world, node", cfg->shard_scope);
-    if (node_scope && cfg->zero_stage == 0)
-        fatal("--shard-scope node needs --zero 1, 2 or 3 (ZeRO-0 shards nothing)");
-    comm_set_shard_scope(tr->comm, node_scope);
+    comm_set_shard_scope(tr->comm, cfg->shard_scope == SHARD_SCOPE_NODE);
     comm_attach_backend(tr->comm, tr->be);
 }
 
@@ -60,7 +50,7 @@ static void setup_fp8(Trainer* tr, const TrainConfig* cfg) {
               major, minor);
     }
     Fp8Options o;
-    o.recipe = fp8_parse_recipe(cfg->fp8_recipe);
+    o.recipe = (Fp8Recipe)cfg->fp8_recipe;
     o.history = cfg->fp8_amax_history;
     o.margin = cfg->fp8_margin;
     int L = m->config.num_layers, C = m->config.channels, all_skipped = 1;
@@ -90,12 +80,6 @@ void trainer_setup(Trainer* tr, const TrainConfig* cfg, Backend* be, Comm* comm)
     tr->world = comm->world;
     setup_sharding(tr, cfg);
     setup_batch_geometry(tr, cfg);
-    if (cfg->warmup < 0) fatal("--warmup must not be negative (got %d)", cfg->warmup);
-    if (!(cfg->lr > 0)) fatal("--lr must be positive (got %g)", cfg->lr);
-    if (cfg->grad_clip < 0) fatal("--grad-clip must not be negative (got %g)", cfg->grad_clip);
-    if (cfg->log_every <= 0) fatal("--log-every must be positive (got %d)", cfg->log_every);
-    if (strcmp(cfg->export_dtype, "fp32") != 0 && strcmp(cfg->export_dtype, "bf16") != 0)
-        fatal("--export-dtype '%s' is not one of fp32, bf16", cfg->export_dtype);
 
     if (cfg->tokenizer[0]) {
         if (!file_exists(cfg->tokenizer))
@@ -122,7 +106,7 @@ void trainer_setup(Trainer* tr, const TrainConfig* cfg, Backend* be, Comm* comm)
     const CommGroupInfo* shard = &comm->group[COMM_SHARD];
     gpt_create_recompute(&tr->model, &mc, be, tr->B, tr->T, shard->size, shard->rank, cfg->zero_stage, &recompute);
     zero_init(&tr->zero, &tr->model, comm);
-    if (!strcmp(cfg->precision, "fp8")) setup_fp8(tr, cfg);
+    if (cfg->precision == PRECISION_FP8) setup_fp8(tr, cfg);
     if (cfg->init_from[0]) llmc_load_weights(&tr->model, cfg->init_from);
     else gpt_init_random(&tr->model, (uint64_t)cfg->seed);
 

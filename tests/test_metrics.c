@@ -55,19 +55,19 @@ static void mfu_by_hand(void) {
 
 static void peak_table(void) {
     const char* row;
-    CHECK(gpu_peak_tflops("NVIDIA H100 80GB HBM3", "bf16", &row) == 989 && !strcmp(row, "H100"), "H100 SXM bf16");
-    CHECK(gpu_peak_tflops("NVIDIA H100 80GB HBM3", "fp8", NULL) == 1979, "H100 SXM fp8");
-    CHECK(gpu_peak_tflops("NVIDIA H200", "bf16", NULL) == 989, "H200 bf16");
-    CHECK(gpu_peak_tflops("NVIDIA H200", "fp8", NULL) == 1979, "H200 fp8");
-    CHECK(gpu_peak_tflops("NVIDIA B200", "bf16", NULL) == 2250, "B200 bf16");
-    CHECK(gpu_peak_tflops("NVIDIA B200", "fp8", NULL) == 4500, "B200 fp8");
-    CHECK(gpu_peak_tflops("NVIDIA A100-SXM4-80GB", "bf16", NULL) == 312, "A100 bf16");
-    CHECK(gpu_peak_tflops("NVIDIA A100-SXM4-80GB", "fp8", &row) == 0 && row && !strcmp(row, "A100"), "A100 has no fp8");
-    CHECK(gpu_peak_tflops("NVIDIA H100 PCIe", "bf16", &row) == 756 && !strcmp(row, "H100 PCIe"), "H100 PCIe");
-    CHECK(gpu_peak_tflops("NVIDIA H100 NVL", "bf16", NULL) == 835, "H100 NVL");
-    CHECK(gpu_peak_tflops("NVIDIA H100 80GB HBM3", "fp32", NULL) == 0, "no fp32 entry");
-    CHECK(gpu_peak_tflops("NVIDIA L40S", "bf16", &row) == 0 && row == NULL, "unknown GPU");
-    CHECK(gpu_peak_tflops("nvidia h100 80gb hbm3", "bf16", NULL) == 989, "case-insensitive");
+    CHECK(gpu_peak_tflops("NVIDIA H100 80GB HBM3", PRECISION_BF16, &row) == 989 && !strcmp(row, "H100"), "H100 SXM bf16");
+    CHECK(gpu_peak_tflops("NVIDIA H100 80GB HBM3", PRECISION_FP8, NULL) == 1979, "H100 SXM fp8");
+    CHECK(gpu_peak_tflops("NVIDIA H200", PRECISION_BF16, NULL) == 989, "H200 bf16");
+    CHECK(gpu_peak_tflops("NVIDIA H200", PRECISION_FP8, NULL) == 1979, "H200 fp8");
+    CHECK(gpu_peak_tflops("NVIDIA B200", PRECISION_BF16, NULL) == 2250, "B200 bf16");
+    CHECK(gpu_peak_tflops("NVIDIA B200", PRECISION_FP8, NULL) == 4500, "B200 fp8");
+    CHECK(gpu_peak_tflops("NVIDIA A100-SXM4-80GB", PRECISION_BF16, NULL) == 312, "A100 bf16");
+    CHECK(gpu_peak_tflops("NVIDIA A100-SXM4-80GB", PRECISION_FP8, &row) == 0 && row && !strcmp(row, "A100"), "A100 has no fp8");
+    CHECK(gpu_peak_tflops("NVIDIA H100 PCIe", PRECISION_BF16, &row) == 756 && !strcmp(row, "H100 PCIe"), "H100 PCIe");
+    CHECK(gpu_peak_tflops("NVIDIA H100 NVL", PRECISION_BF16, NULL) == 835, "H100 NVL");
+    CHECK(gpu_peak_tflops("NVIDIA H100 80GB HBM3", PRECISION_FP32, NULL) == 0, "no fp32 entry");
+    CHECK(gpu_peak_tflops("NVIDIA L40S", PRECISION_BF16, &row) == 0 && row == NULL, "unknown GPU");
+    CHECK(gpu_peak_tflops("nvidia h100 80gb hbm3", PRECISION_BF16, NULL) == 989, "case-insensitive");
 }
 
 static void cpu_ceiling_measured(void) {

@@ -50,7 +50,7 @@ expect_error plan_bad_recompute "--recompute 'most' is not one of none, selectiv
 expect_error plan_bad_recompute_layers "--recompute-layers 9 is outside 0..4" "$TG" --plan --recompute-layers 9
 expect_error plan_full_with_layers "--recompute-layers 2: with --recompute full" "$TG" --plan --recompute full --recompute-layers 2
 expect_error plan_seq_too_long "--seq-len 262144 is outside 1..131072" "$TG" --plan --seq-len 262144
-expect_error plan_bad_gpu_mem "--gpu-mem must be a positive number of GiB" "$TG" --plan --gpu-mem -3
+expect_error plan_bad_gpu_mem "--gpu-mem must not be negative" "$TG" --plan --gpu-mem -3
 expect_error plan_bad_world "--world-size must be positive" "$TG" --plan --world-size 0
 expect_error plan_bad_zero "--zero 5 is not one of 0, 1, 2, 3" "$TG" --plan --zero 5
 expect_error plan_cpu_bf16 "--precision bf16: the CPU backend computes in fp32" "$TG" --plan --device cpu --precision bf16

@@ -33,19 +33,51 @@ static const char* write_json(const char* name, const char* text) {
     return path;
 }
 
-// A value of the flag's type that differs from its default: 0 <-> 1 (booleans
-// included), other integers and reals doubled, strings extended.
-static void other_value(const char* def, char* out, size_t size) {
+// Whether v is inside the flag's range ("[lo, hi)" etc.; NULL: anything).
+static int in_range(const char* range, double v) {
+    char open, close;
+    char lo_text[32], hi_text[32];
+    if (!range || sscanf(range, " %c %31[^, ] , %31[^])] %c", &open, lo_text, hi_text, &close) != 4) return 1;
+    double lo = strtod(lo_text, NULL), hi = strtod(hi_text, NULL);
+    return (open == '(' ? v > lo : v >= lo) && (close == ')' ? v < hi : v <= hi);
+}
+
+// A value of the flag's type that differs from its default and that the flag
+// accepts (config_flag_allowed): another name of an enum; 0 <-> 1 (booleans
+// included), other integers and reals doubled, else moved half way to the
+// end of the range; strings extended.
+static void other_value(const char* def, const char* allowed, char* out, size_t size) {
     long l;
     double d;
+    if (allowed && strchr(allowed, '|')) {
+        const char* p = allowed;
+        for (;;) {
+            size_t len = strcspn(p, "|");
+            if (len != strlen(def) || strncmp(p, def, len) != 0) {
+                snprintf(out, size, "%.*s", (int)len, p);
+                return;
+            }
+            p += len + (p[len] == '|');
+        }
+    }
     if (parse_long(def, &l)) {
-        if (l == 0 || l == 1) snprintf(out, size, "%ld", 1 - l);
-        else snprintf(out, size, "%ld", 2 * l);
+        long v = l == 0 || l == 1 ? 1 - l : 2 * l;
+        if (!in_range(allowed, (double)v)) v = l + 1;
+        if (!in_range(allowed, (double)v)) v = l - 1;
+        snprintf(out, size, "%ld", v);
     } else if (parse_double(def, &d)) {
-        snprintf(out, size, "%.17g", 2 * d);
+        double v = 2 * d;
+        if (!in_range(allowed, v)) v = d + (1 - d) / 2;  // the ranges that end have their end at 1
+        snprintf(out, size, "%.17g", v);
     } else {
         snprintf(out, size, "%sx", def);
     }
+}
+
+static const char* allowed_of(const char* name) {
+    for (int i = 0; i < config_num_flags(); i++)
+        if (!strcmp(config_flag_name(i), name)) return config_flag_allowed(i);
+    return NULL;
 }
 
 // Every flag of the table (taken from config_print, so a new flag is covered
@@ -60,7 +92,7 @@ static void every_flag_is_a_hyperparameter(void) {
     for (char* line = strtok(listing, "\n"); line; line = strtok(NULL, "\n")) {
         char name[128], def[256] = "", value[300], key[128], json[700];
         if (sscanf(line, "%127s %255[^\n]", name, def) < 1) continue;
-        other_value(def, value, sizeof value);
+        other_value(def, allowed_of(name), value, sizeof value);
 
         TrainConfig by_flag, by_file;
         const char* argv[] = {"train_gpt", NULL, value};

@@ -52,7 +52,7 @@ static double mib(int64_t bytes) { return (double)bytes / (1024.0 * 1024.0); }
 // setup
 
 static char* resolve_checkpoint_dir(const char* flag) {
-    if (strcmp(flag, "auto") != 0) return flag[0] ? xstrdup(flag) : NULL;
+    if (!config_dir_is_auto(flag)) return flag[0] ? xstrdup(flag) : NULL;
     const char* env = getenv("TRAIN_GPT_CHECKPOINT_DIR");
     if (env) return env[0] ? xstrdup(env) : NULL;
     if (is_dir("/opt/ml/checkpoints")) return xstrdup("/opt/ml/checkpoints");
@@ -60,7 +60,7 @@ static char* resolve_checkpoint_dir(const char* flag) {
 }
 
 static char* resolve_model_dir(const char* flag) {
-    if (strcmp(flag, "auto") != 0) return flag[0] ? xstrdup(flag) : NULL;
+    if (!config_dir_is_auto(flag)) return flag[0] ? xstrdup(flag) : NULL;
     const char* env = getenv("SM_MODEL_DIR");
     if (env && env[0]) return xstrdup(env);
     if (is_dir("/opt/ml/model")) return xstrdup("/opt/ml/model");
@@ -68,12 +68,6 @@ static char* resolve_model_dir(const char* flag) {
 }
 
 Checkpointer* checkpointer_create(const TrainConfig* cfg, Trainer* tr) {
-    if (cfg->checkpoint_every < 0) fatal("--checkpoint-every must not be negative (got %d)", cfg->checkpoint_every);
-    if (cfg->keep_last < 0) fatal("--keep-last must not be negative (got %d)", cfg->keep_last);
-    const char* resume = cfg->resume;
-    if (!resume[0]) fatal("--resume must be auto, never, or a checkpoint directory");
-    if (strcmp(resume, "auto") != 0 && strcmp(resume, "never") != 0 && !is_dir(resume))
-        fatal("--resume '%s' is not auto, never, or an existing checkpoint directory", resume);
     fault_inject_init();
 
     Checkpointer* ck = (Checkpointer*)xcalloc(1, sizeof(Checkpointer));
@@ -294,11 +288,12 @@ static int step_complete(const Checkpointer* ck, int step) {
 }
 
 void checkpoint_resume(Checkpointer* ck) {
-    const char* mode = ck->cfg->resume;
+    ResumeMode mode = config_resume_mode(ck->cfg);
+    const char* dir = ck->cfg->resume;  // with RESUME_DIR
     Manifest man;
     char why[CKPT_MSG_SIZE + 2048];
     int had_manifest;
-    if (strcmp(mode, "never") == 0) {
+    if (mode == RESUME_NEVER) {
         int* steps = NULL;
         int n = ck->dir ? list_steps(ck, &steps) : 0;
         for (int i = 0; i < n && ck->comm->rank == 0; i++) {
@@ -311,9 +306,9 @@ void checkpoint_resume(Checkpointer* ck) {
         free(steps);
         return;
     }
-    if (strcmp(mode, "auto") != 0) {
-        if (!check_checkpoint(ck, mode, -1, &man, &had_manifest, why, sizeof why)) fatal("--resume %s: %s", mode, why);
-        load_checkpoint(ck, mode, &man);
+    if (mode == RESUME_DIR) {
+        if (!check_checkpoint(ck, dir, -1, &man, &had_manifest, why, sizeof why)) fatal("--resume %s: %s", dir, why);
+        load_checkpoint(ck, dir, &man);
         manifest_free(&man);
         return;
     }
@@ -600,7 +595,7 @@ void checkpoint_export_model_dir(Checkpointer* ck) {
     if (ck->comm->rank != 0) return;
     int e = ckpt_mkdirs(ck->model_dir);
     if (e) fatal("--model-dir '%s': %s", ck->model_dir, strerror(e));
-    DType dt = strcmp(ck->cfg->export_dtype, "bf16") == 0 ? DTYPE_BF16 : DTYPE_F32;
+    DType dt = ck->cfg->export_dtype == EXPORT_BF16 ? DTYPE_BF16 : DTYPE_F32;
     CkptFileEntry entry;
     char msg[CKPT_MSG_SIZE];
     if (ckpt_write_weights(&ck->snap, ck->model_dir, "model.bin", dt, -1, &entry, msg, sizeof msg))

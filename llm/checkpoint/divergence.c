@@ -9,22 +9,14 @@
 static int last_target = -1, same_target;
 
 void divergence_check_flags(const TrainConfig* cfg, const Checkpointer* ck) {
-    const char* mode = cfg->on_divergence;
-    if (strcmp(mode, "stop") != 0 && strcmp(mode, "rollback") != 0)
-        fatal("--on-divergence '%s' is not one of stop, rollback", mode);
-    if (cfg->max_rollbacks < 1) fatal("--max-rollbacks must be at least 1 (got %d)", cfg->max_rollbacks);
-    if (strcmp(mode, "rollback") != 0) return;
-    if (!checkpoint_dir(ck))
+    // The flags alone are config_check's; this needs the directory resolved from --checkpoint-dir.
+    if (cfg->on_divergence == ON_DIVERGENCE_ROLLBACK && !checkpoint_dir(ck))
         fatal("--on-divergence rollback needs checkpoints to go back to, and --checkpoint-dir is empty");
-    if (cfg->checkpoint_every <= 0)
-        fatal("--on-divergence rollback needs --checkpoint-every above 0 (checkpoints during the run to go back to)");
-    if (cfg->max_bad_steps <= 0)
-        fatal("--on-divergence rollback needs --max-bad-steps above 0 (with 0 the run never gives up on a step)");
 }
 
 int divergence_recover(Checkpointer* ck, Trainer* tr, int steps_done) {
     const TrainConfig* cfg = tr->cfg;
-    if (strcmp(cfg->on_divergence, "rollback") != 0) guard_stop_if_exhausted(&tr->guard, steps_done);
+    if (cfg->on_divergence != ON_DIVERGENCE_ROLLBACK) guard_stop_if_exhausted(&tr->guard, steps_done);
     const Guard* g = &tr->guard;
     const char* reason = guard_last_skip_reason(g);
     int bad = g->bad_in_row;

@@ -39,14 +39,14 @@ static int contains(const char* haystack, const char* needle) {
     return 0;
 }
 
-double gpu_peak_tflops(const char* gpu_name, const char* precision, const char** matched) {
+double gpu_peak_tflops(const char* gpu_name, PrecisionChoice precision, const char** matched) {
     if (matched) *matched = NULL;
     if (!gpu_name) return 0;
     for (size_t i = 0; i < sizeof GPU_PEAKS / sizeof GPU_PEAKS[0]; i++) {
         if (!contains(gpu_name, GPU_PEAKS[i].name)) continue;
         if (matched) *matched = GPU_PEAKS[i].name;
-        if (!strcmp(precision, "bf16")) return GPU_PEAKS[i].bf16;
-        if (!strncmp(precision, "fp8", 3)) return GPU_PEAKS[i].fp8;
+        if (precision == PRECISION_BF16) return GPU_PEAKS[i].bf16;
+        if (precision == PRECISION_FP8) return GPU_PEAKS[i].fp8;
         return 0;
     }
     return 0;

@@ -14,6 +14,7 @@
 #pragma once
 
 #include "kernels/ops.h"
+#include "llm/config.h"
 #include "llm/gpt.h"
 
 EXTERN_C_BEGIN
@@ -23,9 +24,9 @@ double flops_per_token(const GPTConfig* c, int T);
 
 // Dense peak TFLOP/s of one GPU whose CUDA name contains a known model
 // (A100, H100, H200, B200, with the PCIe/NVL variants) at precision
-// "bf16" or "fp8". Returns 0 when the table has no entry (an unknown GPU,
+// bf16 or fp8. Returns 0 when the table has no entry (an unknown GPU,
 // fp32, or FP8 on an A100). *matched (optional) names the table row.
-double gpu_peak_tflops(const char* gpu_name, const char* precision, const char** matched);
+double gpu_peak_tflops(const char* gpu_name, PrecisionChoice precision, const char** matched);
 
 // Achieved FLOP/s of the CPU backend's own matmul_forward on a square FP32
 // problem (1024^3, best of three after a warm-up; about 0.1 s on two cores):

@@ -89,7 +89,7 @@ static PlanDevice plan_target(const TrainConfig* cfg, char* note, size_t note_le
         snprintf(note, note_len, "%.0f MiB, the total nvidia-smi reports for the %s", d.memory / 1048576.0, d.name);
         return d;
     }
-    if (!strcmp(cfg->device, "cpu")) return cpu_device(cfg, note, note_len);
+    if (cfg->device == DEVICE_CPU) return cpu_device(cfg, note, note_len);
     if (device_cuda_available() && real_gpu(&d, note, note_len)) return d;
     if (cfg->gpu_mem > 0) {
         memset(&d, 0, sizeof d);
@@ -103,9 +103,6 @@ static PlanDevice plan_target(const TrainConfig* cfg, char* note, size_t note_le
 
 // The device --auto plans for: the one backend_open will choose.
 static PlanDevice auto_target(const TrainConfig* cfg, char* note, size_t note_len) {
-    if (cfg->gpu[0])
-        fatal("--gpu names a GPU for --plan; --auto plans for the device this run trains on (--gpu-mem sets its "
-              "memory)");
     if (!device_wants_cuda(cfg->device)) return cpu_device(cfg, note, note_len);
     PlanDevice d;
     if (device_cuda_available() && real_gpu(&d, note, note_len)) return d;
@@ -115,26 +112,17 @@ static PlanDevice auto_target(const TrainConfig* cfg, char* note, size_t note_le
 // ---------------------------------------------------------------------------
 // flags -> request
 
-static Precision parse_plan_precision(const char* s, const PlanDevice* dev) {
-    Precision p;
-    if (!strcmp(s, "fp32")) p = PREC_FP32;
-    else if (!strcmp(s, "bf16")) p = PREC_BF16;
-    else if (!strcmp(s, "fp8")) p = PREC_FP8;
-    else fatal("--precision '%s' is not one of fp32, bf16, fp8, auto", s);
+// --precision fp32, bf16 or fp8 as the planner's Precision, if the device has it.
+static Precision plan_precision(PrecisionChoice choice, const PlanDevice* dev) {
+    Precision p = choice == PRECISION_FP8 ? PREC_FP8 : choice == PRECISION_BF16 ? PREC_BF16 : PREC_FP32;
     if (!dev->is_gpu && p == PREC_BF16)
-        fatal("--precision %s: the CPU backend computes in fp32 (plan for a GPU with --gpu)", s);
+        fatal("--precision %s: the CPU backend computes in fp32 (plan for a GPU with --gpu)", precision_name(p));
     if (p == PREC_FP8 && dev->peak_bf16 > 0 && dev->peak_fp8 == 0) fatal("--precision fp8: the %s has no FP8", dev->name);
     return p;
 }
 
 static void build_request(const TrainConfig* cfg, int for_auto, PlanRequest* rq) {
     memset(rq, 0, sizeof *rq);
-    if (cfg->seq_len <= 0 || cfg->seq_len > PLAN_MAX_SEQ_LEN)
-        fatal("--seq-len %d is outside 1..%d", cfg->seq_len, PLAN_MAX_SEQ_LEN);
-    if (cfg->micro_batch <= 0) fatal("--micro-batch must be positive (got %d)", cfg->micro_batch);
-    if (config_is_set(cfg, "gpu-mem") && !(cfg->gpu_mem > 0)) fatal("--gpu-mem must be a positive number of GiB");
-    if (strcmp(cfg->device, "auto") && strcmp(cfg->device, "cpu") && strcmp(cfg->device, "cuda"))
-        fatal("--device '%s' is not one of auto, cpu, cuda", cfg->device);
 
     // The vocabulary from the tokenizer when it is there; no data files.
     int vocab = tokenizer_vocab_if_present(cfg->tokenizer);
@@ -154,27 +142,18 @@ static void build_request(const TrainConfig* cfg, int for_auto, PlanRequest* rq)
 
     int mpi_world, mpi_local;
     plan_mpi_world(&mpi_world, &mpi_local);
-    if (config_is_set(cfg, "world-size") && for_auto)
-        fatal("--world-size is for --plan; a training run's world is the number of MPI ranks");
-    if (config_is_set(cfg, "world-size") && cfg->world_size <= 0)
-        fatal("--world-size must be positive (got %d)", cfg->world_size);
-    if (config_is_set(cfg, "ranks-per-node") && cfg->ranks_per_node <= 0)
-        fatal("--ranks-per-node must be positive (got %d)", cfg->ranks_per_node);
     pc->world = cfg->world_size > 0 ? cfg->world_size : mpi_world ? mpi_world : 1;
     pc->ranks_per_node = cfg->ranks_per_node > 0 ? cfg->ranks_per_node : mpi_local ? mpi_local : 8;
 
     pc->T = cfg->seq_len;
     pc->B = cfg->micro_batch;
     // --precision auto (the default) is the planner's own choice.
-    int precision_given = config_is_set(cfg, "precision") && strcmp(cfg->precision, "auto") != 0;
-    pc->precision = precision_given ? parse_plan_precision(cfg->precision, &rq->dev)
+    int precision_given = config_is_set(cfg, "precision") && cfg->precision != PRECISION_AUTO;
+    pc->precision = precision_given ? plan_precision(cfg->precision, &rq->dev)
                                     : plan_default_precision(&pc->model, &rq->dev);
-    pc->fp8_history = fp8_parse_recipe(cfg->fp8_recipe) == FP8_DELAYED ? cfg->fp8_amax_history : 0;
-    if (fp8_parse_recipe(cfg->fp8_recipe) == FP8_DELAYED && cfg->fp8_amax_history < 1)
-        fatal("--fp8-amax-history must be at least 1 (got %d)", cfg->fp8_amax_history);
+    pc->fp8_history = (Fp8Recipe)cfg->fp8_recipe == FP8_DELAYED ? cfg->fp8_amax_history : 0;
     pc->fp8_skip = fp8_parse_skip(cfg->fp8_skip, pc->model.num_layers);  // lives as long as the process
     pc->recompute = recompute_policy_from_flags(cfg->recompute, cfg->recompute_layers, pc->model.num_layers);
-    if (cfg->zero_stage < 0 || cfg->zero_stage > 3) fatal("--zero %d is not one of 0, 1, 2, 3", cfg->zero_stage);
     pc->zero_stage = cfg->zero_stage;
 
     rq->fixed.precision = precision_given;
@@ -401,11 +380,6 @@ int plan_command(const TrainConfig* cfg) {
     return r.fits ? 0 : PLAN_EXIT_NOTHING_FITS;
 }
 
-static void set_string(char** field, const char* value) {
-    free(*field);
-    *field = xstrdup(value);
-}
-
 void plan_auto(TrainConfig* cfg) {
     PlanRequest rq;
     build_request(cfg, 1, &rq);
@@ -419,10 +393,10 @@ void plan_auto(TrainConfig* cfg) {
     const PlanConfig* pc = &r.config;
     cfg->micro_batch = pc->B;
     cfg->zero_stage = pc->zero_stage;
-    if (pc->hybrid) set_string(&cfg->shard_scope, "node");
+    if (pc->hybrid) cfg->shard_scope = SHARD_SCOPE_NODE;
     cfg->recompute_layers = pc->recompute.mode == RECOMPUTE_FULL ? 0 : pc->recompute.full_layers;
-    set_string(&cfg->recompute, recompute_mode_name(pc->recompute.mode));
-    set_string(&cfg->precision, precision_name(pc->precision));
+    cfg->recompute = pc->recompute.mode;
+    cfg->precision = pc->precision == PREC_FP8 ? PRECISION_FP8 : pc->precision == PREC_BF16 ? PRECISION_BF16 : PRECISION_FP32;
     print_choice(stdout, "auto      | planned:", &r, &rq);
     fflush(stdout);
 }

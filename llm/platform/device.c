@@ -9,26 +9,20 @@ static int gpus_present(void) { return cuda_device_count ? cuda_device_count() :
 
 int device_cuda_available(void) { return cuda_backend_create != NULL && gpus_present() > 0; }
 
-int device_wants_cuda(const char* device) {
-    if (!strcmp(device, "auto")) return device_cuda_available();
-    if (!strcmp(device, "cpu")) return 0;
-    if (!strcmp(device, "cuda")) return 1;
-    fatal("--device '%s' is not one of auto, cpu, cuda", device);
-}
+int device_wants_cuda(DeviceChoice device) { return device == DEVICE_AUTO ? device_cuda_available() : device == DEVICE_CUDA; }
 
-Backend* backend_open(const char* device, const char* precision, int threads, int local_rank, int local_world) {
-    int fp8 = !strcmp(precision, "fp8");
-    if (strcmp(precision, "fp32") && strcmp(precision, "bf16") && !fp8)
-        fatal("--precision '%s' is not one of fp32, bf16, fp8", precision);
+Backend* backend_open(DeviceChoice device, PrecisionChoice precision, int threads, int local_rank, int local_world) {
+    if (precision == PRECISION_AUTO) fatal("internal: --precision auto reached the backend unresolved");
+    int fp8 = precision == PRECISION_FP8;
     int want_cuda = device_wants_cuda(device);
     // FP8 trains with bf16 activations on GPUs and fp32 ones on the CPU.
-    DType dtype = !strcmp(precision, "fp32") || (fp8 && !want_cuda) ? DTYPE_F32 : DTYPE_BF16;
+    DType dtype = precision == PRECISION_FP32 || (fp8 && !want_cuda) ? DTYPE_F32 : DTYPE_BF16;
 
     if (!want_cuda) {
         if (dtype != DTYPE_F32)
             fatal("--precision %s: the CPU backend computes in fp32 (use --precision fp32, fp8 to emulate FP8 "
                   "GEMMs, or a GPU)",
-                  precision);
+                  config_enum_name("precision", precision));
         // Ranks on one machine share its cores rather than each taking all.
         if (threads == 0 && local_world > 1 && !getenv("OMP_NUM_THREADS")) {
             threads = omp_get_num_procs() / local_world;

@@ -2,6 +2,7 @@
 #pragma once
 
 #include "kernels/ops.h"
+#include "llm/config.h"
 
 EXTERN_C_BEGIN
 
@@ -13,9 +14,9 @@ EXTERN_C_BEGIN
 // precision: fp32, bf16 or fp8 (resolved from auto by llm/precision.h). fp8
 // opens the GPU backend in bf16 and the CPU backend in fp32: the FP8 GEMMs
 // are a model-level setting (llm/fp8/fp8.h) on top.
-Backend* backend_open(const char* device, const char* precision, int threads, int local_rank, int local_world);
+Backend* backend_open(DeviceChoice device, PrecisionChoice precision, int threads, int local_rank, int local_world);
 // Whether --device (auto, cpu, cuda) means the CUDA backend on this machine.
-int device_wants_cuda(const char* device);
+int device_wants_cuda(DeviceChoice device);
 // Whether this build has the CUDA backend and a GPU is visible: what --device auto takes.
 int device_cuda_available(void);
 

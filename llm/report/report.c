@@ -96,12 +96,13 @@ static void find_peak(const Trainer* tr) {
     if (!cuda_current_device_name || !cuda_current_device_name(name, sizeof name)) snprintf(name, sizeof name, "?");
     const char* row;
     double tflops = gpu_peak_tflops(name, cfg->precision, &row);
+    const char* precision = config_enum_name("precision", cfg->precision);
     R.peak_flops = tflops * 1e12;
     if (tflops > 0)
-        snprintf(R.peak_source, sizeof R.peak_source, "%s, dense %s (table: %s)", name, cfg->precision, row);
+        snprintf(R.peak_source, sizeof R.peak_source, "%s, dense %s (table: %s)", name, precision, row);
     else
         snprintf(R.peak_source, sizeof R.peak_source, "unknown: no dense %s peak for '%s' in the table; pass --peak-tflops",
-                 cfg->precision, name);
+                 precision, name);
 }
 
 // The log's last line when the run dies on a fatal error.
@@ -145,9 +146,6 @@ static void log_config(const Trainer* tr) {
 
 void report_open(const Trainer* tr) {
     const TrainConfig* cfg = tr->cfg;
-    if (cfg->telemetry_every < 0) fatal("--telemetry-every must not be negative (got %d)", cfg->telemetry_every);
-    if (!(cfg->progress_every >= 0)) fatal("--progress-every must not be negative (got %g)", cfg->progress_every);
-    if (!(cfg->peak_tflops >= 0)) fatal("--peak-tflops must not be negative (got %g)", cfg->peak_tflops);
     R.flops_per_token = flops_per_token(&tr->model.config, tr->T);
     find_peak(tr);
     R.last_loss = R.last_val_loss = NAN;
@@ -227,7 +225,7 @@ void report_run_summary(const Trainer* tr) {
         printf("mfu       | %sFLOP per token (6N + 12*L*h*s, PaLM's convention) | peak %s\n", fpt, R.peak_source);
     if (!cfg->max_bad_steps)
         printf("guard     | non-finite loss or grad norm: skip the update (never stop: --max-bad-steps 0)");
-    else if (!strcmp(cfg->on_divergence, "rollback"))
+    else if (cfg->on_divergence == ON_DIVERGENCE_ROLLBACK)
         printf("guard     | non-finite loss or grad norm: skip the update; after %d in a row roll back to the newest "
                "checkpoint (at most %d times to the same one)", cfg->max_bad_steps, cfg->max_rollbacks);
     else
