@@ -669,10 +669,13 @@ void tokenizer_load(Tokenizer* tok, const char* path) {
     if (h[2] < 1 || h[2] > (1u << 24)) fatal("tokenizer '%s': implausible vocabulary size %u", path, h[2]);
     int vocab = (int)h[2];
     int eot = h[1] == 2 ? (int)h[3] : vocab - 1;  // version 1 (GPT-2's) has eot last
-    int merges = h[1] == 2 ? (int)h[4] : 0;
+    uint32_t merges_in_header = h[1] == 2 ? h[4] : 0;
     if (eot < 0 || eot >= vocab) fatal("tokenizer '%s': eot id %d is outside the vocabulary of %d", path, eot, vocab);
-    if (merges < 0 || (merges > 0 && 256 + merges > vocab - 1))
-        fatal("tokenizer '%s': %d merges do not fit a vocabulary of %d (256 bytes + merges + eot)", path, merges, vocab);
+    // In 64 bits: 256 + a header's merge count can pass INT_MAX.
+    if (merges_in_header > 0 && 256 + (int64_t)merges_in_header > vocab - 1)
+        fatal("tokenizer '%s': %u merges do not fit a vocabulary of %d (256 bytes + merges + eot)", path,
+              merges_in_header, vocab);
+    int merges = (int)merges_in_header;  // < 2^24 now
 
     tokenizer_alloc(tok, vocab, merges);
     tok->eot = eot;

@@ -3,6 +3,8 @@
 #include "llm/gpt.h"
 
 #include <math.h>
+#include <stddef.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -12,14 +14,35 @@
 // ---------------------------------------------------------------------------
 // configuration
 
+const char* gpt_config_invalid(const GPTConfig* c, char* why, size_t size) {
+    static const struct {
+        const char* what;
+        size_t offset;
+        int lo, hi;
+    } LIMITS[] = {
+        {"number of layers", offsetof(GPTConfig, num_layers), 1, GPT_MAX_LAYERS},
+        {"channels", offsetof(GPTConfig, channels), 1, GPT_MAX_CHANNELS},
+        {"number of heads", offsetof(GPTConfig, num_heads), 1, GPT_MAX_HEADS},
+        {"vocabulary size", offsetof(GPTConfig, vocab_size), 2, GPT_MAX_VOCAB},
+        {"max sequence length", offsetof(GPTConfig, max_seq_len), 1, GPT_MAX_SEQ_LEN},
+    };
+    for (size_t i = 0; i < sizeof LIMITS / sizeof LIMITS[0]; i++) {
+        int v = *(const int*)((const char*)c + LIMITS[i].offset);
+        if (v < LIMITS[i].lo || v > LIMITS[i].hi) {
+            snprintf(why, size, "%s %d is outside %d..%d", LIMITS[i].what, v, LIMITS[i].lo, LIMITS[i].hi);
+            return why;
+        }
+    }
+    if (c->channels % c->num_heads != 0) {
+        snprintf(why, size, "channels (%d) must be divisible by heads (%d)", c->channels, c->num_heads);
+        return why;
+    }
+    return NULL;
+}
+
 void gpt_config_finish(GPTConfig* c) {
-    if (c->num_layers <= 0) fatal("model: number of layers must be positive (got %d)", c->num_layers);
-    if (c->channels <= 0) fatal("model: channels must be positive (got %d)", c->channels);
-    if (c->num_heads <= 0) fatal("model: number of heads must be positive (got %d)", c->num_heads);
-    if (c->channels % c->num_heads != 0)
-        fatal("model: channels (%d) must be divisible by heads (%d)", c->channels, c->num_heads);
-    if (c->vocab_size <= 1) fatal("model: vocabulary size must be > 1 (got %d)", c->vocab_size);
-    if (c->max_seq_len <= 0) fatal("model: max sequence length must be positive (got %d)", c->max_seq_len);
+    char why[160];
+    if (gpt_config_invalid(c, why, sizeof why)) fatal("model: %s", why);
     // Padding the vocabulary to a multiple of 128 keeps the LM-head GEMM on
     // fast tile sizes; the padded logits are excluded from the loss.
     c->padded_vocab_size = (int)round_up((size_t)c->vocab_size, 128);

@@ -37,8 +37,20 @@ typedef struct {
     int channels;           // C
 } GPTConfig;
 
-// Fills padded_vocab_size and checks the shape (C divisible by NH, all > 0);
-// fatal naming the offending values otherwise.
+// The largest shapes a model may have. Within them every size the code
+// computes in int (3*C, 4*C, Vp, 12*L + 4 tensors, T*NH) fits, and every
+// element count fits easily in size_t; the flag table's ranges (config.c)
+// stay inside them, and model files are checked against them (llmc_io.c).
+#define GPT_MAX_LAYERS 4096
+#define GPT_MAX_CHANNELS 65536
+#define GPT_MAX_HEADS 4096
+#define GPT_MAX_VOCAB (1 << 24)
+#define GPT_MAX_SEQ_LEN (1 << 20)
+// NULL when the shape is valid, else why not (e.g. "channels 70000 exceed
+// 65536"), in why.
+const char* gpt_config_invalid(const GPTConfig* c, char* why, size_t size);
+// Fills padded_vocab_size and checks the shape (gpt_config_invalid); fatal
+// naming the offending values otherwise.
 void gpt_config_finish(GPTConfig* c);
 // Parameter count without padding (what papers quote: wte counted once, V rows).
 size_t gpt_num_params(const GPTConfig* c);

@@ -93,13 +93,21 @@ GPTConfig model_config_from_flags(const TrainConfig* cfg, int vocab_from_tokeniz
     if (cfg->vocab_size) c.vocab_size = cfg->vocab_size;
     else if (vocab_from_tokenizer) c.vocab_size = vocab_from_tokenizer;
     else c.vocab_size = 50257;  // GPT-2's tokenizer
-    if (vocab_from_tokenizer && c.vocab_size < vocab_from_tokenizer)
-        fatal("--vocab-size %d is smaller than the tokenizer's vocabulary (%d)", c.vocab_size, vocab_from_tokenizer);
+    // Rows past the tokenizer's ids would never be trained, and samples would
+    // draw ids it cannot print; padding for fast GEMMs is the model's own.
+    if (vocab_from_tokenizer && c.vocab_size != vocab_from_tokenizer)
+        fatal("--vocab-size %d does not match the tokenizer's vocabulary (%d); the model pads it to a multiple of 128 "
+              "itself",
+              c.vocab_size, vocab_from_tokenizer);
 
     if (cfg->max_seq_len) c.max_seq_len = cfg->max_seq_len;
     else c.max_seq_len = is_gpt2 && cfg->seq_len <= 1024 ? 1024 : cfg->seq_len;
     if (cfg->seq_len > c.max_seq_len)
         fatal("--seq-len %d exceeds --max-seq-len %d", cfg->seq_len, c.max_seq_len);
+    char why[160];
+    if (gpt_config_invalid(&c, why, sizeof why))
+        fatal("%s%s: %s", cfg->model[0] ? "--model " : "the model of --depth/--layers/--channels/--heads/--vocab-size",
+              cfg->model, why);
     gpt_config_finish(&c);
     return c;
 }

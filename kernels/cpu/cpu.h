@@ -38,11 +38,13 @@ static inline void* cpu_scratch(Backend* be, size_t bytes, const char* what) {
 // |r| <= ln2 / 2; exp(r) by its degree-7 Taylor polynomial (truncation error
 // < 6e-9 relative), so the result is within about 1 ulp of expf. Inputs below
 // -87.3 give 0 (no denormal results), inputs above 88 are clamped (exp(88)
-// ~ 1.65e38, finite), NaN propagates.
-static inline float cpu_expf(float x) {
+// ~ 1.65e38, finite), NaN propagates. The clamped copy is never NaN (a NaN
+// fails `>= lo`), so the float-to-int conversion and the shift below are
+// defined for every input; the NaN is put back at the end.
+static inline float cpu_expf(float x_in) {
     const float lo = -87.33654f, hi = 88.0f;
-    int underflow = x < lo;
-    x = x < lo ? lo : x;
+    int underflow = x_in < lo;
+    float x = x_in >= lo ? x_in : lo;
     x = x > hi ? hi : x;
     // Adding and subtracting 1.5 * 2^23 rounds to the nearest integer; without
     // -ffast-math the compiler keeps both operations.
@@ -64,7 +66,7 @@ static inline float cpu_expf(float x) {
     } scale;
     scale.i = ((int32_t)n + 127) << 23;
     float e = p * scale.f;
-    return underflow ? 0.0f : e;
+    return x_in != x_in ? x_in : underflow ? 0.0f : e;
 }
 
 // amax arguments (ops.h): a pass computes the largest fp8_abs_bits of what it

@@ -1,6 +1,8 @@
 // llmc_io.c: reading and writing llm.c model files.
 #include "llm/checkpoint/llmc_io.h"
 
+#include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -83,15 +85,17 @@ static GPTConfig read_config(const char* path, int32_t h[256], int* file_vp) {
     c.num_layers = h[4];
     c.num_heads = h[5];
     c.channels = h[6];
-    if (c.max_seq_len <= 0 || c.vocab_size <= 1 || c.num_layers <= 0 || c.num_heads <= 0 || c.channels <= 0 ||
-        c.channels % c.num_heads != 0)
-        fatal("%s: invalid model shape in header (max_seq_len %d, vocab %d, layers %d, heads %d, channels %d)", path,
-              c.max_seq_len, c.vocab_size, c.num_layers, c.num_heads, c.channels);
+    char why[160];
+    if (gpt_config_invalid(&c, why, sizeof why))
+        fatal("%s: invalid model shape in header (max_seq_len %d, vocab %d, layers %d, heads %d, channels %d): %s", path,
+              c.max_seq_len, c.vocab_size, c.num_layers, c.num_heads, c.channels, why);
     gpt_config_finish(&c);
     // llm.c pads to 128 as we do; a file padded differently is still readable
     // (only its real vocabulary rows are used), so size it by its own padding.
     *file_vp = h[7] > 0 ? h[7] : c.vocab_size;
-    if (*file_vp < c.vocab_size) fatal("%s: padded vocabulary %d is smaller than the vocabulary %d", path, *file_vp, c.vocab_size);
+    if (*file_vp < c.vocab_size || *file_vp > GPT_MAX_VOCAB)
+        fatal("%s: padded vocabulary %d is outside %d..%d (the vocabulary and the largest one)", path, *file_vp,
+              c.vocab_size, GPT_MAX_VOCAB);
     GPTConfig fc = c;
     fc.padded_vocab_size = *file_vp;
     size_t elt = h[1] == LLMC_VERSION_F32 ? 4 : 2;
@@ -107,6 +111,22 @@ void llmc_read_config(const char* path, GPTConfig* out) {
     int32_t h[256];
     int file_vp;
     *out = read_config(path, h, &file_vp);
+}
+
+// A NaN or an infinity among the weights would only surface as a skipped
+// step (or a diverged run) later; refuse the file, naming the tensor.
+static void check_finite(const GPT* m, const float* flat, const char* path) {
+    for (int i = 0; i < m->layout.num_tensors; i++) {
+        const ParamTensor* t = &m->layout.tensors[i];
+        const float* v = flat + t->offset;
+        for (size_t j = 0; j < t->count; j++) {
+            if (isfinite(v[j])) continue;
+            char layer[32] = "";
+            if (t->layer >= 0) snprintf(layer, sizeof layer, " of layer %d", t->layer);
+            fatal("%s: tensor %s%s holds a non-finite value (%g) at element %zu of %zu (row %zu, column %zu)", path,
+                  param_kind_name(t->kind), layer, v[j], j, t->count, j / (size_t)t->cols, j % (size_t)t->cols);
+        }
+    }
 }
 
 void llmc_load_weights(GPT* m, const char* path) {
@@ -150,6 +170,7 @@ void llmc_load_weights(GPT* m, const char* path) {
     float* flat = (float*)xmalloc(m->layout.total * sizeof(float));
     llmc_to_flat(m, ours, flat);
     free(ours);
+    check_finite(m, flat, path);
     gpt_set_params_f32(m, flat);
     free(flat);
 }
