@@ -405,6 +405,10 @@ void config_write_json(const TrainConfig* cfg, JsonWriter* j) {
 // checks across flags
 
 void config_check(const TrainConfig* cfg) {
+    // The model's passes count the B x T tokens of a micro-batch in an int.
+    if ((int64_t)cfg->micro_batch * cfg->seq_len > INT32_MAX)
+        fatal("--micro-batch %d x --seq-len %d = %lld tokens per pass, more than 2^31 - 1", cfg->micro_batch,
+              cfg->seq_len, (long long)cfg->micro_batch * cfg->seq_len);
     if (cfg->shard_scope == SHARD_SCOPE_NODE && cfg->zero_stage == 0)
         fatal("--shard-scope node needs --zero 1, 2 or 3 (ZeRO-0 shards nothing)");
     if (cfg->on_divergence == ON_DIVERGENCE_ROLLBACK && cfg->checkpoint_every <= 0)

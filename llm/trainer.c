@@ -25,6 +25,9 @@ static void setup_batch_geometry(Trainer* tr, const TrainConfig* cfg) {
     if (total % per_micro != 0)
         fatal("--batch-tokens %ld is not a multiple of micro-batch x seq-len x ranks = %d x %d x %d = %ld",
               total, tr->B, tr->T, tr->world, per_micro);
+    if (total / per_micro > INT32_MAX)
+        fatal("--batch-tokens %ld is %ld micro-batches of %ld tokens, more than 2^31 - 1", total, total / per_micro,
+              per_micro);
     tr->accum = (int)(total / per_micro);
     tr->tokens_per_step = total;
 }

@@ -25,6 +25,10 @@ expect_error depth_huge "--depth 100000 is outside 1\.\.1024" "$TG" "${tiny[@]}"
 expect_error steps_negative "--steps must not be negative \(got -3\)" "$TG" "${tiny[@]}" --steps -3
 expect_error micro_batch_zero "--micro-batch 0 is outside 1\.\.65536" "$TG" "${tiny[@]}" --micro-batch 0
 expect_error lr_not_finite "--lr: 'inf' is not a number" "$TG" "${tiny[@]}" --lr inf
+expect_error tokens_per_pass_over_int "--micro-batch 65536 x --seq-len 65536 = 4294967296 tokens per pass" \
+  "$TG" "${tiny[@]}" --micro-batch 65536 --seq-len 65536
+expect_error accumulation_over_int "--batch-tokens 9223372036854775776 is 288230376151711743 micro-batches of 32 tokens" \
+  "$TG" "${tiny[@]}" --batch-tokens 9223372036854775776
 expect_error zero_stage_5 "--zero 5 is not one of 0, 1, 2, 3" "$TG" "${tiny[@]}" --zero 5
 # The same checks for values from a SageMaker hyperparameters file name it.
 mkdir -p "$T/sm/input/config"
