@@ -6,6 +6,7 @@
 #   make bench      CPU benchmarks
 #   make data       tokenize the bundled corpus into data/kjv/
 #   make test-gpu   GPU test suite (reports itself skipped without a GPU)
+#   make fuzz       runs every reader's libFuzzer target for FUZZ_SECONDS (fuzz/README.md)
 #   make clean
 #
 # Variables: NO_CUDA=1 forces the CPU-only build; CUDA_HOME (default /usr/local/cuda);
@@ -106,6 +107,8 @@ $(BUILD)/llm/%.o: llm/%.cu
 
 # ---- tests: rules in tests/tests.mk and tests/cuda_sim/sim.mk, assembled here ------------------
 include tests/tests.mk tests/cuda_sim/sim.mk
+# The sanitized builds: libFuzzer targets for every reader, an ASan/UBSan train_gpt (fuzz/fuzz.mk).
+include fuzz/fuzz.mk
 
 tests: train_gpt data $(TEST_BINS) $(ASAN_TESTS) $(BUILD)/tests/libfake_nvml.so $(GPU_TEST_BINS) $(GPU_BENCH) sim-tests
 

@@ -16,6 +16,7 @@ packages=(
   bible-kjv-text          # the bundled public-domain corpus
   shellcheck              # lints scripts/
   jq                      # the SageMaker entrypoint reads resourceconfig.json (its tests run here)
+  clang libclang-rt-dev libomp-dev  # fuzz/: libFuzzer targets and the ASan/UBSan train_gpt
 )
 
 missing=()

@@ -21,6 +21,10 @@ void set_fatal_exit(const char* (*before_print)(void), void (*terminate)(void)) 
     fatal_terminate = terminate;
 }
 
+static void (*fatal_jump)(const char* message);
+
+void set_fatal_jump(void (*jump)(const char* message)) { fatal_jump = jump; }
+
 void add_fatal_hook(FatalHook hook) {
     if (num_fatal_hooks < MAX_FATAL_HOOKS) fatal_hooks[num_fatal_hooks++] = hook;
 }
@@ -31,6 +35,7 @@ void fatal(const char* fmt, ...) {
     va_start(ap, fmt);
     vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
+    if (fatal_jump) fatal_jump(msg);
     fflush(stdout);
     // A hook that itself fails must not recurse back into the hooks.
     int first = !in_fatal;

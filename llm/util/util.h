@@ -46,6 +46,12 @@ void add_fatal_hook(FatalHook hook);
 // collective). NULL: none.
 void set_fatal_exit(const char* (*before_print)(void), void (*terminate)(void));
 
+// For the fuzzers (fuzz/), which feed a reader one bad input after another in
+// one process: while set, fatal() hands its message to `jump`, which must not
+// return (it longjmps back into the fuzzer), instead of printing it, running
+// the hooks and exiting. NULL restores the normal path.
+void set_fatal_jump(void (*jump)(const char* message));
+
 // Prints "train_gpt: warning: <message>" to stderr.
 void warn(const char* fmt, ...) PRINTF_LIKE(1, 2);
 
