@@ -1,6 +1,7 @@
 // fuzz_hyperparameters.c: SageMaker's hyperparameters.json onto the flag table
 // (llm/platform/sagemaker.c, llm/config.c): types, unknown keys, every
-// flag's parser and range. Its errors name "hyperparameters.json".
+// flag's parser and range; their errors name "hyperparameters.json". Then
+// the checks across flags (config_check), whose errors name the flags.
 #include "fuzz/fuzz.h"
 #include "llm/config.h"
 #include "llm/platform/sagemaker.h"
@@ -12,10 +13,15 @@ int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     FUZZ_TRY {
         config_parse(&cfg, 1, argv);
         sagemaker_apply_hyperparameters(&cfg, path);
-        config_check(&cfg);
-        config_free(&cfg);
     } else {
         fuzz_expect_clean_error("hyperparameters.json");
+        return 0;
     }
+    FUZZ_TRY {
+        config_check(&cfg);
+    } else {
+        fuzz_expect_clean_error(NULL);
+    }
+    config_free(&cfg);
     return 0;
 }

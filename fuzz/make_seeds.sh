@@ -57,7 +57,8 @@ write(f"{c}/tokenizer/v2_merges.bin",
 # hyperparameters.json as SageMaker writes it (every value a string), and the SDK's json.dumps'd form.
 hp = [{"steps": "7", "lr": "6e-4", "precision": "fp32", "device": "cpu", "beta1": "0.8"},
       {"model": "\"d6\"", "micro_batch": 3, "shuffle": False, "grad-clip": 0.5, "sagemaker_program": "train.sh"},
-      {"recompute": "selective", "on_divergence": "rollback", "checkpoint-every": "5", "zero": "2"}]
+      {"recompute": "selective", "on_divergence": "rollback", "checkpoint-every": "5", "zero": "2"},
+      {"on_divergence": "rollback", "checkpoint-every": "0"}]  # refused by config_check (a fuzzer's first find)
 for i, d in enumerate(hp):
     write(f"{c}/hyperparameters/hp{i}.json", json.dumps(d).encode())
 PY

@@ -4,7 +4,7 @@
 # naming the flag, exit status 1, before any data or model is touched; the
 # checks across flags (config_check) likewise; --help shows the ranges.
 set -u
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/.." || exit 1
 # shellcheck source=tests/lib.sh
 . tests/lib.sh
 
