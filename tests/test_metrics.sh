@@ -231,6 +231,29 @@ else
   fail peak_tflops_flag "$(grep '^mfu' "$T/peak.out")"
 fi
 
+# 5b. No impossible figure: a step faster than the peak proves the peak wrong,
+# so MFU reads n/a from there on (with one line saying why), never above 100%;
+# a run of no steps has no throughput or loss to print.
+"$TG" "${small[@]}" --val-every 0 --steps 3 --peak-tflops 0.00001 --log-dir "$T/run_low_peak" >"$T/low_peak.out" 2>&1
+if [ "$(grep -c '^mfu       | n/a from step 1 on: it reached .*FLOP/s per device, more than the peak of 10 MFLOP/s (--peak-tflops 1e-05)' "$T/low_peak.out")" = 1 ] &&
+   [ "$(grep -c '^step .* | mfu n/a | ' "$T/low_peak.out")" = 3 ] && grep -q '^summary .* | mean mfu n/a | ' "$T/low_peak.out" &&
+   ! grep -Eq 'mfu [0-9.]+%' "$T/low_peak.out" &&
+   "$PY" -c '
+import json, sys
+recs = [json.loads(l) for l in open(sys.argv[1])]
+assert all(r["mfu"] is None for r in recs if r["type"] in ("step", "summary")), "mfu in the log"' "$T/run_low_peak/metrics.jsonl"; then
+  ok mfu_never_above_100_percent
+else
+  fail mfu_never_above_100_percent "$(grep -E '^(mfu|step|summary)' "$T/low_peak.out" | head -n 5)"
+fi
+"$TG" "${small[@]}" --val-every 0 --steps 0 >"$T/zero_steps.out" 2>&1
+if grep -q '^summary   | 0 steps in .* | mean n/a tokens/s | mean mfu n/a | .* | final loss n/a | final val loss n/a$' "$T/zero_steps.out" &&
+   ! grep -qi 'nan' "$T/zero_steps.out"; then
+  ok zero_steps_summary_says_na
+else
+  fail zero_steps_summary_says_na "$(grep '^summary' "$T/zero_steps.out")"
+fi
+
 # 6. Bad values.
 touch "$T/a_file"
 expect_error bad_telemetry_every 'telemetry-every must not be negative' "$TG" "${small[@]}" --telemetry-every -1

@@ -29,8 +29,9 @@ double flops_per_token(const GPTConfig* c, int T);
 double gpu_peak_tflops(const char* gpu_name, PrecisionChoice precision, const char** matched);
 
 // Achieved FLOP/s of the CPU backend's own matmul_forward on a square FP32
-// problem (1024^3, best of three after a warm-up; about 0.1 s on two cores):
-// the ceiling a CPU training step can approach.
+// problem (1024^3, best of five after a warm-up; about 0.2 s on two cores):
+// the ceiling a CPU training step can approach. On a busy machine it comes
+// out low; the report then shows MFU as n/a once a step beats it (report.c).
 double cpu_sgemm_ceiling_flops(Backend* be);
 
 // tokens_per_second (all devices) x flops_per_token / (devices x peak per

@@ -22,6 +22,7 @@ static struct {
     RankReducer reduce;
     double flops_per_token;
     double peak_flops;       // per device; 0: unknown
+    int peak_refuted;        // a step ran faster than the peak: MFU is n/a from then on
     char peak_source[256];   // where the peak comes from, for the summary
     double t_start, t_after_first_step, last_progress;
     int steps_done;          // steps this process has reported (fewer than the step number after a resume)
@@ -63,6 +64,25 @@ static void format_si(char* out, size_t len, double v) {
 static void format_mfu(char* out, size_t len, double mfu_value) {
     if (isfinite(mfu_value)) snprintf(out, len, "%.1f%%", 100 * mfu_value);
     else snprintf(out, len, "n/a");
+}
+
+// MFU against the peak, or NaN ("n/a") once a measurement has exceeded 100%:
+// that proves the peak wrong (a CPU sgemm measured on a busy machine, a wrong
+// table row or --peak-tflops), so neither that figure nor any later one
+// would mean anything. Says so once, with the numbers, on rank 0.
+static double honest_mfu(const Trainer* tr, int step, double tokens_per_second) {
+    double v = mfu(tokens_per_second, R.flops_per_token, R.peak_flops, tr->world);
+    if (R.peak_refuted || !(v > 1.0)) return R.peak_refuted ? NAN : v;
+    R.peak_refuted = 1;
+    if (tr->rank == 0) {
+        char achieved[32], peak[32];
+        format_si(achieved, sizeof achieved, tokens_per_second * R.flops_per_token / tr->world);
+        format_si(peak, sizeof peak, R.peak_flops);
+        printf("mfu       | n/a from step %d on: it reached %sFLOP/s per device, more than the peak of %sFLOP/s (%s), "
+               "so that peak is too low; give the real one with --peak-tflops\n",
+               step + 1, achieved, peak, R.peak_source);
+    }
+    return NAN;
 }
 
 // The rank's position among the ranks of its node, for choosing its GPU when
@@ -357,7 +377,7 @@ void report_step(const Trainer* tr, int step, const StepResult* r) {
         return;
     }
 
-    double mfu_now = mfu(r->tokens_per_second, R.flops_per_token, R.peak_flops, tr->world);
+    double mfu_now = honest_mfu(tr, step, r->tokens_per_second);
     double elapsed = now - R.t_start;
     // ETA from the mean wall time per step since the first (validation and samples included).
     double per_step = R.steps_done > 1 ? (now - R.t_after_first_step) / (R.steps_done - 1) : r->seconds;
@@ -424,23 +444,30 @@ void report_memory_peak(const Trainer* tr) {
 
 void report_close(const Trainer* tr) {
     if (R.telemetry_on) telemetry_close(&R.telemetry);
+    if (R.steps_done == 0) gather_memory(tr);  // no step measured it (every rank is here: a collective)
     if (tr->rank != 0) return;
     const Guard* g = &tr->guard;
     double elapsed = now_seconds() - R.t_start;
     double tok_s = R.steady_steps > 0 ? (double)R.steady_tokens / R.steady_seconds : NAN;
-    double mean_mfu = mfu(tok_s, R.flops_per_token, R.peak_flops, tr->world);
+    double mean_mfu = honest_mfu(tr, R.last_step - 1, tok_s);
     char e[32], mfu_text[32];
     format_duration(e, sizeof e, elapsed);
     format_mfu(mfu_text, sizeof mfu_text, mean_mfu);
     // Worded unlike the step line ("mean ... tokens/s", "final loss") so that
     // the step line's metric regexes do not match it.
-    char val_text[32];
+    // With fewer than two steps there is no steady-state throughput, and with
+    // none no loss: "n/a", never "nan".
+    char val_text[32], tok_text[32], loss_text[32];
     if (isfinite(R.last_val_loss)) snprintf(val_text, sizeof val_text, "%.4f", R.last_val_loss);
     else snprintf(val_text, sizeof val_text, "n/a");
-    printf("summary   | %d steps in %s | %ld skipped (%ld non-finite, %ld loss spikes) | %ld rollback%s | mean %.0f tokens/s | "
-           "mean mfu %s | peak mem %.0f MiB | final loss %.4f | final val loss %s\n",
-           R.steps_done, e, g->skipped, g->nonfinite, g->spikes, g->rollbacks, g->rollbacks == 1 ? "" : "s", tok_s,
-           mfu_text, mib(R.peak_mem), R.last_loss, val_text);
+    if (isfinite(tok_s)) snprintf(tok_text, sizeof tok_text, "%.0f", tok_s);
+    else snprintf(tok_text, sizeof tok_text, "n/a");
+    if (isfinite(R.last_loss)) snprintf(loss_text, sizeof loss_text, "%.4f", R.last_loss);
+    else snprintf(loss_text, sizeof loss_text, "n/a");
+    printf("summary   | %d steps in %s | %ld skipped (%ld non-finite, %ld loss spikes) | %ld rollback%s | mean %s tokens/s | "
+           "mean mfu %s | peak mem %.0f MiB | final loss %s | final val loss %s\n",
+           R.steps_done, e, g->skipped, g->nonfinite, g->spikes, g->rollbacks, g->rollbacks == 1 ? "" : "s", tok_text,
+           mfu_text, mib(R.peak_mem), loss_text, val_text);
     fflush(stdout);
     if (!R.log.f) return;
     JsonWriter* j = metrics_log_begin(&R.log, "summary");
