@@ -38,18 +38,22 @@ static inline void* cpu_scratch(Backend* be, size_t bytes, const char* what) {
 // |r| <= ln2 / 2; exp(r) by its degree-7 Taylor polynomial (truncation error
 // < 6e-9 relative), so the result is within about 1 ulp of expf. Inputs below
 // -87.3 give 0 (no denormal results), inputs above 88 are clamped (exp(88)
-// ~ 1.65e38, finite), NaN propagates. The clamped copy is never NaN (a NaN
-// fails `>= lo`), so the float-to-int conversion and the shift below are
-// defined for every input; the NaN is put back at the end.
-static inline float cpu_expf(float x_in) {
+// ~ 1.65e38, finite), NaN propagates.
+static inline float cpu_expf(float x) {
     const float lo = -87.33654f, hi = 88.0f;
-    int underflow = x_in < lo;
-    float x = x_in >= lo ? x_in : lo;
+    int underflow = x < lo;
+    x = x < lo ? lo : x;
     x = x > hi ? hi : x;
     // Adding and subtracting 1.5 * 2^23 rounds to the nearest integer; without
-    // -ffast-math the compiler keeps both operations.
+    // -ffast-math the compiler keeps both operations. In between, the sum's
+    // low mantissa bits hold that integer (its bits are 0x4B400000 + n).
     const float round_magic = 12582912.0f;
-    float n = (x * 1.44269504088896341f + round_magic) - round_magic;
+    union {
+        float f;
+        uint32_t u;
+    } t;
+    t.f = x * 1.44269504088896341f + round_magic;
+    float n = t.f - round_magic;
     float r = fmaf(n, -0.693145751953125f, x);  // ln2 split in a high part with
     r = fmaf(n, -1.42860682030941723e-6f, r);   // trailing zeros and the rest
     float p = 1.0f / 5040.0f;
@@ -60,13 +64,16 @@ static inline float cpu_expf(float x_in) {
     p = fmaf(p, r, 0.5f);
     p = fmaf(p, r, 1.0f);
     p = fmaf(p, r, 1.0f);
+    // 2^n from those bits, in unsigned arithmetic: defined for every input.
+    // (A float-to-int conversion of n, as before, is undefined for NaN, and
+    // so was shifting its negative result.) A NaN's p is NaN, and so is e.
     union {
-        int32_t i;
+        uint32_t u;
         float f;
     } scale;
-    scale.i = ((int32_t)n + 127) << 23;
+    scale.u = (t.u - 0x4B400000u + 127u) << 23;
     float e = p * scale.f;
-    return x_in != x_in ? x_in : underflow ? 0.0f : e;
+    return underflow ? 0.0f : e;
 }
 
 // amax arguments (ops.h): a pass computes the largest fp8_abs_bits of what it
