@@ -4,8 +4,9 @@
 #   make fuzz                 runs every target for FUZZ_SECONDS (default 60) each, growing
 #                             build/fuzz/corpus/<target> from the seeds in fuzz/corpus/<target>
 #   make fuzz-<target>        one of them (shard, shard_zst, llmc, tokenizer, manifest, hyperparameters)
-#   make test                 runs each for a few seconds (tests/test_fuzz.sh), and
-#                             tests/test_bad_input.sh with $(BUILD)/asan/train_gpt
+#   make test                 runs each for a few seconds (tests/test_fuzz.sh),
+#                             tests/test_bad_input.sh with $(BUILD)/asan/train_gpt, and
+#                             tests/test_edge_values.c sanitized
 #
 # The library is compiled once more, by clang with AddressSanitizer, UBSan (float-cast-overflow
 # included) and libFuzzer's coverage hooks, into $(BUILD)/san/; the targets and the sanitized
@@ -39,6 +40,12 @@ $(BUILD)/asan/train_gpt: train.cu $(BUILD)/san/libtrain.a
 	@mkdir -p $(dir $@)
 	$(SAN_CC) $(SAN_FLAGS) -x c -c train.cu -o $(BUILD)/san/train.o
 	$(SAN_CC) $(SAN_FLAGS) -o $@ $(BUILD)/san/train.o $(BUILD)/san/libtrain.a $(LDLIBS)
+
+# tests/test_edge_values.c once more under the sanitizers, where undefined behaviour aborts.
+$(BUILD)/asan/test_edge_values: tests/test_edge_values.c tests/testlib.h $(BUILD)/san/libtrain.a
+	@mkdir -p $(dir $@)
+	$(SAN_CC) $(SAN_FLAGS) -o $@ $< $(BUILD)/san/libtrain.a $(LDLIBS)
+ASAN_TESTS += $(BUILD)/asan/test_edge_values
 
 FUZZ_LINK = @mkdir -p $(dir $@) && $(SAN_CC) $(SAN_FLAGS) -fsanitize=fuzzer -o $@ $< $(BUILD)/san/libtrain.a $(LDLIBS)
 $(BUILD)/fuzz/fuzz_%: fuzz/fuzz_%.c fuzz/fuzz.h $(BUILD)/san/libtrain.a
