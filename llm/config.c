@@ -411,6 +411,8 @@ void config_check(const TrainConfig* cfg) {
               cfg->seq_len, (long long)cfg->micro_batch * cfg->seq_len);
     if (cfg->shard_scope == SHARD_SCOPE_NODE && cfg->zero_stage == 0)
         fatal("--shard-scope node needs --zero 1, 2 or 3 (ZeRO-0 shards nothing)");
+    if (cfg->on_divergence == ON_DIVERGENCE_ROLLBACK && !cfg->checkpoint_dir[0])
+        fatal("--on-divergence rollback needs checkpoints to go back to, and --checkpoint-dir is empty");
     if (cfg->on_divergence == ON_DIVERGENCE_ROLLBACK && cfg->checkpoint_every <= 0)
         fatal("--on-divergence rollback needs --checkpoint-every above 0 (checkpoints during the run to go back to)");
     if (cfg->on_divergence == ON_DIVERGENCE_ROLLBACK && cfg->max_bad_steps <= 0)

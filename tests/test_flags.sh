@@ -44,6 +44,11 @@ expect_error recompute_enum "--recompute 'most' is not one of none, selective, f
 
 # Checks across flags (config_check), each with its message.
 expect_error skip_spikes_needs_spike_z "--skip-spikes needs spike detection" "$TG" "${tiny[@]}" --skip-spikes --spike-z 0
+# The order of the rollback checks: the directory first, then the flags that need it.
+expect_error rollback_needs_checkpoint_dir "--on-divergence rollback needs checkpoints to go back to, and --checkpoint-dir is empty" \
+  "$TG" "${tiny[@]}" --on-divergence rollback --checkpoint-dir ''
+expect_error rollback_auto_dir_resolves_to_none "--on-divergence rollback needs checkpoints to go back to, and --checkpoint-dir auto resolves to none" \
+  env TRAIN_GPT_CHECKPOINT_DIR= "$TG" "${tiny[@]}" --on-divergence rollback --checkpoint-every 2
 expect_error resume_empty "--resume must be auto, never, or a checkpoint directory" "$TG" "${tiny[@]}" --resume ''
 expect_error resume_missing_dir "--resume '$T/nothing' is not auto, never, or an existing checkpoint directory" \
   "$TG" "${tiny[@]}" --resume "$T/nothing"

@@ -9,9 +9,12 @@
 static int last_target = -1, same_target;
 
 void divergence_check_flags(const TrainConfig* cfg, const Checkpointer* ck) {
-    // The flags alone are config_check's; this needs the directory resolved from --checkpoint-dir.
+    // The flags alone are config_check's; this needs the directory that
+    // --checkpoint-dir auto resolved to (none when $TRAIN_GPT_CHECKPOINT_DIR is empty).
     if (cfg->on_divergence == ON_DIVERGENCE_ROLLBACK && !checkpoint_dir(ck))
-        fatal("--on-divergence rollback needs checkpoints to go back to, and --checkpoint-dir is empty");
+        fatal("--on-divergence rollback needs checkpoints to go back to, and --checkpoint-dir %s resolves to none "
+              "($TRAIN_GPT_CHECKPOINT_DIR is empty)",
+              cfg->checkpoint_dir);
 }
 
 int divergence_recover(Checkpointer* ck, Trainer* tr, int steps_done) {
