@@ -156,18 +156,20 @@ template <typename T>
 __global__ void attention_backward_dot_kernel(float* D, const T* dout, const T* out, int B, int T_, int C, int NH) {
     int HS = C / NH;
     size_t rows = (size_t)B * T_ * NH;
-    size_t w = ((size_t)blockIdx.x * blockDim.x + threadIdx.x) / WARP_SIZE;
+    size_t warps = (size_t)gridDim.x * blockDim.x / WARP_SIZE;
     int lane = threadIdx.x % WARP_SIZE;
-    if (w >= rows) return;
-    int h = (int)(w % NH);
-    size_t bt = w / NH;
-    int b = (int)(bt / T_), t = (int)(bt % T_);
-    const T* g = dout + bt * C + h * HS;
-    const T* o = out + bt * C + h * HS;
-    float s = 0.0f;
-    for (int d = lane; d < HS; d += WARP_SIZE) s += to_float(g[d]) * to_float(o[d]);
-    s = warp_sum(s);
-    if (lane == 0) D[((size_t)b * NH + h) * T_ + t] = s;
+    // Grid-stride over rows: grid_for caps the grid, so one pass may not cover them all.
+    for (size_t w = ((size_t)blockIdx.x * blockDim.x + threadIdx.x) / WARP_SIZE; w < rows; w += warps) {
+        int h = (int)(w % NH);
+        size_t bt = w / NH;
+        int b = (int)(bt / T_), t = (int)(bt % T_);
+        const T* g = dout + bt * C + h * HS;
+        const T* o = out + bt * C + h * HS;
+        float s = 0.0f;
+        for (int d = lane; d < HS; d += WARP_SIZE) s += to_float(g[d]) * to_float(o[d]);
+        s = warp_sum(s);
+        if (lane == 0) D[((size_t)b * NH + h) * T_ + t] = s;
+    }
 }
 
 // Block: R keys of one (b, h); loops over the query blocks at or after it.
@@ -317,7 +319,7 @@ static void forward_simt(Backend* be, T* out, float* lse, const T* qkv, int B, i
     size_t smem = (size_t)(4 * R * (HS + 1) + R * (R + 1) + 3 * R) * sizeof(float);
     auto kernel = attention_forward_simt<T>;
     attention_set_smem(be, (const void*)kernel, smem, "attention forward");
-    dim3 grid((unsigned)ceil_div((size_t)T_, R), (unsigned)(B * NH));
+    dim3 grid((unsigned)ceil_div((size_t)T_, R), grid_y((size_t)B * NH, "attention forward"));
     LAUNCH(kernel, grid, SIMT_THREADS, smem, cuda_stream(be), out, lse, qkv, T_, C, NH, HS, R, 1.0f / sqrtf((float)HS));
     CUDA_CHECK_LAUNCH();
 }
@@ -327,7 +329,7 @@ static void backward_simt(Backend* be, T* dqkv, const T* dout, const T* qkv, con
                           int T_, int C, int NH) {
     int HS = C / NH, R = simt_rows(HS);
     float scale = 1.0f / sqrtf((float)HS);
-    dim3 grid((unsigned)ceil_div((size_t)T_, R), (unsigned)(B * NH));
+    dim3 grid((unsigned)ceil_div((size_t)T_, R), grid_y((size_t)B * NH, "attention backward"));
     size_t smem_kv = (size_t)(6 * R * (HS + 1) + 2 * R * (R + 1) + 2 * R) * sizeof(float);
     auto kv = attention_backward_dkdv_simt<T>;
     attention_set_smem(be, (const void*)kv, smem_kv, "attention backward (dK, dV)");

@@ -63,11 +63,32 @@ void* cuda_scratch(Backend* be, size_t bytes);
 // Checks the last launch; every LAUNCH is followed by it.
 #define CUDA_CHECK_LAUNCH() CUDA_CHECK(cudaGetLastError())
 
+// The most blocks grid_for gives (65535 * 4: enough to fill any GPU many
+// times over). Every kernel launched through grid_for must therefore loop
+// (grid-stride) over its items: the grid may cover only part of them. The CPU
+// harness lowers the cap with CUDA_SIM_MAX_GRID so that its tests reach the
+// loops' later rounds at small shapes (tests/gpu/test_gpu_grid.c).
+#define GRID_FOR_MAX_BLOCKS 262140u
+#ifdef CUDA_SIM
+unsigned cuda_sim_max_grid(unsigned cap);  // tests/cuda_sim/runtime.cpp
+#else
+static inline unsigned cuda_sim_max_grid(unsigned cap) { return cap; }
+#endif
+
 // Blocks for a grid-stride loop over n items with `threads` per block and
-// `per_thread` items each; at least 1, at most 65535 * 4.
+// `per_thread` items each; at least 1, at most GRID_FOR_MAX_BLOCKS.
 static inline unsigned grid_for(size_t n, int threads, int per_thread) {
     size_t blocks = ceil_div(n ? n : 1, (size_t)threads * per_thread);
-    return (unsigned)(blocks < 262140 ? blocks : 262140);
+    size_t cap = cuda_sim_max_grid(GRID_FOR_MAX_BLOCKS);
+    return (unsigned)(blocks < cap ? blocks : cap);
+}
+
+// A grid's y and z extents are at most 65535 (x: 2^31 - 1). Launches that put
+// a shape on y (B * NH heads, row tiles) check it here and stop with the op's
+// name instead of failing to launch.
+static inline unsigned grid_y(size_t n, const char* op) {
+    if (n > 65535) fatal("%s: %zu blocks along grid y, more than CUDA's 65535: lower --micro-batch", op, n);
+    return (unsigned)(n ? n : 1);
 }
 
 // ---- ops (one family per file) --------------------------------------------------------------------

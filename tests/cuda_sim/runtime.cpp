@@ -819,3 +819,15 @@ int compute_capability() {
     return (int)cc;
 }
 }  // namespace cuda_sim
+
+// grid_for's cap (kernels/cuda/cuda_backend.cuh), lowered by CUDA_SIM_MAX_GRID
+// so that small shapes reach a grid-stride loop's later rounds. Read on every
+// call: a test may change it between launches.
+unsigned cuda_sim_max_grid(unsigned cap) {
+    const char* v = getenv("CUDA_SIM_MAX_GRID");
+    if (!v || !v[0]) return cap;
+    char* end;
+    long n = strtol(v, &end, 10);
+    if (*end || n < 1) cuda_sim::fatal("CUDA_SIM_MAX_GRID='%s' is not a positive number of blocks", v);
+    return n < (long)cap ? (unsigned)n : cap;
+}
