@@ -50,6 +50,27 @@ std::map<const void*, size_t> g_dyn_smem_limit;
 std::set<const void*> g_streams, g_events;
 int g_device = 0;
 
+// The devices a real runtime would have created a context on: the current
+// device at each call that needs one (cudaSetDevice, memory, streams).
+// CUDA_SIM_CONTEXTS=1 prints them at exit ("cuda_sim: contexts on devices 1"),
+// so that tests can check that a rank never touches another rank's GPU.
+unsigned g_context_mask;
+void report_contexts() {
+    char list[128] = "";
+    for (int d = 0; d < 32; d++)
+        if (g_context_mask & (1u << d)) snprintf(list + strlen(list), sizeof list - strlen(list), " %d", d);
+    fprintf(stderr, "cuda_sim: contexts on devices%s\n", list[0] ? list : " none");
+}
+void touch_context() {
+    static bool armed = [] {
+        const char* v = getenv("CUDA_SIM_CONTEXTS");
+        if (v && v[0] && strcmp(v, "0") != 0) atexit(report_contexts);
+        return true;
+    }();
+    (void)armed;
+    g_context_mask |= 1u << (g_device & 31);
+}
+
 struct SimStream {
     unsigned flags;
     int priority;
@@ -359,6 +380,7 @@ cudaError_t cudaGetDeviceCount(int* count) {
 cudaError_t cudaSetDevice(int device) {
     if (device < 0 || device >= device_count()) return record(cudaErrorInvalidDevice);
     g_device = device;
+    touch_context();
     return cudaSuccess;
 }
 
@@ -495,6 +517,7 @@ cudaError_t cudaDeviceGetAttribute(int* value, enum cudaDeviceAttr attr, int dev
 }
 
 cudaError_t cudaMemGetInfo(size_t* free_bytes, size_t* total) {
+    touch_context();
     std::lock_guard<std::mutex> lock(g_mem_mutex);
     size_t t = options().memory_bytes;
     if (total) *total = t;
@@ -503,7 +526,10 @@ cudaError_t cudaMemGetInfo(size_t* free_bytes, size_t* total) {
 }
 
 // ---- memory -------------------------------------------------------------------------------------------------------------------
-cudaError_t cudaMalloc(void** p, size_t bytes) { return allocate(p, bytes, ALLOC_DEVICE); }
+cudaError_t cudaMalloc(void** p, size_t bytes) {
+    touch_context();
+    return allocate(p, bytes, ALLOC_DEVICE);
+}
 cudaError_t cudaMallocAsync(void** p, size_t bytes, cudaStream_t s) {
     if (!stream_exists(s)) return record(cudaErrorInvalidResourceHandle);
     return allocate(p, bytes, ALLOC_DEVICE);
@@ -633,6 +659,7 @@ cudaError_t cudaGetSymbolAddress(void** dev, const void* symbol) {
 
 // ---- streams and events ---------------------------------------------------------------------------------------------------------
 cudaError_t cudaStreamCreateWithPriority(cudaStream_t* s, unsigned int flags, int priority) {
+    touch_context();
     if (!s) return record(cudaErrorInvalidValue);
     SimStream* st = new SimStream{flags, priority};
     std::lock_guard<std::mutex> lock(g_mem_mutex);
