@@ -20,6 +20,7 @@
 // q of head h at h*HS, k at C + h*HS, v at 2C + h*HS; out and dout (B, T, C);
 // lse (B, NH, T) natural-log log-sum-exp of the scaled scores.
 #include <math.h>
+#include <stdio.h>
 
 #include "kernels/cuda/attention.cuh"
 
@@ -308,9 +309,26 @@ static int check_shape(int B, int T, int C, int NH) {
     return HS;
 }
 
+// Whether the tensor-core kernels take this call. In BF16 a call they cannot
+// take falls back to the CUDA-core kernels (FP32 math, several times slower),
+// and the first such call says so on stderr, with the reason.
 static int use_wmma(Backend* be, int HS, const void* a, const void* b, const void* c, const void* d) {
-    return be->dtype == DTYPE_BF16 && attention_wmma_head_size(HS) && aligned_to(a, 16) && aligned_to(b, 16) &&
-           aligned_to(c, 16) && aligned_to(d, 16) && attention_wmma_smem_bytes(HS) <= cuda_state(be)->smem_optin;
+    if (be->dtype != DTYPE_BF16) return 0;
+    char why[160] = "";
+    if (!attention_wmma_head_size(HS))
+        snprintf(why, sizeof why, "head size %d has no tensor-core kernel (32, 64 and 128 have)", HS);
+    else if (!(aligned_to(a, 16) && aligned_to(b, 16) && aligned_to(c, 16) && aligned_to(d, 16)))
+        snprintf(why, sizeof why, "a buffer is not 16-byte aligned");
+    else if (attention_wmma_smem_bytes(HS) > cuda_state(be)->smem_optin)
+        snprintf(why, sizeof why, "head size %d needs %zu bytes of shared memory, the GPU allows %zu", HS,
+                 attention_wmma_smem_bytes(HS), cuda_state(be)->smem_optin);
+    if (!why[0]) return 1;
+    static int said;
+    if (!said) {
+        said = 1;
+        fprintf(stderr, "train_gpt: note: attention runs on the CUDA-core kernels (FP32 math, slower): %s\n", why);
+    }
+    return 0;
 }
 
 template <typename T>
@@ -354,10 +372,12 @@ void cuda_attention_forward(Backend* be, void* out, float* lse, const void* qkv,
     }
 }
 
+size_t cuda_attention_scratch_bytes(int B, int T, int NH) { return (size_t)B * T * NH * sizeof(float); }
+
 template <typename T>
 static float* backward_dot(Backend* be, const T* dout, const T* out, int B, int T_, int C, int NH) {
     size_t rows = (size_t)B * T_ * NH;
-    float* D = (float*)cuda_scratch(be, rows * sizeof(float));
+    float* D = (float*)cuda_scratch(be, cuda_attention_scratch_bytes(B, T_, NH));
     auto kernel = attention_backward_dot_kernel<T>;
     LAUNCH(kernel, grid_for(rows * WARP_SIZE, 256, 1), 256, 0, cuda_stream(be), D, dout, out, B, T_, C, NH);
     CUDA_CHECK_LAUNCH();

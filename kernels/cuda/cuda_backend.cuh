@@ -30,10 +30,15 @@ typedef struct {
 
     // One scratch buffer shared by all ops: an op's temporary memory lives
     // only until its kernels are enqueued and the next op's kernels run after
-    // them on the same stream. It grows (with a stream sync) when an op needs
-    // more, which happens in the first step only.
+    // them on the same stream. Sized at start-up (reserve_scratch) for the
+    // model's shapes; should an op still need more, it grows (with a stream
+    // sync) and says so once, since that op's size is missing from the reservation.
     void* scratch;
     size_t scratch_bytes;
+    int scratch_reserved, scratch_warned;
+
+    // TRAIN_GPT_SYNC_CHECK=1: the op table before sync_check.cu wrapped it.
+    Backend* unwrapped;
 
     // cuBLASLt.
     cublasLtHandle_t lt;
@@ -59,6 +64,13 @@ static inline cudaStream_t cuda_stream(Backend* be) { return cuda_state(be)->str
 // Temporary device memory of at least `bytes` (256-byte aligned), valid until
 // the next call; counted in the backend's allocated bytes.
 void* cuda_scratch(Backend* be, size_t bytes);
+
+// The scratch bytes of each op family that takes scratch (the op's own call
+// to cuda_scratch uses the same function, so the reservation cannot drift).
+size_t cuda_attention_scratch_bytes(int B, int T, int NH);
+size_t cuda_encoder_scratch_bytes(int N);
+size_t cuda_layernorm_scratch_bytes(int N, int C);
+size_t cuda_reduce_scratch_bytes(int N, int C);
 
 // Checks the last launch; every LAUNCH is followed by it.
 #define CUDA_CHECK_LAUNCH() CUDA_CHECK(cudaGetLastError())
@@ -116,6 +128,8 @@ void cuda_matmul_backward(Backend* be, void* dinp, void* dweight, void* dbias, c
 // reduced in order). Shared by matmul's dbias.
 void cuda_column_sum_add(Backend* be, void* out, const void* x, int N, int C);
 void cuda_matmul_init(Backend* be);
+// TRAIN_GPT_SYNC_CHECK=1: wraps every op of be's table (sync_check.cu).
+void cuda_sync_check_install(Backend* be);
 void cuda_matmul_destroy(Backend* be);
 
 void cuda_gelu_forward(Backend* be, void* out, const void* inp, size_t n, float* amax);
