@@ -253,6 +253,6 @@ extern "C" Backend* cuda_backend_create(DType dtype) {
     be->fp8_matmul_backward = cuda_fp8_matmul_backward;
 
     cuda_matmul_init(be);
-    cuda_sync_check_install(be);  // TRAIN_GPT_SYNC_CHECK=1 (sync_check.cu)
+    cuda_op_watch_install(be);  // TRAIN_GPT_SYNC_CHECK=1, TRAIN_GPT_OP_PROFILE=1 (op_watch.cu)
     return be;
 }

@@ -37,7 +37,7 @@ typedef struct {
     size_t scratch_bytes;
     int scratch_reserved, scratch_warned;
 
-    // TRAIN_GPT_SYNC_CHECK=1: the op table before sync_check.cu wrapped it.
+    // TRAIN_GPT_SYNC_CHECK=1 / TRAIN_GPT_OP_PROFILE=1: the op table before op_watch.cu wrapped it.
     Backend* unwrapped;
 
     // cuBLASLt.
@@ -128,8 +128,8 @@ void cuda_matmul_backward(Backend* be, void* dinp, void* dweight, void* dbias, c
 // reduced in order). Shared by matmul's dbias.
 void cuda_column_sum_add(Backend* be, void* out, const void* x, int N, int C);
 void cuda_matmul_init(Backend* be);
-// TRAIN_GPT_SYNC_CHECK=1: wraps every op of be's table (sync_check.cu).
-void cuda_sync_check_install(Backend* be);
+// TRAIN_GPT_SYNC_CHECK=1 / TRAIN_GPT_OP_PROFILE=1: wraps every op of be's table (op_watch.cu).
+void cuda_op_watch_install(Backend* be);
 void cuda_matmul_destroy(Backend* be);
 
 void cuda_gelu_forward(Backend* be, void* out, const void* inp, size_t n, float* amax);

@@ -2,7 +2,8 @@
 # test_sim_gpu_run.sh: train_gpt's first contact with a GPU, on the simulated
 # one (build/sim/train_gpt): the rank's GPU is chosen from the launcher's local
 # rank before any other CUDA call (no context on GPU 0 from --auto's planner);
-# TRAIN_GPT_SYNC_CHECK=1 synchronizes after every op and changes no bit; a
+# TRAIN_GPT_SYNC_CHECK=1 synchronizes after every op and changes no bit, as does
+# TRAIN_GPT_OP_PROFILE=1, which prints each op's share of the GPU time; a
 # head size without tensor-core kernels says once that it falls back; the op
 # scratch reserved at start-up never grows inside a step.
 set -u
@@ -32,6 +33,15 @@ else
   fail sim_sync_check_changes_nothing "$(step_losses "$T/sync.log" | tr '\n' ';') vs $(step_losses "$T/plain.log" | tr '\n' ';') $(tail -n 2 "$T/sync.log")"
 fi
 expect_error sim_sync_check_bad_value "TRAIN_GPT_SYNC_CHECK='yes'" env TRAIN_GPT_SYNC_CHECK=yes "$TG" "${tiny[@]}" --device cuda
+
+# The op profile: a table of GPU time per op whose shares add up, and again the same bits.
+TRAIN_GPT_OP_PROFILE=1 "$TG" "${tiny[@]}" --device cuda --precision bf16 >"$T/prof.log" 2>&1
+if grep -Eq '^op profile \| matmul_forward +[0-9]+ ' "$T/prof.log" && grep -Eq '^op profile \| attention_backward ' "$T/prof.log" &&
+   grep -Eq '^op profile \| all ops .* 100\.0%$' "$T/prof.log" && [ "$(step_losses "$T/prof.log")" = "$(step_losses "$T/plain.log")" ]; then
+  ok sim_op_profile_table
+else
+  fail sim_op_profile_table "$(grep '^op profile' "$T/prof.log" | head -n 3) $(tail -n 2 "$T/prof.log")"
+fi
 
 # 3. No scratch growth after start-up (the backend warns when an op outgrows the reservation).
 if grep -q 'op scratch grows' "$T/plain.log" "$T/sync.log"; then
