@@ -6,11 +6,13 @@
 #   make bench      CPU benchmarks
 #   make data       tokenize the bundled corpus into data/kjv/
 #   make test-gpu   GPU test suite (reports itself skipped without a GPU)
+#   make gpu-kit    gpu-kit/: train_gpt and the GPU tests for a GPU machine that cannot build
+#                   (scripts/gpu_kit.mk; run there: gpu-kit/scripts/gpu_check.sh)
 #   make clean
 #
 # Variables: NO_CUDA=1 forces the CPU-only build; NO_MPI=1 builds without MPI (a world of
 # one, no mpirun); CUDA_HOME (default /usr/local/cuda); BUILD (object directory, default
-# build) and BIN (the binary, default train_gpt).
+# build) and BIN (the binary, default train_gpt). `make gpu-kit`: scripts/gpu_kit.mk.
 
 CC       ?= gcc
 CC       := $(if $(filter cc,$(CC)),gcc,$(CC))
@@ -55,12 +57,15 @@ ifneq ($(NVCC),)
   # kernels/cuda/libs.mk (toolkit, /usr or Python wheels), which prints where.
   CUDA_ARCH  ?= -gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,code=sm_90 \
                 -gencode arch=compute_100,code=sm_100 -gencode arch=compute_100,code=compute_100
-  NVCCFLAGS  := -O3 -std=c++17 $(CUDA_ARCH) -I. -Xcompiler -fopenmp,-Wall,-Wno-unused-parameter $(NVCC_EXTRA)
+  # -lineinfo: source lines for compute-sanitizer and ncu (no effect on the code).
+  NVCCFLAGS  := -O3 -std=c++17 $(CUDA_ARCH) -lineinfo -I. -Xcompiler -fopenmp,-Wall,-Wno-unused-parameter
   include kernels/cuda/libs.mk
   CUDA_SRCS  := $(wildcard kernels/cuda/*.cu) $(if $(NCCL_INC),$(wildcard llm/*/*.cu))
   NVCCFLAGS  += $(CUBLASLT_CFLAGS) $(NCCL_CFLAGS)
   CUDA_LIBS  := $(CUBLASLT_LIBS) $(CUDART_LIBS) $(if $(filter 1,$(STATIC_DEPS)),,-lstdc++)
-  CUDA_OBJS  := $(CUDA_SRCS:%.cu=$(BUILD)/%.o)
+  # CUDA_BUILD: where the CUDA objects live (gpu-kit reuses the default build's).
+  CUDA_BUILD ?= $(BUILD)
+  CUDA_OBJS  := $(CUDA_SRCS:%.cu=$(CUDA_BUILD)/%.o)
   BUILD_KIND := cuda build
 else
   CUDA_OBJS  :=
@@ -98,18 +103,22 @@ $(BUILD)/train.o: train.cu
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -MMD -MP -x c -c $< -o $@
 
-$(BUILD)/kernels/cuda/%.o: kernels/cuda/%.cu
+$(CUDA_BUILD)/kernels/cuda/%.o: kernels/cuda/%.cu
 	@mkdir -p $(dir $@)
 	$(NVCC) $(NVCCFLAGS) -MMD -MP -c $< -o $@
 
-$(BUILD)/llm/%.o: llm/%.cu
+$(CUDA_BUILD)/llm/%.o: llm/%.cu
 	@mkdir -p $(dir $@)
 	$(NVCC) $(NVCCFLAGS) -MMD -MP -c $< -o $@
+
+# ---- the GPU kit: scripts/gpu_kit.mk -----------------------------------------------------------
+include scripts/gpu_kit.mk
 
 # ---- tests: rules in tests/tests.mk and tests/cuda_sim/sim.mk, assembled here ------------------
 include tests/tests.mk tests/cuda_sim/sim.mk
 
-tests: train_gpt data $(TEST_BINS) $(ASAN_TESTS) $(BUILD)/tests/libfake_nvml.so $(GPU_TEST_BINS) $(GPU_BENCH) sim-tests
+tests: train_gpt data $(TEST_BINS) $(ASAN_TESTS) $(BUILD)/tests/libfake_nvml.so $(GPU_TEST_BINS) $(GPU_BENCH) sim-tests \
+       $(if $(NVCC),gpu-kit)
 
 test: tests
 	@tests/run_tests.sh $(TEST_BINS) $(ASAN_TESTS) $(TEST_SCRIPTS) $(SIM_TESTS)
@@ -139,6 +148,6 @@ $(BUILD)/bench_cpu: dev/bench_cpu.c $(BUILD)/libtrain.a
 	$(CC) $(CFLAGS) -o $@ $< $(BUILD)/libtrain.a $(LDLIBS)
 
 clean:
-	rm -rf $(BUILD) $(BIN)
+	rm -rf $(BUILD) $(BIN) $(KIT)
 
 -include $(shell find $(BUILD) -name '*.d' 2>/dev/null)
