@@ -9,13 +9,22 @@
 set -euo pipefail
 kit=$1 build=$2 data=$3
 max_mib=48
+programs=("$build/train_gpt" "$build"/gpu/test_gpu_* "$build/gpu/bench_gpu")
+# The archive is kept in BUILD and packed again only when a program changed (xz takes minutes).
+packed="$build/bin.tar.xz"
+stale=0
+for p in "${programs[@]}"; do [ "$p" -nt "$packed" ] && stale=1; done
+if [ "$stale" = 1 ]; then
+  rm -rf "$build/pack"
+  mkdir -p "$build/pack/bin"
+  cp "${programs[@]}" "$build/pack/bin/"
+  strip --strip-debug "$build"/pack/bin/*
+  tar -C "$build/pack" -cf - bin | xz -T1 -6 --lzma2=preset=6,dict=256MiB >"$packed.tmp"
+  mv "$packed.tmp" "$packed"
+fi
 rm -rf "$kit"
-mkdir -p "$kit/bin" "$kit/data/kjv" "$kit/tests/gpu" "$kit/scripts" "$kit/dev"
-cp "$build/train_gpt" "$kit/bin/"
-cp "$build"/gpu/test_* "$build/gpu/bench_gpu" "$kit/bin/"
-strip --strip-debug "$kit"/bin/*
-tar -C "$kit" -cf - bin | xz -T1 -6 --lzma2=preset=6,dict=256MiB >"$kit/bin.tar.xz"
-rm -r "${kit:?}/bin"
+mkdir -p "$kit/data/kjv" "$kit/tests/gpu" "$kit/scripts" "$kit/dev"
+cp "$packed" "$kit/bin.tar.xz"
 cp "$data"/*.bin "$kit/data/kjv/"
 cp tests/gpu/run_gpu_tests.sh "$kit/tests/gpu/"
 cp tests/run_tests.sh tests/lib.sh "$kit/tests/"
