@@ -9,7 +9,10 @@
 // reported with the kernel's name. Copies are checked against the
 // allocations they name and against their direction. The simulated device is
 // an H100 SXM (CUDA_SIM_MEMORY_GB of memory, default 80; CUDA_SIM_DEVICES
-// devices, default 1).
+// devices, default 1). CUDA_SIM_MAX_GRID=N lowers the backend's grid cap
+// (grid_for) so that small shapes reach grid-stride loops' later rounds;
+// CUDA_SIM_CONTEXTS=1 prints at exit the devices a real runtime would have
+// created a context on.
 #include <stdarg.h>
 #include <sys/mman.h>
 #include <time.h>
