@@ -7,10 +7,13 @@
 #   make data       tokenize the bundled corpus into data/kjv/
 #   make test-gpu   GPU test suite (reports itself skipped without a GPU)
 #   make fuzz       runs every reader's libFuzzer target for FUZZ_SECONDS (fuzz/README.md)
+#   make gpu-kit    gpu-kit/: train_gpt and the GPU tests for a GPU machine that cannot build
+#                   (scripts/gpu_kit.mk; run there: gpu-kit/scripts/gpu_check.sh)
 #   make clean
 #
-# Variables: NO_CUDA=1 forces the CPU-only build; CUDA_HOME (default /usr/local/cuda);
-# BUILD (object directory, default build) and BIN (the binary, default train_gpt).
+# Variables: NO_CUDA=1 forces the CPU-only build; NO_MPI=1 builds without MPI (a world of
+# one, no mpirun); CUDA_HOME (default /usr/local/cuda); BUILD (object directory, default
+# build) and BIN (the binary, default train_gpt). `make gpu-kit`: scripts/gpu_kit.mk.
 
 CC       ?= gcc
 CC       := $(if $(filter cc,$(CC)),gcc,$(CC))
@@ -26,12 +29,23 @@ WARN     := -Wall -Wextra -Wshadow -Wno-unused-parameter -Wno-sign-compare
 CFLAGS   ?= -O3 -march=native -g
 CFLAGS   += -std=c11 -fopenmp -D_GNU_SOURCE -I. $(WARN)
 LDLIBS   := -lopenblas -lzstd -lxxhash -lpthread -lm -ldl
+# STATIC_DEPS=1 (make gpu-kit): OpenBLAS, zstd, xxhash and the C++/OpenMP runtimes linked in,
+# so that the binaries run where none of them is installed; glibc stays dynamic.
+ifeq ($(STATIC_DEPS),1)
+  LDLIBS := -static-libgcc -Wl,--as-needed -Wl,-Bstatic -lopenblas -lzstd -lxxhash -lgomp -lstdc++ \
+            -Wl,-Bdynamic -lpthread -lm -ldl
+endif
 
-# MPI starts the ranks (llm/parallel/comm.c); every build links it, and a plain ./train_gpt
-# runs as a world of one. Flags come from the MPI compiler wrapper.
-MPICC       ?= mpicc
-MPI_CFLAGS  := $(shell $(MPICC) --showme:compile 2>/dev/null)
-MPI_LDFLAGS := $(shell $(MPICC) --showme:link 2>/dev/null)
+# MPI starts the ranks (llm/parallel/comm.c); a plain ./train_gpt runs as a world of one.
+# Flags come from the MPI compiler wrapper. NO_MPI=1: no MPI at all (llm/parallel/mpi_single.h).
+ifeq ($(NO_MPI),1)
+  MPI_CFLAGS  := -DTRAIN_GPT_NO_MPI
+  MPI_LDFLAGS :=
+else
+  MPICC       ?= mpicc
+  MPI_CFLAGS  := $(shell $(MPICC) --showme:compile 2>/dev/null)
+  MPI_LDFLAGS := $(shell $(MPICC) --showme:link 2>/dev/null)
+endif
 CFLAGS   += $(MPI_CFLAGS)
 LDLIBS   += $(MPI_LDFLAGS)
 
@@ -40,31 +54,27 @@ LIB_SRCS := $(wildcard llm/*.c llm/*/*.c data/*.c kernels/*.c kernels/cpu/*.c)
 LIB_OBJS := $(LIB_SRCS:%.c=$(BUILD)/%.o)
 
 ifneq ($(NVCC),)
-  # CUDA build: train.cu and the CUDA backend by nvcc, linked against the CUDA runtime and cuBLASLt.
+  # CUDA build: the CUDA backend by nvcc; cuBLASLt and NCCL's headers found by
+  # kernels/cuda/libs.mk (toolkit, /usr or Python wheels), which prints where.
   CUDA_ARCH  ?= -gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,code=sm_90 \
                 -gencode arch=compute_100,code=sm_100 -gencode arch=compute_100,code=compute_100
-  NVCCFLAGS  := -O3 -std=c++17 $(CUDA_ARCH) -I. -Xcompiler -fopenmp,-Wall,-Wno-unused-parameter
-  CUDA_SRCS  := $(wildcard kernels/cuda/*.cu)
-  CUDA_LIBS  := -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcublasLt -lcublas -lcudart -lstdc++
-  # llm/*/*.cu: NCCL collectives (llm/parallel/comm_nccl.cu). Without NCCL headers the
-  # build still links (a weak symbol) and multi-GPU runs say NCCL is missing.
-  NCCL_HOME  ?= $(CUDA_HOME)
-  ifneq ($(wildcard $(NCCL_HOME)/include/nccl.h),)
-    CUDA_SRCS  += $(wildcard llm/*/*.cu)
-    NVCCFLAGS  += -I$(NCCL_HOME)/include
-    CUDA_LIBS  += -L$(NCCL_HOME)/lib64 -L$(NCCL_HOME)/lib -Wl,-rpath,$(NCCL_HOME)/lib64 -Wl,-rpath,$(NCCL_HOME)/lib -lnccl
-  else
-    $(warning NCCL not found under $(NCCL_HOME): building without multi-GPU collectives)
-  endif
-  CUDA_OBJS  := $(CUDA_SRCS:%.cu=$(BUILD)/%.o)
-  MAIN_OBJ   := $(BUILD)/train_cuda.o
-  BUILD_KIND := cuda
+  # -lineinfo: source lines for compute-sanitizer and ncu (no effect on the code).
+  NVCCFLAGS  := -O3 -std=c++17 $(CUDA_ARCH) -lineinfo -I. -Xcompiler -fopenmp,-Wall,-Wno-unused-parameter
+  include kernels/cuda/libs.mk
+  CUDA_SRCS  := $(wildcard kernels/cuda/*.cu) $(if $(NCCL_INC),$(wildcard llm/*/*.cu))
+  NVCCFLAGS  += $(CUBLASLT_CFLAGS) $(NCCL_CFLAGS)
+  CUDA_LIBS  := $(CUBLASLT_LIBS) $(CUDART_LIBS) $(if $(filter 1,$(STATIC_DEPS)),,-lstdc++)
+  # CUDA_BUILD: where the CUDA objects live (gpu-kit reuses the default build's).
+  CUDA_BUILD ?= $(BUILD)
+  CUDA_OBJS  := $(CUDA_SRCS:%.cu=$(CUDA_BUILD)/%.o)
+  BUILD_KIND := cuda build
 else
   CUDA_OBJS  :=
   CUDA_LIBS  :=
-  MAIN_OBJ   := $(BUILD)/train_cpu.o
-  BUILD_KIND := cpu
+  BUILD_KIND := cpu build
 endif
+BUILD_KIND := $(BUILD_KIND)$(if $(filter 1,$(NO_MPI)), without MPI)
+MAIN_OBJ := $(BUILD)/train.o
 
 .PHONY: all clean test test-gpu bench bench-gpu data run deps tests
 all: $(BIN)
@@ -72,13 +82,13 @@ all: $(BIN)
 # ---- the binary -------------------------------------------------------------------------------
 $(BIN): $(MAIN_OBJ) $(BUILD)/libtrain.a $(CUDA_OBJS)
 	$(CC) $(CFLAGS) -o $@ $(MAIN_OBJ) $(CUDA_OBJS) $(BUILD)/libtrain.a $(CUDA_LIBS) $(LDLIBS)
-	@echo "built $@ ($(BUILD_KIND) build)"
+	@echo "built $@ ($(BUILD_KIND))"
 
 # Checked when building, not when reading this file, so that `make run` can install it first.
 .PHONY: mpi-check
 mpi-check:
-	@if [ -z "$(strip $(MPI_LDFLAGS))" ]; then \
-	  echo "MPI not found: '$(MPICC) --showme:link' failed (scripts/install_deps.sh installs libopenmpi-dev)"; exit 1; fi
+	@if [ "$(NO_MPI)" != 1 ] && [ -z "$(strip $(MPI_LDFLAGS))" ]; then \
+	  echo "MPI not found: '$(MPICC) --showme:link' failed (scripts/install_deps.sh installs libopenmpi-dev; NO_MPI=1 builds without)"; exit 1; fi
 $(LIB_OBJS) $(MAIN_OBJ): | mpi-check
 
 $(BUILD)/libtrain.a: $(LIB_OBJS)
@@ -89,28 +99,29 @@ $(BUILD)/%.o: %.c
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -MMD -MP -c $< -o $@
 
-$(BUILD)/train_cpu.o: train.cu
+# train.cu is plain C in every build (the CUDA parts sit behind kernels/cuda_seam.h).
+$(BUILD)/train.o: train.cu
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -MMD -MP -x c -c $< -o $@
 
-$(BUILD)/train_cuda.o: train.cu
-	@mkdir -p $(dir $@)
-	$(NVCC) $(NVCCFLAGS) -MMD -MP -DTRAIN_GPT_CUDA -x cu -c $< -o $@
-
-$(BUILD)/kernels/cuda/%.o: kernels/cuda/%.cu
+$(CUDA_BUILD)/kernels/cuda/%.o: kernels/cuda/%.cu
 	@mkdir -p $(dir $@)
 	$(NVCC) $(NVCCFLAGS) -MMD -MP -c $< -o $@
 
-$(BUILD)/llm/%.o: llm/%.cu
+$(CUDA_BUILD)/llm/%.o: llm/%.cu
 	@mkdir -p $(dir $@)
 	$(NVCC) $(NVCCFLAGS) -MMD -MP -c $< -o $@
+
+# ---- the GPU kit: scripts/gpu_kit.mk -----------------------------------------------------------
+include scripts/gpu_kit.mk
 
 # ---- tests: rules in tests/tests.mk and tests/cuda_sim/sim.mk, assembled here ------------------
 include tests/tests.mk tests/cuda_sim/sim.mk
 # The sanitized builds: libFuzzer targets for every reader, an ASan/UBSan train_gpt (fuzz/fuzz.mk).
 include fuzz/fuzz.mk
 
-tests: train_gpt data $(TEST_BINS) $(ASAN_TESTS) $(BUILD)/tests/libfake_nvml.so $(GPU_TEST_BINS) $(GPU_BENCH) sim-tests
+tests: train_gpt data $(TEST_BINS) $(ASAN_TESTS) $(BUILD)/tests/libfake_nvml.so $(GPU_TEST_BINS) $(GPU_BENCH) sim-tests \
+       $(if $(NVCC),gpu-kit)
 
 test: tests
 	@tests/run_tests.sh $(TEST_BINS) $(ASAN_TESTS) $(TEST_SCRIPTS) $(SIM_TESTS)
@@ -140,6 +151,6 @@ $(BUILD)/bench_cpu: dev/bench_cpu.c $(BUILD)/libtrain.a
 	$(CC) $(CFLAGS) -o $@ $< $(BUILD)/libtrain.a $(LDLIBS)
 
 clean:
-	rm -rf $(BUILD) $(BIN)
+	rm -rf $(BUILD) $(BIN) $(KIT)
 
 -include $(shell find $(BUILD) -name '*.d' 2>/dev/null)

@@ -3,8 +3,8 @@
 // No kernel code lives here; every step is a call into llm/ (model, trainer,
 // report) which in turn calls the backend through kernels/ops.h.
 //
-// Compiled by nvcc in CUDA builds and by gcc as C otherwise, so it keeps to
-// the common subset of C and C++.
+// Plain C, compiled the same way in every build: the CUDA parts are reached
+// through kernels/cuda_seam.h.
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -34,6 +34,8 @@ int main(int argc, char** argv) {
     config_parse(&cfg, argc, argv);
     sagemaker_configure(&cfg);
     config_check(&cfg);  // the checks across flags, once every source has set them
+    // This rank's GPU (by its local rank) becomes current before anything else touches CUDA.
+    device_select_gpu(cfg.device, comm->local_rank);
     // --plan: the memory bill and the recommended configuration; no data, no model.
     if (cfg.plan) {
         int status = plan_command(&cfg);

@@ -54,8 +54,9 @@ static void add_row(const char* fmt, ...) {
 
 // Dense BF16 tensor-core peak by product name (TFLOP/s, without sparsity).
 static double bf16_peak_for(const char* name) {
+    // Longer names first: "GB200" contains "B200" (the first match wins).
     struct { const char* key; double tflops; } known[] = {
-        {"B200", 2250}, {"B100", 1750}, {"GB200", 2500}, {"H200", 989}, {"GH200", 989}, {"H100 PCIe", 756},
+        {"GB200", 2500}, {"B200", 2250}, {"B100", 1750}, {"GH200", 989}, {"H200", 989}, {"H100 PCIe", 756},
         {"H100", 989}, {"H800", 989}, {"A100", 312}, {"A800", 312}, {"L40S", 362}, {"A10", 125},
     };
     for (size_t i = 0; i < sizeof known / sizeof known[0]; i++) {

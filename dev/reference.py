@@ -20,6 +20,15 @@ Output file (little-endian):
   float32 params[P]           after the last update
 
 Computation is in float64 by default (--dtype float32 to compare like with like).
+
+--cuda-bench: same-machine baselines for scripts/gpu_check.sh instead (no files):
+on the GPU in BF16, torch.matmul at the GEMM shapes of dev/bench_gpu.c,
+F.scaled_dot_product_attention (causal) at its attention shapes, and a GPT-2
+124M training step (B=16, T=1024: forward, backward, fused AdamW) eager and
+under torch.compile. Each line reads like bench_gpu's, prefixed "torch ", so
+the two can be joined by op and shape:
+  torch matmul fwd qkv       16384 x 768 -> 2304      0.123 ms  500.0 TFLOP/s
+  torch model gpt2-124M eager L=12 C=768 B=16 T=1024  80.0 ms/step 204800 tok/s
 """
 import argparse
 import math
@@ -67,12 +76,13 @@ def load_model(path, dtype):
     return dict(maxT=maxT, V=V, L=L, NH=NH, C=C, Vp=Vp), params
 
 
-def forward(cfg, p, idx):
+def forward(cfg, p, idx, sdpa=False):
+    """The logits; sdpa: attention by F.scaled_dot_product_attention (the fast path on GPUs)."""
     B, T = idx.shape
     C, NH, L = cfg["C"], cfg["NH"], cfg["L"]
     hs = C // NH
     x = p["wte"][idx] + p["wpe"][:T]
-    mask = torch.ones(T, T, dtype=torch.bool).tril()
+    mask = torch.ones(T, T, dtype=torch.bool, device=idx.device).tril()
     for l in range(L):
         h = F.layer_norm(x, (C,), p["ln1w"][l], p["ln1b"][l], eps=1e-5)
         qkv = h @ p["qkvw"][l].T + p["qkvb"][l]
@@ -80,9 +90,13 @@ def forward(cfg, p, idx):
         q = q.view(B, T, NH, hs).transpose(1, 2)
         k = k.view(B, T, NH, hs).transpose(1, 2)
         v = v.view(B, T, NH, hs).transpose(1, 2)
-        att = (q @ k.transpose(-2, -1)) / math.sqrt(hs)
-        att = att.masked_fill(~mask, float("-inf")).softmax(dim=-1)
-        y = (att @ v).transpose(1, 2).reshape(B, T, C)
+        if sdpa:
+            y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        else:
+            att = (q @ k.transpose(-2, -1)) / math.sqrt(hs)
+            att = att.masked_fill(~mask, float("-inf")).softmax(dim=-1)
+            y = att @ v
+        y = y.transpose(1, 2).reshape(B, T, C)
         x = x + y @ p["attprojw"][l].T + p["attprojb"][l]
         h = F.layer_norm(x, (C,), p["ln2w"][l], p["ln2b"][l], eps=1e-5)
         h = F.gelu(h @ p["fcw"][l].T + p["fcb"][l], approximate="tanh")
@@ -112,7 +126,105 @@ def flat(p, getter):
     return np.concatenate([getter(p[name]).detach().cpu().numpy().astype(np.float32).ravel() for name in ORDER])
 
 
+# ---- --cuda-bench ---------------------------------------------------------------------------
+
+def cuda_time(fn, reps):
+    """Mean seconds per call of fn on the GPU, after two warm-up calls."""
+    fn()
+    fn()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    torch.cuda.synchronize()
+    start.record()
+    for _ in range(reps):
+        fn()
+    end.record()
+    torch.cuda.synchronize()
+    return start.elapsed_time(end) / 1e3 / reps
+
+
+def report(op, shape, sec, flops):
+    print(f"torch {op:<26} {shape:<34} {sec * 1e3:9.3f} ms {flops / sec / 1e12:8.1f} TFLOP/s", flush=True)
+
+
+def bench_matmul(name, N, C, OC, reps):
+    x = torch.randn(N, C, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+    w = torch.randn(OC, C, device="cuda", dtype=torch.bfloat16, requires_grad=True) * 0.05
+    w = w.detach().requires_grad_(True)
+    dy = torch.randn(N, OC, device="cuda", dtype=torch.bfloat16)
+    y = torch.matmul(x, w.T)
+    flops = 2.0 * N * C * OC
+    report(f"matmul fwd {name}", f"{N} x {C} -> {OC}", cuda_time(lambda: torch.matmul(x, w.T), reps), flops)
+    # Backward as ours: dinp = dy @ w and dweight = dy^T @ x.
+    report(f"matmul bwd {name}", f"{N} x {C} -> {OC}",
+           cuda_time(lambda: (torch.matmul(dy, w), torch.matmul(dy.T, x)), reps), 2 * flops)
+    del y
+
+
+def bench_sdpa(B, T, NH, HS, reps):
+    q, k, v = (torch.randn(B, NH, T, HS, device="cuda", dtype=torch.bfloat16, requires_grad=True) for _ in range(3))
+    fwd = 2.0 * 2.0 * B * NH * (T * T / 2) * HS  # causal: half the scores, two products (as bench_gpu)
+    shape = f"B={B} T={T} NH={NH} HS={HS}"
+    tf = cuda_time(lambda: F.scaled_dot_product_attention(q, k, v, is_causal=True), reps)
+    y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+    dy = torch.randn_like(y)
+    tb = cuda_time(lambda: torch.autograd.grad(F.scaled_dot_product_attention(q, k, v, is_causal=True), (q, k, v), dy),
+                   reps) - tf
+    report("attention fwd", shape, tf, fwd)
+    report("attention bwd", shape, tb, 2.5 * fwd)
+    report("attention fwd+bwd", shape, tf + tb, 3.5 * fwd)
+
+
+def bench_gpt2_step(compiled, steps):
+    torch.manual_seed(0)
+    cfg = dict(maxT=1024, V=50257, L=12, NH=12, C=768, Vp=50304)
+    B, T = 16, 1024
+    p = {}
+    for name, shape in shapes(cfg["L"], cfg["C"], cfg["maxT"], cfg["Vp"]).items():
+        t = torch.randn(shape, device="cuda", dtype=torch.float32) * 0.02
+        p[name] = t.requires_grad_(True)
+    opt = torch.optim.AdamW(list(p.values()), lr=1e-4, betas=(0.9, 0.95), weight_decay=0.1, fused=True)
+    idx = torch.randint(0, cfg["V"], (B, T), device="cuda")
+
+    def loss_fn(idx_, tgt_):
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            return loss_of(cfg, forward(cfg, p, idx_, sdpa=True), tgt_)
+
+    fn = torch.compile(loss_fn) if compiled else loss_fn
+
+    def step():
+        opt.zero_grad(set_to_none=True)
+        loss = fn(idx, idx)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(list(p.values()), 1.0)
+        opt.step()
+
+    sec = cuda_time(step, steps)
+    n_params = sum(t.numel() for t in p.values()) - (cfg["Vp"] - cfg["V"]) * cfg["C"]
+    flops_token = 6.0 * n_params + 12.0 * cfg["L"] * cfg["C"] * T
+    mode = "compile" if compiled else "eager"
+    print(f"torch model gpt2-124M {mode:<7} L=12 C=768 B={B} T={T} {sec * 1e3:8.1f} ms/step "
+          f"{B * T / sec:10.0f} tok/s {B * T / sec * flops_token / 1e12:8.1f} TFLOP/s", flush=True)
+
+
+def cuda_bench(quick):
+    if not torch.cuda.is_available():
+        sys.exit("reference.py --cuda-bench: PyTorch sees no CUDA GPU")
+    reps = 5 if quick else 20
+    print(f"torch version {torch.__version__} cuda {torch.version.cuda} cudnn {torch.backends.cudnn.version()} "
+          f"gpu {torch.cuda.get_device_name()}", flush=True)
+    N = 16 * 1024
+    for name, C, OC in (("qkv", 768, 2304), ("fc", 768, 3072), ("fcproj", 3072, 768), ("lm head", 768, 50304)):
+        bench_matmul(name, N, C, OC, reps)
+    bench_matmul("fc 2048", 8192, 2048, 8192, reps)
+    for B, T, NH, HS in ((16, 1024, 12, 64), (4, 4096, 16, 128), (1, 8192, 16, 128), (1, 16384, 16, 128)):
+        bench_sdpa(B, T, NH, HS, reps)
+    bench_gpt2_step(False, 3 if quick else 10)
+    bench_gpt2_step(True, 3 if quick else 10)
+
+
 def main():
+    if "--cuda-bench" in sys.argv[1:]:
+        return cuda_bench("--quick" in sys.argv[1:])
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--model", required=True)
     ap.add_argument("--batch", required=True)

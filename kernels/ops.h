@@ -96,6 +96,12 @@ struct Backend {
     // The backend's compute stream (a cudaStream_t for CUDA), so that
     // communication (NCCL) can order itself after the kernels; NULL on the CPU.
     void* (*native_stream)(Backend* be);
+    // Optional (NULL: nothing to do). Makes room now, at start-up, for the
+    // temporary memory the ops take at these shapes (B*T rows of at most
+    // `widest` channels in a linear layer with bias, C in layernorm, NH
+    // heads), so that no training step allocates device memory (a cudaMalloc
+    // or cudaFree inside a step would stall the stream).
+    void (*reserve_scratch)(Backend* be, int B, int T, int C, int widest, int NH);
 
     // ---- conversions ----------------------------------------------------------
     // dst[i] = src[i] converted (round-to-nearest-even into 16-bit types).
@@ -224,7 +230,5 @@ size_t cpu_attention_scratch_bytes(int T, int C, int NH, int threads);
 // The most scratch one CPU FP8 GEMM call of a (N, C) -> (N, OC) linear layer
 // allocates (its operands decoded to FP32): the planner bills it.
 size_t cpu_fp8_matmul_scratch_bytes(int N, int C, int OC);
-// Defined only in builds with CUDA; returns the number of usable GPUs (0 without).
-int cuda_device_count(void);
 
 EXTERN_C_END

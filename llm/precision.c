@@ -6,7 +6,7 @@
 
 #include "data/tokenizer.h"
 #include "llm/platform/device.h"
-#include "llm/platform/gpu_info.h"
+#include "kernels/cuda_seam.h"
 #include "llm/plan/planner.h"
 #include "llm/presets.h"
 

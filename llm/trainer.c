@@ -6,7 +6,7 @@
 #include <string.h>
 
 #include "kernels/bf16.h"
-#include "llm/platform/gpu_info.h"
+#include "kernels/cuda_seam.h"
 #include "llm/checkpoint/llmc_io.h"
 #include "llm/plan/planner.h"
 #include "llm/presets.h"
@@ -108,6 +108,9 @@ void trainer_setup(Trainer* tr, const TrainConfig* cfg, Backend* be, Comm* comm)
     RecomputePolicy recompute = recompute_policy_from_flags(cfg->recompute, cfg->recompute_layers, mc.num_layers);
     const CommGroupInfo* shard = &comm->group[COMM_SHARD];
     gpt_create_recompute(&tr->model, &mc, be, tr->B, tr->T, shard->size, shard->rank, cfg->zero_stage, &recompute);
+    // The ops' temporary device memory, once, so that no step allocates (the
+    // MLP's 4C is the widest linear layer with a bias).
+    if (be->reserve_scratch) be->reserve_scratch(be, tr->B, tr->T, mc.channels, 4 * mc.channels, mc.num_heads);
     zero_init(&tr->zero, &tr->model, comm);
     if (cfg->precision == PRECISION_FP8) setup_fp8(tr, cfg);
     if (cfg->init_from[0]) llmc_load_weights(&tr->model, cfg->init_from);

@@ -20,6 +20,7 @@
 // q of head h at h*HS, k at C + h*HS, v at 2C + h*HS; out and dout (B, T, C);
 // lse (B, NH, T) natural-log log-sum-exp of the scaled scores.
 #include <math.h>
+#include <stdio.h>
 
 #include "kernels/cuda/attention.cuh"
 
@@ -156,18 +157,20 @@ template <typename T>
 __global__ void attention_backward_dot_kernel(float* D, const T* dout, const T* out, int B, int T_, int C, int NH) {
     int HS = C / NH;
     size_t rows = (size_t)B * T_ * NH;
-    size_t w = ((size_t)blockIdx.x * blockDim.x + threadIdx.x) / WARP_SIZE;
+    size_t warps = (size_t)gridDim.x * blockDim.x / WARP_SIZE;
     int lane = threadIdx.x % WARP_SIZE;
-    if (w >= rows) return;
-    int h = (int)(w % NH);
-    size_t bt = w / NH;
-    int b = (int)(bt / T_), t = (int)(bt % T_);
-    const T* g = dout + bt * C + h * HS;
-    const T* o = out + bt * C + h * HS;
-    float s = 0.0f;
-    for (int d = lane; d < HS; d += WARP_SIZE) s += to_float(g[d]) * to_float(o[d]);
-    s = warp_sum(s);
-    if (lane == 0) D[((size_t)b * NH + h) * T_ + t] = s;
+    // Grid-stride over rows: grid_for caps the grid, so one pass may not cover them all.
+    for (size_t w = ((size_t)blockIdx.x * blockDim.x + threadIdx.x) / WARP_SIZE; w < rows; w += warps) {
+        int h = (int)(w % NH);
+        size_t bt = w / NH;
+        int b = (int)(bt / T_), t = (int)(bt % T_);
+        const T* g = dout + bt * C + h * HS;
+        const T* o = out + bt * C + h * HS;
+        float s = 0.0f;
+        for (int d = lane; d < HS; d += WARP_SIZE) s += to_float(g[d]) * to_float(o[d]);
+        s = warp_sum(s);
+        if (lane == 0) D[((size_t)b * NH + h) * T_ + t] = s;
+    }
 }
 
 // Block: R keys of one (b, h); loops over the query blocks at or after it.
@@ -306,9 +309,26 @@ static int check_shape(int B, int T, int C, int NH) {
     return HS;
 }
 
+// Whether the tensor-core kernels take this call. In BF16 a call they cannot
+// take falls back to the CUDA-core kernels (FP32 math, several times slower),
+// and the first such call says so on stderr, with the reason.
 static int use_wmma(Backend* be, int HS, const void* a, const void* b, const void* c, const void* d) {
-    return be->dtype == DTYPE_BF16 && attention_wmma_head_size(HS) && aligned_to(a, 16) && aligned_to(b, 16) &&
-           aligned_to(c, 16) && aligned_to(d, 16) && attention_wmma_smem_bytes(HS) <= cuda_state(be)->smem_optin;
+    if (be->dtype != DTYPE_BF16) return 0;
+    char why[160] = "";
+    if (!attention_wmma_head_size(HS))
+        snprintf(why, sizeof why, "head size %d has no tensor-core kernel (32, 64 and 128 have)", HS);
+    else if (!(aligned_to(a, 16) && aligned_to(b, 16) && aligned_to(c, 16) && aligned_to(d, 16)))
+        snprintf(why, sizeof why, "a buffer is not 16-byte aligned");
+    else if (attention_wmma_smem_bytes(HS) > cuda_state(be)->smem_optin)
+        snprintf(why, sizeof why, "head size %d needs %zu bytes of shared memory, the GPU allows %zu", HS,
+                 attention_wmma_smem_bytes(HS), cuda_state(be)->smem_optin);
+    if (!why[0]) return 1;
+    static int said;
+    if (!said) {
+        said = 1;
+        fprintf(stderr, "train_gpt: note: attention runs on the CUDA-core kernels (FP32 math, slower): %s\n", why);
+    }
+    return 0;
 }
 
 template <typename T>
@@ -317,7 +337,7 @@ static void forward_simt(Backend* be, T* out, float* lse, const T* qkv, int B, i
     size_t smem = (size_t)(4 * R * (HS + 1) + R * (R + 1) + 3 * R) * sizeof(float);
     auto kernel = attention_forward_simt<T>;
     attention_set_smem(be, (const void*)kernel, smem, "attention forward");
-    dim3 grid((unsigned)ceil_div((size_t)T_, R), (unsigned)(B * NH));
+    dim3 grid((unsigned)ceil_div((size_t)T_, R), grid_y((size_t)B * NH, "attention forward"));
     LAUNCH(kernel, grid, SIMT_THREADS, smem, cuda_stream(be), out, lse, qkv, T_, C, NH, HS, R, 1.0f / sqrtf((float)HS));
     CUDA_CHECK_LAUNCH();
 }
@@ -327,7 +347,7 @@ static void backward_simt(Backend* be, T* dqkv, const T* dout, const T* qkv, con
                           int T_, int C, int NH) {
     int HS = C / NH, R = simt_rows(HS);
     float scale = 1.0f / sqrtf((float)HS);
-    dim3 grid((unsigned)ceil_div((size_t)T_, R), (unsigned)(B * NH));
+    dim3 grid((unsigned)ceil_div((size_t)T_, R), grid_y((size_t)B * NH, "attention backward"));
     size_t smem_kv = (size_t)(6 * R * (HS + 1) + 2 * R * (R + 1) + 2 * R) * sizeof(float);
     auto kv = attention_backward_dkdv_simt<T>;
     attention_set_smem(be, (const void*)kv, smem_kv, "attention backward (dK, dV)");
@@ -352,10 +372,12 @@ void cuda_attention_forward(Backend* be, void* out, float* lse, const void* qkv,
     }
 }
 
+size_t cuda_attention_scratch_bytes(int B, int T, int NH) { return (size_t)B * T * NH * sizeof(float); }
+
 template <typename T>
 static float* backward_dot(Backend* be, const T* dout, const T* out, int B, int T_, int C, int NH) {
     size_t rows = (size_t)B * T_ * NH;
-    float* D = (float*)cuda_scratch(be, rows * sizeof(float));
+    float* D = (float*)cuda_scratch(be, cuda_attention_scratch_bytes(B, T_, NH));
     auto kernel = attention_backward_dot_kernel<T>;
     LAUNCH(kernel, grid_for(rows * WARP_SIZE, 256, 1), 256, 0, cuda_stream(be), D, dout, out, B, T_, C, NH);
     CUDA_CHECK_LAUNCH();

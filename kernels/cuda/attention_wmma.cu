@@ -410,7 +410,7 @@ static void forward_launch(Backend* be, bf16* out, float* lse, const bf16* qkv, 
     size_t smem = forward_smem<HS>();
     auto kernel = attention_forward_wmma_kernel<HS>;
     attention_set_smem(be, (const void*)kernel, smem, "attention forward (tensor cores)");
-    dim3 grid((unsigned)ceil_div((size_t)T, FA_ROWS), (unsigned)(B * NH));
+    dim3 grid((unsigned)ceil_div((size_t)T, FA_ROWS), grid_y((size_t)B * NH, "attention (tensor cores)"));
     float scale_log2 = ATTN_LOG2E / sqrtf((float)HS);
     LAUNCH(kernel, grid, FA_THREADS, smem, cuda_stream(be), out, lse, qkv, T, C, NH, scale_log2);
     CUDA_CHECK_LAUNCH();
@@ -421,7 +421,7 @@ static void backward_launch(Backend* be, bf16* dqkv, const bf16* dout, const bf1
                             const float* D, int B, int T, int C, int NH) {
     size_t smem = backward_smem<HS>();
     float scale = 1.0f / sqrtf((float)HS), scale_log2 = scale * ATTN_LOG2E;
-    dim3 grid((unsigned)ceil_div((size_t)T, FA_ROWS), (unsigned)(B * NH));
+    dim3 grid((unsigned)ceil_div((size_t)T, FA_ROWS), grid_y((size_t)B * NH, "attention (tensor cores)"));
     auto kv = attention_backward_dkdv_wmma_kernel<HS>;
     attention_set_smem(be, (const void*)kv, smem, "attention backward dK/dV (tensor cores)");
     LAUNCH(kv, grid, FA_THREADS, smem, cuda_stream(be), dqkv, dout, qkv, lse, D, T, C, NH, scale, scale_log2);

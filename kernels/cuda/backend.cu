@@ -3,6 +3,7 @@
 // kernels/ops.h, and owns device memory: every byte comes from cudaMalloc
 // through alloc() (never managed memory) and is counted, workspaces included,
 // so allocated_bytes / peak_allocated_bytes are exactly what the backend holds.
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -66,17 +67,38 @@ static void cuda_free(Backend* be, void* p) {
     device_free(s, p);
 }
 
-void* cuda_scratch(Backend* be, size_t bytes) {
-    CudaState* s = cuda_state(be);
-    if (bytes <= s->scratch_bytes) return s->scratch;
-    size_t want = round_up(bytes, (size_t)1 << 20);
+static void scratch_resize(CudaState* s, size_t bytes) {
     if (s->scratch) {
         CUDA_CHECK(cudaStreamSynchronize(s->stream));
         device_free(s, s->scratch);
     }
-    s->scratch = device_alloc(s, want, "op scratch");
-    s->scratch_bytes = want;
+    s->scratch = device_alloc(s, bytes, "op scratch");
+    s->scratch_bytes = bytes;
+}
+
+void* cuda_scratch(Backend* be, size_t bytes) {
+    CudaState* s = cuda_state(be);
+    if (bytes <= s->scratch_bytes) return s->scratch;
+    if (s->scratch_reserved && !s->scratch_warned) {
+        s->scratch_warned = 1;
+        fprintf(stderr, "train_gpt: warning: op scratch grows from %zu to %zu bytes after start-up (a cudaMalloc "
+                "inside a step): an op's size is missing from cuda_reserve_scratch (kernels/cuda/backend.cu)\n",
+                s->scratch_bytes, bytes);
+    }
+    scratch_resize(s, round_up(bytes, (size_t)1 << 20));
     return s->scratch;
+}
+
+// The largest scratch any op takes at the model's shapes, allocated once.
+static void cuda_reserve_scratch(Backend* be, int B, int T, int C, int widest, int NH) {
+    int N = B * T;
+    size_t sizes[] = {cuda_attention_scratch_bytes(B, T, NH), cuda_encoder_scratch_bytes(N),
+                      cuda_layernorm_scratch_bytes(N, C), cuda_reduce_scratch_bytes(N, widest > C ? widest : C)};
+    size_t need = 0;
+    for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) need = sizes[i] > need ? sizes[i] : need;
+    CudaState* s = cuda_state(be);
+    if (need > s->scratch_bytes) scratch_resize(s, round_up(need, (size_t)256));  // exactly: tests see a miss
+    s->scratch_reserved = 1;
 }
 
 // Copies above this size go straight from the caller's memory (setup-time
@@ -155,6 +177,7 @@ static void cuda_destroy(Backend* be) {
     // Buffers the caller did not free are released with the backend.
     while (s->live_count > 0) device_free(s, s->live_ptr[s->live_count - 1]);
     CUDA_CHECK(cudaStreamDestroy(s->stream));
+    free(s->unwrapped);
     free(s->live_ptr);
     free(s->live_bytes);
     free(s);
@@ -203,6 +226,7 @@ extern "C" Backend* cuda_backend_create(DType dtype) {
     be->peak_allocated_bytes = cuda_peak_allocated_bytes;
     be->destroy = cuda_destroy;
     be->native_stream = cuda_native_stream;
+    be->reserve_scratch = cuda_reserve_scratch;
 
     be->convert = cuda_convert;
     be->encoder_forward = cuda_encoder_forward;
@@ -229,5 +253,6 @@ extern "C" Backend* cuda_backend_create(DType dtype) {
     be->fp8_matmul_backward = cuda_fp8_matmul_backward;
 
     cuda_matmul_init(be);
+    cuda_op_watch_install(be);  // TRAIN_GPT_SYNC_CHECK=1, TRAIN_GPT_OP_PROFILE=1 (op_watch.cu)
     return be;
 }

@@ -30,10 +30,15 @@ typedef struct {
 
     // One scratch buffer shared by all ops: an op's temporary memory lives
     // only until its kernels are enqueued and the next op's kernels run after
-    // them on the same stream. It grows (with a stream sync) when an op needs
-    // more, which happens in the first step only.
+    // them on the same stream. Sized at start-up (reserve_scratch) for the
+    // model's shapes; should an op still need more, it grows (with a stream
+    // sync) and says so once, since that op's size is missing from the reservation.
     void* scratch;
     size_t scratch_bytes;
+    int scratch_reserved, scratch_warned;
+
+    // TRAIN_GPT_SYNC_CHECK=1 / TRAIN_GPT_OP_PROFILE=1: the op table before op_watch.cu wrapped it.
+    Backend* unwrapped;
 
     // cuBLASLt.
     cublasLtHandle_t lt;
@@ -60,14 +65,42 @@ static inline cudaStream_t cuda_stream(Backend* be) { return cuda_state(be)->str
 // the next call; counted in the backend's allocated bytes.
 void* cuda_scratch(Backend* be, size_t bytes);
 
+// The scratch bytes of each op family that takes scratch (the op's own call
+// to cuda_scratch uses the same function, so the reservation cannot drift).
+size_t cuda_attention_scratch_bytes(int B, int T, int NH);
+size_t cuda_encoder_scratch_bytes(int N);
+size_t cuda_layernorm_scratch_bytes(int N, int C);
+size_t cuda_reduce_scratch_bytes(int N, int C);
+
 // Checks the last launch; every LAUNCH is followed by it.
 #define CUDA_CHECK_LAUNCH() CUDA_CHECK(cudaGetLastError())
 
+// The most blocks grid_for gives (65535 * 4: enough to fill any GPU many
+// times over). Every kernel launched through grid_for must therefore loop
+// (grid-stride) over its items: the grid may cover only part of them. The CPU
+// harness lowers the cap with CUDA_SIM_MAX_GRID so that its tests reach the
+// loops' later rounds at small shapes (tests/gpu/test_gpu_grid.c).
+#define GRID_FOR_MAX_BLOCKS 262140u
+#ifdef CUDA_SIM
+unsigned cuda_sim_max_grid(unsigned cap);  // tests/cuda_sim/runtime.cpp
+#else
+static inline unsigned cuda_sim_max_grid(unsigned cap) { return cap; }
+#endif
+
 // Blocks for a grid-stride loop over n items with `threads` per block and
-// `per_thread` items each; at least 1, at most 65535 * 4.
+// `per_thread` items each; at least 1, at most GRID_FOR_MAX_BLOCKS.
 static inline unsigned grid_for(size_t n, int threads, int per_thread) {
     size_t blocks = ceil_div(n ? n : 1, (size_t)threads * per_thread);
-    return (unsigned)(blocks < 262140 ? blocks : 262140);
+    size_t cap = cuda_sim_max_grid(GRID_FOR_MAX_BLOCKS);
+    return (unsigned)(blocks < cap ? blocks : cap);
+}
+
+// A grid's y and z extents are at most 65535 (x: 2^31 - 1). Launches that put
+// a shape on y (B * NH heads, row tiles) check it here and stop with the op's
+// name instead of failing to launch.
+static inline unsigned grid_y(size_t n, const char* op) {
+    if (n > 65535) fatal("%s: %zu blocks along grid y, more than CUDA's 65535: lower --micro-batch", op, n);
+    return (unsigned)(n ? n : 1);
 }
 
 // ---- ops (one family per file) --------------------------------------------------------------------
@@ -95,6 +128,8 @@ void cuda_matmul_backward(Backend* be, void* dinp, void* dweight, void* dbias, c
 // reduced in order). Shared by matmul's dbias.
 void cuda_column_sum_add(Backend* be, void* out, const void* x, int N, int C);
 void cuda_matmul_init(Backend* be);
+// TRAIN_GPT_SYNC_CHECK=1 / TRAIN_GPT_OP_PROFILE=1: wraps every op of be's table (op_watch.cu).
+void cuda_op_watch_install(Backend* be);
 void cuda_matmul_destroy(Backend* be);
 
 void cuda_gelu_forward(Backend* be, void* out, const void* inp, size_t n, float* amax);

@@ -207,13 +207,20 @@ static void encoder_backward_launch(Backend* be, T* dwte, T* dwpe, const T* dout
     CUDA_CHECK_LAUNCH();
 }
 
+// The sort keys: N rounded up to a power of two (the bitonic sort's size).
+size_t cuda_encoder_scratch_bytes(int N) {
+    size_t M = 1;
+    while (M < (size_t)N) M <<= 1;
+    return M * sizeof(uint64_t);
+}
+
 template <typename T>
 static void encoder_backward_typed(Backend* be, T* dwte, T* dwpe, const T* dout, const int32_t* tokens,
                                    int B, int T_, int C) {
     int N = B * T_;
     int M = 1;
     while (M < N) M <<= 1;
-    uint64_t* keys = (uint64_t*)cuda_scratch(be, (size_t)M * sizeof(uint64_t));
+    uint64_t* keys = (uint64_t*)cuda_scratch(be, cuda_encoder_scratch_bytes(N));
     LAUNCH(make_sort_keys_kernel, grid_for((size_t)M, 256, 1), 256, 0, cuda_stream(be), keys, tokens, N, M);
     CUDA_CHECK_LAUNCH();
     sort_keys(be, keys, M);

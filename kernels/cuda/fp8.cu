@@ -114,7 +114,7 @@ static void fp8_quantize_typed(Backend* be, uint8_t* q, uint8_t* qt, const T* x,
                                const float* amax, float* scale, float* scale_inv, bool e4m3) {
     cudaStream_t st = cuda_stream(be);
     if (qt) {
-        dim3 grid((unsigned)ceil_div((size_t)cols, CAST_TILE), (unsigned)ceil_div((size_t)rows, CAST_TILE));
+        dim3 grid((unsigned)ceil_div((size_t)cols, CAST_TILE), grid_y(ceil_div((size_t)rows, CAST_TILE), "fp8 cast+transpose"));
         dim3 block(CAST_TILE, 8);
         LAUNCH(fp8_cast_transpose_kernel<T>, grid, block, 0, st, q, qt, x, rows, cols, amax, scale, scale_inv, e4m3);
     } else {

@@ -1,4 +1,4 @@
-// gpu_info.cu: the current CUDA device's name and PCI bus id (llm/platform/gpu_info.h).
+// gpu_info.cu: the current CUDA device's name and PCI bus id (kernels/cuda_seam.h).
 #include <cuda_runtime.h>
 
 extern "C" int cuda_current_device_name(char* out, int len) {

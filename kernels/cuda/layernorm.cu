@@ -190,6 +190,9 @@ __global__ void layernorm_backward_kernel(T* dinp, float* partial, const T* dout
     }
 }
 
+// The backward's per-block dw and db column sums.
+size_t cuda_layernorm_scratch_bytes(int N, int C) { return ceil_div((size_t)N, LN_BWD_ROWS) * 2 * C * sizeof(float); }
+
 template <typename T>
 static void layernorm_backward_typed(Backend* be, T* dinp, T* dw, T* db, const T* dout, const T* inp,
                                      const T* w, const float* mean, const float* rstd, int N, int C,
@@ -197,7 +200,7 @@ static void layernorm_backward_typed(Backend* be, T* dinp, T* dw, T* db, const T
     const int V = Vec16<T>::N;
     cudaStream_t st = cuda_stream(be);
     int blocks = (int)ceil_div((size_t)N, LN_BWD_ROWS);
-    float* partial = (float*)cuda_scratch(be, (size_t)blocks * 2 * C * sizeof(float));
+    float* partial = (float*)cuda_scratch(be, cuda_layernorm_scratch_bytes(N, C));
     int vec = C % V == 0 && aligned_to(dinp, 16) && aligned_to(dout, 16) && aligned_to(inp, 16) &&
               aligned_to(w, 16);
     if (vec) {

@@ -54,6 +54,12 @@ __global__ void sum_finish_kernel(float* out, const double* partial, int blocks,
     if (threadIdx.x == 0) *out = accumulate ? (float)((double)*out + total) : (float)total;
 }
 
+// The sums' per-block partials, or a column sum's over (N, C).
+size_t cuda_reduce_scratch_bytes(int N, int C) {
+    size_t sums = SUM_MAX_BLOCKS * sizeof(double), columns = ceil_div((size_t)N, COLSUM_ROWS) * C * sizeof(float);
+    return sums > columns ? sums : columns;
+}
+
 template <typename T, bool SQUARES>
 static void sum_typed(Backend* be, float* out, const T* x, size_t n, int accumulate) {
     cudaStream_t st = cuda_stream(be);
@@ -62,7 +68,7 @@ static void sum_typed(Backend* be, float* out, const T* x, size_t n, int accumul
     size_t per_block = (size_t)SUM_THREADS * (vec ? V : 1) * 4;
     int blocks = (int)ceil_div(n ? n : 1, per_block);
     if (blocks > SUM_MAX_BLOCKS) blocks = SUM_MAX_BLOCKS;
-    double* partial = (double*)cuda_scratch(be, SUM_MAX_BLOCKS * sizeof(double));
+    double* partial = (double*)cuda_scratch(be, cuda_reduce_scratch_bytes(0, 0));
     if (vec) {
         auto kernel = sum_partial_kernel<T, V, SQUARES>;
         LAUNCH(kernel, blocks, SUM_THREADS, 0, st, partial, x, n);
@@ -139,7 +145,7 @@ template <typename T>
 static void column_sum_typed(Backend* be, void* out, const T* x, int N, int C) {
     const int V = Vec16<T>::N;
     int blocks = (int)ceil_div((size_t)N, COLSUM_ROWS);
-    float* partial = (float*)cuda_scratch(be, (size_t)blocks * C * sizeof(float));
+    float* partial = (float*)cuda_scratch(be, cuda_reduce_scratch_bytes(N, C));
     if (C % V == 0 && aligned_to(x, 16)) {
         dim3 grid(blocks, (unsigned)ceil_div((size_t)C / V, COLSUM_THREADS));
         auto kernel = column_sum_partial_kernel<T, V>;

@@ -11,7 +11,11 @@
 // ranks x 1 micro-step give bit-identical ZeRO-2/3 gradients.
 #include "llm/parallel/comm.h"
 
+#ifdef TRAIN_GPT_NO_MPI
+#include "llm/parallel/mpi_single.h"  // make NO_MPI=1: a world of one
+#else
 #include <mpi.h>
+#endif
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -19,7 +23,9 @@
 #include <unistd.h>
 
 #include "kernels/bf16.h"
+#include "kernels/cuda_seam.h"
 #include "llm/parallel/watchdog.h"
+#include "llm/platform/launcher.h"
 
 // Seconds a failing rank other than 0 waits before printing its error: long
 // enough for rank 0's MPI_Abort to arrive when every rank hits the same error.
@@ -119,6 +125,13 @@ static void find_nodes(Comm* c) {
 }
 
 Comm* comm_init(int* argc, char*** argv) {
+#ifdef TRAIN_GPT_NO_MPI
+    LauncherInfo l = launcher_info();
+    if (l.world > 1)
+        fatal("this train_gpt was built without MPI (make NO_MPI=1: a world of one), but %s started it as rank %d "
+              "of %d: rebuild without NO_MPI=1 to train on several ranks",
+              l.source, l.rank, l.world);
+#endif
     int init = 0, provided = 0;
     MPI_Initialized(&init);
     // Only the main thread calls MPI; OpenMP threads compute in between.
@@ -366,7 +379,9 @@ void comm_attach_backend(Comm* c, Backend* be) {
         c->dev = mpi_device_create(c);
         return;
     }
-    if (!comm_nccl_create) fatal("backend %s needs NCCL for its collectives, and this build has none", be->name);
+    if (!comm_nccl_create)
+        fatal("backend %s: this build has no collectives on GPU memory (llm/parallel/comm_nccl.cu was left out: "
+              "make found no nccl.h; it needs the header only, even for one GPU)", be->name);
     c->dev = comm_nccl_create(c, be->native_stream(be));
 }
 

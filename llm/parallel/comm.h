@@ -63,6 +63,9 @@ typedef struct Comm {
     void* mpi;                    // private: the MPI communicators
 } Comm;
 
+// Builds without MPI (make NO_MPI=1, llm/parallel/mpi_single.h) are a world
+// of one; started by a launcher with several ranks they stop at comm_init.
+//
 // Starts MPI (a world of one without mpirun), finds the node layout, makes
 // fatal() abort every rank, and silences stdout on ranks other than 0.
 // Groups start as world sharding (comm_set_shard_scope changes it).
@@ -110,8 +113,8 @@ void comm_host_minmax(Comm* c, CommGroup g, double* lo, double* hi, int n);
 // telemetry with (llm/report/report.h); empty for a world of one.
 RankReducer comm_rank_reducer(Comm* c);
 
-// The NCCL implementation of CommDevice, present in CUDA builds with NCCL.
-CommDevice* comm_nccl_create(Comm* c, void* cuda_stream) __attribute__((weak));
+// The CUDA implementation of CommDevice (llm/parallel/comm_nccl.cu) is
+// comm_nccl_create, declared in kernels/cuda_seam.h.
 
 // What an implementation of the collectives on backend memory provides
 // (comm.c for MPI, comm_nccl.cu for NCCL). Groups of one rank never reach

@@ -1,6 +1,12 @@
 // comm_nccl.cu: the collectives on GPU memory over NCCL (see llm/parallel/comm.h),
 // compiled in CUDA builds; CPU-only builds leave comm_nccl_create undefined
-// (a weak symbol) and use MPI on host buffers instead.
+// (a weak symbol, kernels/cuda_seam.h) and use MPI on host buffers instead.
+//
+// NCCL is opened at run time (dlopen of libnccl.so.2, or TRAIN_GPT_NCCL_LIB)
+// and only when a rank group has two or more ranks: one GPU trains without
+// NCCL installed, and a binary built elsewhere finds it wherever it lives
+// (the toolkit, /usr, a Python wheel's nvidia/nccl/lib on LD_LIBRARY_PATH).
+// The build needs nccl.h only.
 //
 // One NCCL communicator per rank group, bootstrapped by broadcasting an
 // ncclUniqueId over MPI from the group's first rank. Every collective runs on
@@ -13,6 +19,7 @@
 // it; the watchdog (llm/parallel/watchdog.h) polls the oldest unfinished one and, past
 // --collective-timeout, aborts the communicators (ncclCommAbort) so that the
 // stuck kernels return, then stops the run.
+#include <dlfcn.h>
 #include <nccl.h>
 #include <pthread.h>
 
@@ -31,11 +38,80 @@ typedef struct {
     char what[192];
 } Tracked;
 
-#define NCCL_CHECK(call)                                                                         \
-    do {                                                                                         \
-        ncclResult_t r_ = (call);                                                                \
-        if (r_ != ncclSuccess)                                                                   \
-            fatal("NCCL error at %s:%d: %s (%s)", __FILE__, __LINE__, ncclGetErrorString(r_), #call); \
+// ---- NCCL, loaded on first use --------------------------------------------------------------------
+// The functions this file calls, with nccl.h's own types.
+typedef struct {
+    decltype(&ncclGetErrorString) GetErrorString;
+    decltype(&ncclGetUniqueId) GetUniqueId;
+    decltype(&ncclCommInitRank) CommInitRank;
+    decltype(&ncclCommDestroy) CommDestroy;
+    decltype(&ncclCommAbort) CommAbort;
+    decltype(&ncclReduceScatter) ReduceScatter;
+    decltype(&ncclAllReduce) AllReduce;
+    decltype(&ncclAllGather) AllGather;
+} NcclApi;
+
+static NcclApi nccl_api;
+
+#ifdef CUDA_SIM
+// The CPU harness links its NCCL (tests/cuda_sim/nccl.cpp) into the program.
+static const char* nccl_open(NcclApi* a) {
+    *a = NcclApi{ncclGetErrorString, ncclGetUniqueId, ncclCommInitRank, ncclCommDestroy,
+                 ncclCommAbort,      ncclReduceScatter, ncclAllReduce,  ncclAllGather};
+    return NULL;
+}
+#else
+// NULL, or why NCCL could not be opened.
+static const char* nccl_open(NcclApi* a) {
+    static char why[512];
+    const char* own = getenv("TRAIN_GPT_NCCL_LIB");
+    const char* names[] = {own && own[0] ? own : "libnccl.so.2", "libnccl.so"};
+    void* h = NULL;
+    for (int i = 0; i < 2 && !h; i++) h = dlopen(names[i], RTLD_NOW | RTLD_GLOBAL);
+    if (!h) {
+        snprintf(why, sizeof why, "%s could not be loaded (%s)", names[0], dlerror());
+        return why;
+    }
+#define NCCL_SYM(field, name)                                                                         \
+    if (!(*(void**)&a->field = dlsym(h, name))) {                                                     \
+        snprintf(why, sizeof why, "%s lacks %s (NCCL 2.12 or newer is needed)", names[0], name);     \
+        return why;                                                                                   \
+    }
+    NCCL_SYM(GetErrorString, "ncclGetErrorString");
+    NCCL_SYM(GetUniqueId, "ncclGetUniqueId");
+    NCCL_SYM(CommInitRank, "ncclCommInitRank");
+    NCCL_SYM(CommDestroy, "ncclCommDestroy");
+    NCCL_SYM(CommAbort, "ncclCommAbort");
+    NCCL_SYM(ReduceScatter, "ncclReduceScatter");
+    NCCL_SYM(AllReduce, "ncclAllReduce");
+    NCCL_SYM(AllGather, "ncclAllGather");
+#undef NCCL_SYM
+    return NULL;
+}
+#endif
+
+// The NCCL functions; fatal, naming what is missing, when NCCL cannot be opened.
+// `ranks`: the size of the group that needs it (for the message).
+static const NcclApi* nccl(int ranks) {
+    static int opened;
+    if (!opened) {
+        const char* why = nccl_open(&nccl_api);
+        if (why)
+            fatal("%d GPUs in one rank group need NCCL for their collectives, and %s: install NCCL "
+                  "(the toolkit's, Debian's libnccl2, or `pip install nvidia-nccl-cu13` with its "
+                  "site-packages/nvidia/nccl/lib on LD_LIBRARY_PATH), or set TRAIN_GPT_NCCL_LIB to "
+                  "libnccl.so.2's path; one GPU needs none",
+                  ranks, why);
+        opened = 1;
+    }
+    return &nccl_api;
+}
+
+#define NCCL_CHECK(call)                                                                                   \
+    do {                                                                                                   \
+        ncclResult_t r_ = (call);                                                                          \
+        if (r_ != ncclSuccess)                                                                             \
+            fatal("NCCL error at %s:%d: %s (%s)", __FILE__, __LINE__, nccl_api.GetErrorString(r_), #call); \
     } while (0)
 
 typedef struct {
@@ -108,7 +184,7 @@ static int poll_oldest(void* ctx, char* what, size_t what_size, double* since, i
 static void abort_all(void* ctx) {
     NcclDevice* d = (NcclDevice*)ctx;
     for (int g = 0; g < COMM_NUM_GROUPS; g++)
-        if (d->nccl[g] && d->owns[g]) ncclCommAbort(d->nccl[g]);
+        if (d->nccl[g] && d->owns[g]) nccl_api.CommAbort(d->nccl[g]);
 }
 
 static ncclDataType_t nccl_type(DType t) {
@@ -146,7 +222,7 @@ static void nccl_reduce_scatter(CommDevice* dev, CommGroup g, void* buf, size_t 
     size_t es = dtype_size(t);
     char* own = (char*)buf + (size_t)d->c->group[g].rank * chunk * es;
     if (d->nccl[g]) {
-        NCCL_CHECK(ncclReduceScatter(buf, own, chunk, nccl_type(t), ncclSum, d->nccl[g], d->stream));
+        NCCL_CHECK(nccl_api.ReduceScatter(buf, own, chunk, nccl_type(t), ncclSum, d->nccl[g], d->stream));
         track(d);
     }
     if (acc) accumulate(d, acc, own, chunk, t);
@@ -155,7 +231,7 @@ static void nccl_reduce_scatter(CommDevice* dev, CommGroup g, void* buf, size_t 
 static void nccl_all_reduce(CommDevice* dev, CommGroup g, void* buf, size_t n, DType t) {
     NcclDevice* d = nccl_of(dev);
     if (d->nccl[g]) {
-        NCCL_CHECK(ncclAllReduce(buf, buf, n, nccl_type(t), ncclSum, d->nccl[g], d->stream));
+        NCCL_CHECK(nccl_api.AllReduce(buf, buf, n, nccl_type(t), ncclSum, d->nccl[g], d->stream));
         track(d);
     }
 }
@@ -163,7 +239,7 @@ static void nccl_all_reduce(CommDevice* dev, CommGroup g, void* buf, size_t n, D
 static void nccl_all_reduce_max(CommDevice* dev, CommGroup g, float* buf, size_t n) {
     NcclDevice* d = nccl_of(dev);
     if (d->nccl[g]) {
-        NCCL_CHECK(ncclAllReduce(buf, buf, n, ncclFloat32, ncclMax, d->nccl[g], d->stream));
+        NCCL_CHECK(nccl_api.AllReduce(buf, buf, n, ncclFloat32, ncclMax, d->nccl[g], d->stream));
         track(d);
     }
 }
@@ -174,7 +250,7 @@ static void nccl_all_gather(CommDevice* dev, CommGroup g, const void* mine, void
     char* own = (char*)buf + (size_t)d->c->group[g].rank * chunk * es;
     const void* send = mine ? mine : own;
     if (d->nccl[g]) {
-        NCCL_CHECK(ncclAllGather(send, buf, chunk, nccl_type(t), d->nccl[g], d->stream));
+        NCCL_CHECK(nccl_api.AllGather(send, buf, chunk, nccl_type(t), d->nccl[g], d->stream));
         track(d);
     } else if (send != own) {
         CUDA_CHECK(cudaMemcpyAsync(own, send, chunk * es, cudaMemcpyDeviceToDevice, d->stream));
@@ -210,7 +286,7 @@ static void nccl_destroy(CommDevice* dev) {
     for (int i = 0; i < TRACKED; i++) cudaEventDestroy(d->tracked[i].done);
     pthread_mutex_destroy(&d->lock);
     for (int g = 0; g < COMM_NUM_GROUPS; g++)
-        if (d->nccl[g] && d->owns[g]) ncclCommDestroy(d->nccl[g]);
+        if (d->nccl[g] && d->owns[g]) nccl_api.CommDestroy(d->nccl[g]);
     for (int i = 0; i < COMM_MAX_EVENTS; i++) cudaEventDestroy(d->events[i]);
     cudaEventDestroy(d->compute_mark);
     cudaEventDestroy(d->comm_mark);
@@ -221,12 +297,13 @@ static void nccl_destroy(CommDevice* dev) {
 // One communicator over group g's ranks: its first rank makes the unique id,
 // MPI carries it to the others.
 static ncclComm_t create_group(Comm* c, CommGroup g) {
+    const NcclApi* api = nccl(c->group[g].size);  // every rank of the group stops here if it has none
     ncclUniqueId id;
     memset(&id, 0, sizeof id);
-    if (c->group[g].rank == 0) NCCL_CHECK(ncclGetUniqueId(&id));
+    if (c->group[g].rank == 0) NCCL_CHECK(api->GetUniqueId(&id));
     comm_host_broadcast(c, g, &id, sizeof id, 0);
     ncclComm_t comm;
-    NCCL_CHECK(ncclCommInitRank(&comm, c->group[g].size, id, c->group[g].rank));
+    NCCL_CHECK(api->CommInitRank(&comm, c->group[g].size, id, c->group[g].rank));
     return comm;
 }
 

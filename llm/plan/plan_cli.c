@@ -8,12 +8,10 @@
 #include <unistd.h>
 
 #include "data/tokenizer.h"
+#include "kernels/cuda_seam.h"
 #include "llm/platform/device.h"
 #include "llm/fp8/fp8.h"
 #include "llm/presets.h"
-
-// Provided by kernels/cuda in CUDA builds; weak, so CPU-only builds link too.
-int cuda_device_memory(size_t* free_bytes, size_t* total_bytes, char* name, int name_len) __attribute__((weak));
 
 static const double GIB = 1073741824.0;
 

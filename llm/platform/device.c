@@ -5,11 +5,21 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "llm/platform/launcher.h"
+
 static int gpus_present(void) { return cuda_device_count ? cuda_device_count() : 0; }
 
 int device_cuda_available(void) { return cuda_backend_create != NULL && gpus_present() > 0; }
 
 int device_wants_cuda(DeviceChoice device) { return device == DEVICE_AUTO ? device_cuda_available() : device == DEVICE_CUDA; }
+
+int device_select_gpu(DeviceChoice device, int local_rank) {
+    if (!device_wants_cuda(device) || !cuda_select_device || gpus_present() == 0) return -1;
+    LauncherInfo l = launcher_info();
+    int gpu = (l.local_rank >= 0 ? l.local_rank : local_rank) % gpus_present();
+    cuda_select_device(gpu);
+    return gpu;
+}
 
 Backend* backend_open(DeviceChoice device, PrecisionChoice precision, int threads, int local_rank, int local_world) {
     if (precision == PRECISION_AUTO) fatal("internal: --precision auto reached the backend unresolved");
@@ -33,6 +43,6 @@ Backend* backend_open(DeviceChoice device, PrecisionChoice precision, int thread
     if (!cuda_device_count) fatal("--device cuda: this binary was built without CUDA (nvcc was not found at build time)");
     if (gpus_present() == 0) fatal("--device cuda: no CUDA GPU is visible to this process");
     if (!cuda_backend_create) fatal("--device cuda: this build has no CUDA backend");
-    if (cuda_select_device) cuda_select_device(local_rank % gpus_present());
+    device_select_gpu(device, local_rank);
     return cuda_backend_create(dtype);
 }

@@ -1,6 +1,7 @@
 // device.h: choosing the compute backend for --device and --precision.
 #pragma once
 
+#include "kernels/cuda_seam.h"
 #include "kernels/ops.h"
 #include "llm/config.h"
 
@@ -19,11 +20,11 @@ Backend* backend_open(DeviceChoice device, PrecisionChoice precision, int thread
 int device_wants_cuda(DeviceChoice device);
 // Whether this build has the CUDA backend and a GPU is visible: what --device auto takes.
 int device_cuda_available(void);
-
-// Provided by kernels/cuda in CUDA builds; weak, so CPU-only builds link too.
-int cuda_device_count(void) __attribute__((weak));
-Backend* cuda_backend_create(DType dtype) __attribute__((weak));
-// Makes GPU `index` the current device of this process (before the backend is created).
-void cuda_select_device(int index) __attribute__((weak));
+// Makes this rank's GPU (its local rank, as the launcher's environment says
+// or else `local_rank`, modulo the GPUs visible) the current device when
+// --device means CUDA, and returns its index (-1 otherwise). Called before
+// anything else touches CUDA (the planner's memory query, --precision auto's
+// compute capability), so that no rank opens a context on GPU 0.
+int device_select_gpu(DeviceChoice device, int local_rank);
 
 EXTERN_C_END

@@ -9,7 +9,7 @@
 #include <time.h>
 
 #include "llm/plan/planner.h"
-#include "llm/platform/gpu_info.h"
+#include "kernels/cuda_seam.h"
 #include "llm/report/metrics_log.h"
 #include "llm/plan/mfu.h"
 #include "llm/report/telemetry.h"

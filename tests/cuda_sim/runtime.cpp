@@ -9,7 +9,10 @@
 // reported with the kernel's name. Copies are checked against the
 // allocations they name and against their direction. The simulated device is
 // an H100 SXM (CUDA_SIM_MEMORY_GB of memory, default 80; CUDA_SIM_DEVICES
-// devices, default 1).
+// devices, default 1). CUDA_SIM_MAX_GRID=N lowers the backend's grid cap
+// (grid_for) so that small shapes reach grid-stride loops' later rounds;
+// CUDA_SIM_CONTEXTS=1 prints at exit the devices a real runtime would have
+// created a context on.
 #include <stdarg.h>
 #include <sys/mman.h>
 #include <time.h>
@@ -49,6 +52,27 @@ thread_local cudaError_t t_last_error = cudaSuccess;
 std::map<const void*, size_t> g_dyn_smem_limit;
 std::set<const void*> g_streams, g_events;
 int g_device = 0;
+
+// The devices a real runtime would have created a context on: the current
+// device at each call that needs one (cudaSetDevice, memory, streams).
+// CUDA_SIM_CONTEXTS=1 prints them at exit ("cuda_sim: contexts on devices 1"),
+// so that tests can check that a rank never touches another rank's GPU.
+unsigned g_context_mask;
+void report_contexts() {
+    char list[128] = "";
+    for (int d = 0; d < 32; d++)
+        if (g_context_mask & (1u << d)) snprintf(list + strlen(list), sizeof list - strlen(list), " %d", d);
+    fprintf(stderr, "cuda_sim: contexts on devices%s\n", list[0] ? list : " none");
+}
+void touch_context() {
+    static bool armed = [] {
+        const char* v = getenv("CUDA_SIM_CONTEXTS");
+        if (v && v[0] && strcmp(v, "0") != 0) atexit(report_contexts);
+        return true;
+    }();
+    (void)armed;
+    g_context_mask |= 1u << (g_device & 31);
+}
 
 struct SimStream {
     unsigned flags;
@@ -359,6 +383,7 @@ cudaError_t cudaGetDeviceCount(int* count) {
 cudaError_t cudaSetDevice(int device) {
     if (device < 0 || device >= device_count()) return record(cudaErrorInvalidDevice);
     g_device = device;
+    touch_context();
     return cudaSuccess;
 }
 
@@ -495,6 +520,7 @@ cudaError_t cudaDeviceGetAttribute(int* value, enum cudaDeviceAttr attr, int dev
 }
 
 cudaError_t cudaMemGetInfo(size_t* free_bytes, size_t* total) {
+    touch_context();
     std::lock_guard<std::mutex> lock(g_mem_mutex);
     size_t t = options().memory_bytes;
     if (total) *total = t;
@@ -503,7 +529,10 @@ cudaError_t cudaMemGetInfo(size_t* free_bytes, size_t* total) {
 }
 
 // ---- memory -------------------------------------------------------------------------------------------------------------------
-cudaError_t cudaMalloc(void** p, size_t bytes) { return allocate(p, bytes, ALLOC_DEVICE); }
+cudaError_t cudaMalloc(void** p, size_t bytes) {
+    touch_context();
+    return allocate(p, bytes, ALLOC_DEVICE);
+}
 cudaError_t cudaMallocAsync(void** p, size_t bytes, cudaStream_t s) {
     if (!stream_exists(s)) return record(cudaErrorInvalidResourceHandle);
     return allocate(p, bytes, ALLOC_DEVICE);
@@ -633,6 +662,7 @@ cudaError_t cudaGetSymbolAddress(void** dev, const void* symbol) {
 
 // ---- streams and events ---------------------------------------------------------------------------------------------------------
 cudaError_t cudaStreamCreateWithPriority(cudaStream_t* s, unsigned int flags, int priority) {
+    touch_context();
     if (!s) return record(cudaErrorInvalidValue);
     SimStream* st = new SimStream{flags, priority};
     std::lock_guard<std::mutex> lock(g_mem_mutex);
@@ -819,3 +849,15 @@ int compute_capability() {
     return (int)cc;
 }
 }  // namespace cuda_sim
+
+// grid_for's cap (kernels/cuda/cuda_backend.cuh), lowered by CUDA_SIM_MAX_GRID
+// so that small shapes reach a grid-stride loop's later rounds. Read on every
+// call: a test may change it between launches.
+unsigned cuda_sim_max_grid(unsigned cap) {
+    const char* v = getenv("CUDA_SIM_MAX_GRID");
+    if (!v || !v[0]) return cap;
+    char* end;
+    long n = strtol(v, &end, 10);
+    if (*end || n < 1) cuda_sim::fatal("CUDA_SIM_MAX_GRID='%s' is not a positive number of blocks", v);
+    return n < (long)cap ? (unsigned)n : cap;
+}

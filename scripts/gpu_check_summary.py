@@ -1,0 +1,184 @@
+#!/usr/bin/env python3
+"""gpu_check_summary.py WORK GPU PHASE SECONDS: the closing table of scripts/gpu_check.sh.
+
+Reads WORK/steps.tsv (name, ok|FAIL|TIMEOUT|dry-run, seconds, exit status), the
+step logs in WORK/logs/ and the runs' WORK/<run>/metrics.jsonl, and prints one
+table of checks (each ok/FAIL with what it measured) and one of figures, each
+beside the same figure from PyTorch on the same GPU and their ratio. Standard
+library only (the GPU image's Python); a missing figure prints "n/a".
+"""
+import json
+import math
+import os
+import re
+import sys
+
+
+def read(path):
+    try:
+        with open(path, errors="replace") as f:
+            return f.read()
+    except OSError:
+        return ""
+
+
+def steps_of(work):
+    rows = []
+    for line in read(os.path.join(work, "steps.tsv")).splitlines():
+        parts = line.split("\t")
+        if len(parts) >= 3:
+            rows.append((parts[0], parts[1], parts[2], parts[3] if len(parts) > 3 else ""))
+    return rows
+
+
+def losses(work, run):
+    """(step, loss, grad_norm) of each step record of WORK/run/metrics.jsonl."""
+    out = []
+    for line in read(os.path.join(work, run, "metrics.jsonl")).splitlines():
+        try:
+            rec = json.loads(line)
+        except ValueError:
+            continue
+        if rec.get("type") == "step":
+            out.append((rec["step"], rec["loss"], rec["grad_norm"]))
+    return out
+
+
+def detail_of(work, name):
+    """What a step's log says in one line: test counts, sanitizer errors."""
+    log = read(os.path.join(work, "logs", name + ".log"))
+    if name.startswith("test_gpu"):
+        ok, bad = len(re.findall(r"^ok ", log, re.M)), len(re.findall(r"^FAIL ", log, re.M))
+        return f"{ok} passed, {bad} failed" if ok + bad else ""
+    if name.startswith("sanitizer"):
+        m = re.search(r"ERROR SUMMARY: (\d+) error", log)
+        return f"{m.group(1)} errors" if m else ""
+    return ""
+
+
+def derived_checks(work):
+    """Checks computed from several steps' outputs: (name, result, detail)."""
+    rows = []
+    cpu, gpu = losses(work, "train-cpu"), losses(work, "train-bf16")
+    if cpu and gpu and len(cpu) == len(gpu):
+        a = sum(l for _, l, _ in cpu[-20:]) / len(cpu[-20:])
+        b = sum(l for _, l, _ in gpu[-20:]) / len(gpu[-20:])
+        gap = max(abs(x[1] - y[1]) for x, y in zip(cpu, gpu))
+        good = abs(a - b) <= 0.03 * a and gap <= 0.25 and all(math.isfinite(l) for _, l, _ in gpu)
+        rows.append(("bf16 follows the cpu (200 steps)", "ok" if good else "FAIL",
+                     f"last-20 mean {b:.4f} vs cpu {a:.4f} ({100 * (b - a) / a:+.2f}%), largest gap {gap:.3f}"))
+    elif cpu or gpu:
+        rows.append(("bf16 follows the cpu (200 steps)", "FAIL", f"{len(gpu)} gpu vs {len(cpu)} cpu steps"))
+    fp8 = losses(work, "train-fp8")
+    if fp8:
+        good = all(math.isfinite(l) for _, l, _ in fp8) and fp8[-1][1] < fp8[0][1]
+        rows.append(("fp8 trains (20 steps)", "ok" if good else "FAIL", f"loss {fp8[0][1]:.4f} -> {fp8[-1][1]:.4f}"))
+    first, resumed = losses(work, "train-ckpt"), losses(work, "train-resume")
+    if first and resumed:
+        want = [r for r in first if r[0] > 10]
+        same = want == resumed
+        rows.append(("resume continues bit for bit", "ok" if same else "FAIL",
+                     f"steps 11-20: {len(resumed)} resumed vs {len(want)}, "
+                     + ("identical" if same else "differ")))
+    grid = read(os.path.join(work, "logs", "test_gpu_grid.log"))
+    if grid:
+        rows_line = re.search(r"attention backward over (\d+) rows", grid)
+        good = re.search(r"^ok test_attention_backward_rows_bf16", grid, re.M) and \
+            re.search(r"^ok test_attention_backward_rows_fp32", grid, re.M)
+        rows.append(("attention backward above 2.1M rows", "ok" if good else "FAIL",
+                     (rows_line.group(1) + " rows vs two half calls") if rows_line else ""))
+    ptxas = read(os.path.join(work, "ptxas.txt"))
+    if ptxas:
+        regs = [int(r) for r in re.findall(r"Used (\d+) registers", ptxas)]
+        spills = [int(s) for s in re.findall(r"(\d+) bytes spill stores", ptxas)]
+        rows.append(("register report (ptxas -v)", "info",
+                     f"{len(regs)} kernels, at most {max(regs) if regs else 0} registers, "
+                     f"{sum(1 for s in spills if s)} spill stores"))
+    return rows
+
+
+# bench_gpu's op lines: "%-26s %-34s %9.3f ms %8.1f TFLOP/s" (reference.py's too, after "torch ").
+OP_LINE = re.compile(r"^(?P<op>(matmul (fwd|bwd) .+?|attention (fwd\+bwd|fwd|bwd)))\s+(?P<shape>(\d+ x \d+ -> \d+"
+                     r"( \+gelu)?|B=\d+ T=\d+ NH=\d+ HS=\d+))\s+(?P<ms>[\d.]+) ms\s+(?P<tf>[\d.]+) TFLOP/s")
+MODEL_LINE = re.compile(r"^model (?P<name>\S+(?: max batch)?)\s+L=(?P<L>\d+) C=(?P<C>\d+) B=(?P<B>\d+) T=(?P<T>\d+)"
+                        r"\s+(?P<ms>[\d.]+) ms/step\s+(?P<tok>\d+) tok/s\s+MFU\s+(?P<mfu>[\d.]+)%")
+TORCH_MODEL = re.compile(r"^torch model (?P<name>\S+) (?P<mode>eager|compile)\s+.*?(?P<tok>\d+) tok/s")
+
+
+def key(op, shape):
+    return op, tuple(re.findall(r"\d+", shape))
+
+
+def figures(work):
+    ours = read(os.path.join(work, "logs", "bench-gpu.log")).splitlines()
+    torch = read(os.path.join(work, "logs", "bench-torch.log")).splitlines()
+    theirs = {}
+    for line in torch:
+        m = OP_LINE.match(line[len("torch "):]) if line.startswith("torch ") else None
+        if m:
+            theirs[key(m["op"], m["shape"])] = float(m["tf"])
+    torch_models = {(m["name"], m["mode"]): float(m["tok"]) for m in map(TORCH_MODEL.match, torch) if m}
+    rows, seen = [], set()
+    for line in ours:
+        m = OP_LINE.match(line)
+        if m and key(m["op"], m["shape"]) not in seen:
+            seen.add(key(m["op"], m["shape"]))
+            t = theirs.get(key(m["op"], m["shape"]))
+            rows.append((f"{m['op']} {m['shape']}", f"{float(m['tf']):.1f} TFLOP/s",
+                         f"{t:.1f} TFLOP/s" if t else "n/a", f"{float(m['tf']) / t:.2f}x" if t else "n/a"))
+        m = MODEL_LINE.match(line)
+        if m and ("model", m["name"]) not in seen:
+            seen.add(("model", m["name"]))
+            tok = float(m["tok"])
+            label = f"{m['name']} L={m['L']} C={m['C']} B={m['B']} T={m['T']}"
+            rows.append((f"step {label}", f"{tok:.0f} tok/s", "", ""))
+            rows.append((f"MFU {m['name']}", f"{float(m['mfu']):.1f}%", "", ""))
+            for mode in ("eager", "compile"):
+                t = torch_models.get((m["name"], mode)) if m["name"] == "gpt2-124M" and m["B"] == "16" else None
+                if t:
+                    rows.append((f"  vs PyTorch {mode}", f"{tok:.0f} tok/s", f"{t:.0f} tok/s", f"{tok / t:.2f}x"))
+    for line in ours:
+        if line.startswith("fp8/bf16"):
+            rows.append((line.strip(), "", "", ""))
+    return rows
+
+
+def op_shares(work, top=10):
+    rows = []
+    for line in read(os.path.join(work, "logs", "op-profile.log")).splitlines():
+        m = re.match(r"^op profile \| (\S+)\s+(\d+)\s+([\d.]+)\s+([\d.]+)%$", line)
+        if m:
+            rows.append((m.group(1), int(m.group(2)), float(m.group(3)), float(m.group(4))))
+    rows.sort(key=lambda r: -r[3])
+    return rows[:top]
+
+
+def main():
+    if len(sys.argv) != 5:
+        sys.exit("usage: gpu_check_summary.py WORK GPU PHASE SECONDS")
+    work, gpu, phase, seconds = sys.argv[1:]
+    steps = steps_of(work)
+    print(f"==== gpu_check summary | {gpu} | phase {phase} | {seconds} s ====")
+    print(f"{'check':<44} {'result':<8} {'time':>6}  detail")
+    for name, status, sec, rc in steps:
+        detail = detail_of(work, name) or (f"exit {rc}" if status not in ("ok", "dry-run") and rc else "")
+        print(f"{name:<44} {status:<8} {sec + 's':>6}  {detail}")
+    for name, status, detail in derived_checks(work):
+        print(f"{name:<44} {status:<8} {'':>6}  {detail}")
+    figs = figures(work)
+    if figs:
+        print(f"\n{'figure':<56} {'ours':>16} {'PyTorch':>16} {'ours/PyTorch':>13}")
+        for name, a, b, r in figs:
+            print(f"{name:<56} {a:>16} {b:>16} {r:>13}")
+    shares = op_shares(work)
+    if shares:
+        print("\nop shares of GPT-2 124M BF16 steps (B=16, T=1024; TRAIN_GPT_OP_PROFILE=1):")
+        for name, calls, ms, share in shares:
+            print(f"  {name:<28} {share:5.1f}%  ({calls} calls, {ms:.1f} ms)")
+    bad = [s for s in steps if s[1] in ("FAIL", "TIMEOUT")]
+    bad += [d for d in derived_checks(work) if d[1] == "FAIL"]
+    print(f"\n{len(bad)} failed" + (": " + ", ".join(b[0] for b in bad) if bad else ""))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# gpu_kit_assemble.sh KIT BUILD DATA: lays out the GPU kit (scripts/gpu_kit.mk)
+# from the binaries in BUILD and the corpus in DATA, and refuses a kit over
+# 48 MiB. The programs are stripped of host debug information (-lineinfo's
+# line tables, which compute-sanitizer and ncu read, are in the device code)
+# and travel as one bin.tar.xz: each program carries the same static
+# libraries and kernels (about 38 MB apiece), which one xz stream with a large
+# dictionary stores once (about 6 MB for all); run.sh unpacks it on first use.
+set -euo pipefail
+kit=$1 build=$2 data=$3
+max_mib=48
+programs=("$build/train_gpt" "$build"/gpu/test_gpu_* "$build/gpu/bench_gpu")
+# The archive is kept in BUILD and packed again only when a program changed (xz takes minutes).
+packed="$build/bin.tar.xz"
+stale=0
+for p in "${programs[@]}"; do [ "$p" -nt "$packed" ] && stale=1; done
+if [ "$stale" = 1 ]; then
+  rm -rf "$build/pack"
+  mkdir -p "$build/pack/bin"
+  cp "${programs[@]}" "$build/pack/bin/"
+  strip --strip-debug "$build"/pack/bin/*
+  tar -C "$build/pack" -cf - bin | xz -T1 -6 --lzma2=preset=6,dict=256MiB >"$packed.tmp"
+  mv "$packed.tmp" "$packed"
+fi
+rm -rf "$kit"
+mkdir -p "$kit/data/kjv" "$kit/tests/gpu" "$kit/scripts" "$kit/dev"
+cp "$packed" "$kit/bin.tar.xz"
+cp "$data"/*.bin "$kit/data/kjv/"
+cp tests/gpu/run_gpu_tests.sh "$kit/tests/gpu/"
+cp tests/run_tests.sh tests/lib.sh "$kit/tests/"
+cp scripts/gpu_check.sh scripts/gpu_check_summary.py "$kit/scripts/"
+# The sources, for gpu_check.sh's register report (nvcc -Xptxas -v) and for reading.
+tar -cf - kernels llm train.cu | tar -xf - -C "$kit"
+cp dev/reference.py "$kit/dev/"
+cp scripts/gpu_kit_run.sh "$kit/run.sh"
+git describe --always --dirty 2>/dev/null >"$kit/VERSION" || echo unknown >"$kit/VERSION"
+size=$(du -sm "$kit" | cut -f1)
+if [ "$size" -gt "$max_mib" ]; then
+  echo "gpu-kit: $kit is $size MiB, over the $max_mib MiB limit" >&2
+  exit 1
+fi
+echo "gpu-kit: $kit ($size MiB): $(tar -tJf "$kit/bin.tar.xz" | sed -n 's#^bin/##p' | tr '\n' ' ')"
