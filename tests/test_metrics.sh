@@ -43,7 +43,7 @@ STEP = {"type", "step", "steps", "loss", "grad_norm", "lr", "step_time_s", "toke
         "tokens", "elapsed_s", "eta_s", "skipped", "skip_reason", "loss_spike", "loss_z", "skipped_total", "rollbacks"}
 SUMMARY = {"type", "status", "error", "steps_done", "last_step", "skipped_steps", "nonfinite_steps", "loss_spikes", "rollbacks", "tokens",
            "elapsed_s", "tokens_per_second", "mfu", "peak_memory_bytes", "final_loss", "final_val_loss"}
-CONFIG = {"type", "time", "flags", "backend", "precision", "world", "zero_stage", "params", "layers", "channels",
+CONFIG = {"type", "time", "version", "flags", "backend", "precision", "world", "zero_stage", "params", "layers", "channels",
           "heads", "vocab_size", "seq_len", "micro_batch", "accumulation", "tokens_per_step", "flops_per_token",
           "peak_flops_per_device", "peak_source"}
 cfg = recs[0]

@@ -13,6 +13,7 @@
 #include "llm/report/metrics_log.h"
 #include "llm/plan/mfu.h"
 #include "llm/report/telemetry.h"
+#include "llm/report/version.h"
 
 // The reporting state of the run (see report.h: one per process).
 static struct {
@@ -121,6 +122,7 @@ static void log_config(const Trainer* tr) {
     const GPTConfig* c = &m->config;
     JsonWriter* j = metrics_log_begin(&run_report.log, "config");
     json_number(j, "time", (double)time(NULL));
+    json_string(j, "version", train_gpt_version());
     json_open_object(j, "flags");
     config_write_json(tr->cfg, j);
     json_close_object(j);
@@ -177,9 +179,9 @@ void report_run_summary(const Trainer* tr) {
     const TrainConfig* cfg = tr->cfg;
     const GPT* m = &tr->model;
     const GPTConfig* c = &m->config;
-    printf("train_gpt | backend %s | precision %s | ranks %d | zero %d, sharded over %d rank%s%s\n", tr->be->name,
-           m->fp8 ? "fp8" : dtype_name(m->dtype), tr->world, m->zero_stage, m->world, m->world == 1 ? "" : "s",
-           tr->comm->node_scope ? " per node" : "");
+    printf("train_gpt | backend %s | precision %s | ranks %d | zero %d, sharded over %d rank%s%s | version %s\n",
+           tr->be->name, m->fp8 ? "fp8" : dtype_name(m->dtype), tr->world, m->zero_stage, m->world,
+           m->world == 1 ? "" : "s", tr->comm->node_scope ? " per node" : "", train_gpt_version());
     if (m->fp8) {
         const Fp8State* f = m->fp8;
         int skipped = 0;
