@@ -2,7 +2,7 @@
 # test_plan.sh: --plan, --auto and --recompute through the real binary: the
 # plan needs no data, says plainly when nothing fits, --auto trains within its
 # budget, a 16K-token run with full recompute peaks exactly at its plan,
-# every recompute policy trains to the same bits, and the README's planner
+# every recompute policy trains to the same bits, and llm/plan/README.md's planner
 # table is what the binary prints today.
 set -u
 cd "$(dirname "$0")/.."
@@ -109,12 +109,12 @@ done
 [ "$(step_losses "$T/r_none.txt" | wc -l)" -eq 3 ] || { same=0; fail recompute_policies_train_identically "no step lines"; }
 [ "$same" -eq 1 ] && ok recompute_policies_train_identically
 
-# 8. The README's planner table is what the binary prints.
-readme=$(sed -n '/<!-- plan-table:begin -->/,/<!-- plan-table:end -->/p' README.md | sed '1d;$d')
+# 8. llm/plan/README.md's planner table is what the binary prints.
+readme=$(sed -n '/<!-- plan-table:begin -->/,/<!-- plan-table:end -->/p' llm/plan/README.md | sed '1d;$d')
 if [ -n "$readme" ] && [ "$readme" = "$(TG=$TG scripts/plan_table.sh)" ]; then
   ok readme_plan_table_current
 else
-  fail readme_plan_table_current "README.md differs from scripts/plan_table.sh (run scripts/plan_table.sh --update)"
+  fail readme_plan_table_current "llm/plan/README.md differs from scripts/plan_table.sh (run scripts/plan_table.sh --update)"
 fi
 
 # 9. --help documents the new flags; a switch works without a value.
