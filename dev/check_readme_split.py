@@ -28,6 +28,7 @@ REWRITES = [
     ('(see "CUDA kernels on the CPU" below)', "(see [CUDA kernels on the CPU])"),
     ("(`bench_gpu` below)", "(`bench_gpu`: [the CUDA backend's performance])"),
     ("vocabulary) to about 4.6, and", "vocabulary) to about 4.3, and"),  # measured again: scripts/baselines/demo.sh
+    ("- `config` (first line): every flag", "- `config` (first line): `version` (the build's `git describe`), every flag"),
 ]
 # Old paragraphs replaced by new text, by their first words: why, and where the content is now.
 REWRITTEN = {
