@@ -52,8 +52,17 @@ def links(path):
     return [m for m in re.findall(r"\]\(([^)\s]+)\)", text) if not re.match(r"[a-z]+://|mailto:", m)]
 
 
-readmes = subprocess.run(["git", "ls-files", "-co", "--exclude-standard", "README.md", "*/README.md"],
-                         capture_output=True, text=True, check=True).stdout.split()
+def all_readmes():
+    """Every README.md of the tree (git's list; outside git, a walk that skips build outputs)."""
+    r = subprocess.run(["git", "ls-files", "-co", "--exclude-standard", "README.md", "*/README.md"],
+                       capture_output=True, text=True)
+    if r.returncode == 0 and r.stdout.strip():
+        return r.stdout.split()
+    return sorted(os.path.relpath(os.path.join(root, "README.md")) for root, dirs, files in os.walk(".")
+                  if "README.md" in files and not re.search(r"(^|/)(\.git|build|data/kjv)(/|$)", root))
+
+
+readmes = all_readmes()
 
 # 1. The front door stays a front door.
 n = sum(1 for _ in open("README.md"))
