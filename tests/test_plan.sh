@@ -88,25 +88,25 @@ fi
 # 6. A 16K-token sequence with full recompute: it trains, and the backend's
 # peak is the planned number to the byte.
 "$TG" --device cpu --layers 2 --channels 32 --heads 1 --seq-len 16384 --micro-batch 1 --recompute full --steps 1 \
-  --val-every 0 --sample-every 0 >"$T/long.txt" 2>&1
-if grep -Eq '^step +1/1 ' "$T/long.txt" && grep -q 'as planned$' "$T/long.txt"; then
+  --val-every 0 --sample-every 0 --log-dir "$T/long" >"$T/long.txt" 2>&1
+if [ "$(jsonl_lines "$T/long" | cut -d' ' -f2)" = 1/1 ] && grep -q 'as planned$' "$T/long.txt"; then
   ok long_sequence_full_recompute_as_planned
 else
   fail long_sequence_full_recompute_as_planned "$(tail -n 2 "$T/long.txt")"
 fi
 
 # 7. Every recompute policy trains to the same losses and weights.
-"$TG" "${small[@]}" --steps 3 --micro-batch 4 --export "$T/r_none.bin" >"$T/r_none.txt" 2>&1
+"$TG" "${small[@]}" --steps 3 --micro-batch 4 --export "$T/r_none.bin" --log-dir "$T/r_none" >"$T/r_none.txt" 2>&1
 same=1
 for r in "--recompute selective" "--recompute full" "--recompute-layers 1" "--recompute selective --recompute-layers 1"; do
   # shellcheck disable=SC2086
-  "$TG" "${small[@]}" --steps 3 --micro-batch 4 $r --export "$T/r.bin" >"$T/r.txt" 2>&1
-  if ! cmp -s "$T/r.bin" "$T/r_none.bin" || [ "$(step_losses "$T/r.txt")" != "$(step_losses "$T/r_none.txt")" ]; then
+  "$TG" "${small[@]}" --steps 3 --micro-batch 4 $r --export "$T/r.bin" --log-dir "$T/r" >"$T/r.txt" 2>&1
+  if ! cmp -s "$T/r.bin" "$T/r_none.bin" || [ "$(step_losses "$T/r")" != "$(step_losses "$T/r_none")" ]; then
     same=0
     fail recompute_policies_train_identically "$r differs from --recompute none"
   fi
 done
-[ "$(step_losses "$T/r_none.txt" | wc -l)" -eq 3 ] || { same=0; fail recompute_policies_train_identically "no step lines"; }
+[ "$(step_losses "$T/r_none" | wc -l)" -eq 3 ] || { same=0; fail recompute_policies_train_identically "no step lines"; }
 [ "$same" -eq 1 ] && ok recompute_policies_train_identically
 
 # 8. llm/plan/README.md's planner table is what the binary prints.
