@@ -17,8 +17,10 @@
 #
 #   scripts/baselines/gpt2_124M_8gpu.sh DATA_DIR [more flags]
 #
-# DATA_DIR holds fineweb_train_*.bin, fineweb_val_*.bin and gpt2_tokenizer.bin. The run
-# checkpoints every 2,000 steps into ./checkpoints and resumes from there when started again.
+# DATA_DIR holds fineweb_train_*.bin, fineweb_val_*.bin and gpt2_tokenizer.bin. The flags are
+# llm.c's (-b 64 -t 1024 -d 524288 -l 0.0006 -q 0.0 -u 700 -c 0.1 -z 1 -v 250 -s 20000 -g 144
+# -n 5000 -y 1): the run checkpoints every 5,000 steps into ./checkpoints and resumes from there
+# when started again. llm.c's HellaSwag evaluation (-h 1) has no flag here.
 # Cite a run by the version on its first summary line (`train_gpt | ... | version ...`).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -30,5 +32,5 @@ mpirun -np 8 --bind-to none ./train_gpt --model gpt2-124M \
   --seq-len 1024 --micro-batch 64 --batch-tokens 524288 --steps 18865 \
   --lr 6e-4 --warmup 700 --lr-final-frac 0 --weight-decay 0.1 --grad-clip 1.0 --seed 1337 \
   --precision bf16 --zero 1 --recompute none \
-  --val-every 250 --val-batches 20 --sample-every 5000 --sample-tokens 144 \
-  --checkpoint-every 2000 --log-dir logs/gpt2_124M --export gpt2_124M.bin "$@"
+  --val-every 250 --val-batches 20 --sample-every 20000 --sample-tokens 144 \
+  --checkpoint-every 5000 --log-dir logs/gpt2_124M --export gpt2_124M.bin "$@"
