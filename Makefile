@@ -99,6 +99,18 @@ $(BUILD)/%.o: %.c
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -MMD -MP -c $< -o $@
 
+# The version runs cite (llm/report/version.c): `git describe` of this tree, "unknown" outside git.
+# It reaches one object only; build/version.txt changes when the version does, so a new commit
+# recompiles version.o and relinks, nothing else.
+TRAIN_GPT_VERSION ?= $(shell git describe --always --dirty 2>/dev/null || echo unknown)
+$(shell mkdir -p $(BUILD) && { [ "$$(cat $(BUILD)/version.txt 2>/dev/null)" = '$(TRAIN_GPT_VERSION)' ] || \
+        echo '$(TRAIN_GPT_VERSION)' > $(BUILD)/version.txt; })
+$(BUILD)/llm/report/version.o: $(BUILD)/version.txt
+$(BUILD)/llm/report/version.o: private CFLAGS += -DTRAIN_GPT_VERSION='"$(TRAIN_GPT_VERSION)"'
+.PHONY: print-version
+print-version:
+	@echo '$(TRAIN_GPT_VERSION)'
+
 # train.cu is plain C in every build (the CUDA parts sit behind kernels/cuda_seam.h).
 $(BUILD)/train.o: train.cu
 	@mkdir -p $(dir $@)

@@ -202,13 +202,13 @@ typedef struct {
     HeapEntry* heap;
     size_t heap_n, heap_cap;
     int32_t* tok_len;      // bytes per token so far, to keep tokens within MAX_TOKEN_BYTES
-} Trainer;
+} BpeTrainer;
 
 static int heap_before(HeapEntry a, HeapEntry b) {
     return a.count > b.count || (a.count == b.count && a.key < b.key);
 }
 
-static void heap_push(Trainer* tr, int64_t count, uint64_t key) {
+static void heap_push(BpeTrainer* tr, int64_t count, uint64_t key) {
     if (tr->heap_n == tr->heap_cap) {
         tr->heap_cap = tr->heap_cap ? 2 * tr->heap_cap : 1024;
         tr->heap = (HeapEntry*)xrealloc(tr->heap, tr->heap_cap * sizeof *tr->heap);
@@ -222,7 +222,7 @@ static void heap_push(Trainer* tr, int64_t count, uint64_t key) {
     tr->heap[i] = e;
 }
 
-static HeapEntry heap_pop(Trainer* tr) {
+static HeapEntry heap_pop(BpeTrainer* tr) {
     HeapEntry top = tr->heap[0], last = tr->heap[--tr->heap_n];
     size_t i = 0, n = tr->heap_n;
     for (;;) {
@@ -237,7 +237,7 @@ static HeapEntry heap_pop(Trainer* tr) {
     return top;
 }
 
-static int32_t pair_number(Trainer* tr, uint64_t key) {
+static int32_t pair_number(BpeTrainer* tr, uint64_t key) {
     int32_t p = u64map_get(&tr->pair_index, key);
     if (p >= 0) return p;
     if (tr->num_pairs == tr->pairs_cap) {
@@ -266,7 +266,7 @@ static void list_add_once(IntList* l, int32_t w) {
     l->items[l->n++] = w;
 }
 
-static void split_and_count(Trainer* tr, const uint8_t* text, size_t len) {
+static void split_and_count(BpeTrainer* tr, const uint8_t* text, size_t len) {
     StrMap pieces;
     strmap_init(&pieces, 1 << 16);
     int64_t* counts = NULL;
@@ -309,7 +309,7 @@ static void split_and_count(Trainer* tr, const uint8_t* text, size_t len) {
     strmap_free(&pieces);
 }
 
-static void count_initial_pairs(Trainer* tr) {
+static void count_initial_pairs(BpeTrainer* tr) {
     u64map_init(&tr->pair_index, 1 << 14);
     for (int32_t w = 0; w < tr->num_words; w++) {
         Word* wd = &tr->words[w];
@@ -330,7 +330,7 @@ static int word_has_pair(const Word* wd, int32_t a, int32_t b) {
 
 // Adds delta to every pair of the word; with z >= 0, lists the word under
 // each pair containing z and collects those pairs in `fresh`.
-static void add_word_pairs(Trainer* tr, int32_t w, int64_t delta, int32_t z, int32_t m, IntList* fresh) {
+static void add_word_pairs(BpeTrainer* tr, int32_t w, int64_t delta, int32_t z, int32_t m, IntList* fresh) {
     Word* wd = &tr->words[w];
     for (int32_t k = 0; k + 1 < wd->len; k++) {
         int32_t a = wd->sym[k], b = wd->sym[k + 1];
@@ -360,7 +360,7 @@ static void merge_in_word(Word* wd, int32_t a, int32_t b, int32_t z) {
     wd->len = out;
 }
 
-static void apply_merge(Trainer* tr, int32_t p, int32_t z, int32_t m, IntList* fresh) {
+static void apply_merge(BpeTrainer* tr, int32_t p, int32_t z, int32_t m, IntList* fresh) {
     int32_t a = (int32_t)(tr->pair_keys[p] >> 32), b = (int32_t)(tr->pair_keys[p] & 0xffffffffu);
     // Taken out of the table: new pairs may grow (move) it, and (a, b) is gone after this merge.
     IntList where = tr->pair_words[p];
@@ -382,7 +382,7 @@ static void apply_merge(Trainer* tr, int32_t p, int32_t z, int32_t m, IntList* f
 }
 
 // Pops the most frequent pair whose merged token fits the file format; -1 when none is left.
-static int32_t next_best_pair(Trainer* tr) {
+static int32_t next_best_pair(BpeTrainer* tr) {
     while (tr->heap_n > 0) {
         HeapEntry e = heap_pop(tr);
         int32_t p = u64map_get(&tr->pair_index, e.key);
@@ -398,7 +398,7 @@ static int32_t next_best_pair(Trainer* tr) {
     return -1;
 }
 
-static void trainer_free(Trainer* tr) {
+static void bpe_trainer_free(BpeTrainer* tr) {
     for (int32_t p = 0; p < tr->num_pairs; p++) free(tr->pair_words[p].items);
     free(tr->words);
     free(tr->pool);
@@ -434,7 +434,7 @@ void tokenizer_train(Tokenizer* tok, const char* text, size_t len, int vocab_siz
     if (vocab_size < 257) fatal("tokenizer vocabulary size %d is too small: 256 bytes + eot need 257", vocab_size);
     double t0 = now_seconds();
     int target = vocab_size - 257;
-    Trainer tr;
+    BpeTrainer tr;
     memset(&tr, 0, sizeof tr);
     tr.tok_len = (int32_t*)xmalloc((size_t)vocab_size * sizeof *tr.tok_len);
     for (int i = 0; i < 256; i++) tr.tok_len[i] = 1;
@@ -460,7 +460,7 @@ void tokenizer_train(Tokenizer* tok, const char* text, size_t len, int vocab_siz
         apply_merge(&tr, p, z, m, &fresh);
     }
     free(fresh.items);
-    trainer_free(&tr);
+    bpe_trainer_free(&tr);
     if (m < target)
         warn("tokenizer: the text supports only %d merges; the vocabulary has %d ids, not %d", m, 257 + m,
              vocab_size);

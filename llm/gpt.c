@@ -57,7 +57,8 @@ static const char* PARAM_NAMES[NUM_PARAM_KINDS] = {
 
 const char* param_kind_name(ParamKind k) { return PARAM_NAMES[k]; }
 
-// Shape of one tensor of kind k (rows x cols); vectors have rows = 1.
+// Shape of one tensor of kind k (rows x cols); vectors have rows = 1. The
+// per-layer kinds repeat it L times (ParamKind in gpt.h lists every shape).
 static void param_shape(const GPTConfig* c, ParamKind k, int* rows, int* cols) {
     int C = c->channels;
     switch (k) {
@@ -303,11 +304,23 @@ static void* act_of_layer(const GPT* m, ActKind k, int l, size_t N) {
     return (char*)act(m, k) + (size_t)slice * N * act_width(&m->config, k) * dtype_size(al->dtype[k]);
 }
 
-// Every activation of one layer.
+// Every activation of one layer, for a pass over N = B*T tokens (the slices
+// act_of_layer picks; see ActKind in gpt.h).
 typedef struct {
-    void* input;  // the residual stream entering the layer
-    void *ln1, *qkv, *atty, *residual2, *ln2, *fch, *fch_gelu, *output;
-    float *ln1_mean, *ln1_rstd, *lse, *ln2_mean, *ln2_rstd;
+    void* input;      // (B, T, C) the residual stream entering the layer
+    void* ln1;        // (B, T, C)
+    void* qkv;        // (B, T, 3*C)
+    void* atty;       // (B, T, C)
+    void* residual2;  // (B, T, C)
+    void* ln2;        // (B, T, C)
+    void* fch;        // (B, T, 4*C)
+    void* fch_gelu;   // (B, T, 4*C)
+    void* output;     // (B, T, C) the next layer's input
+    float* ln1_mean;  // (B, T)
+    float* ln1_rstd;  // (B, T)
+    float* lse;       // (B, NH, T)
+    float* ln2_mean;  // (B, T)
+    float* ln2_rstd;  // (B, T)
 } LayerActs;
 
 static LayerActs layer_acts(const GPT* m, int l, size_t N) {

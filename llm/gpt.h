@@ -55,10 +55,26 @@ void gpt_config_finish(GPTConfig* c);
 // Parameter count without padding (what papers quote: wte counted once, V rows).
 size_t gpt_num_params(const GPTConfig* c);
 
-// The 16 kinds of parameter tensor, in llm.c's file order.
+// The 16 kinds of parameter tensor, in llm.c's file order, with the shape of
+// each kind over the whole model (per-layer kinds have one (rows, cols) tensor
+// per layer; weights are (out, in) as in PyTorch's nn.Linear).
 typedef enum {
-    P_WTE, P_WPE, P_LN1W, P_LN1B, P_QKVW, P_QKVB, P_ATTPROJW, P_ATTPROJB,
-    P_LN2W, P_LN2B, P_FCW, P_FCB, P_FCPROJW, P_FCPROJB, P_LNFW, P_LNFB,
+    P_WTE,       // (Vp, C) token embedding, also the LM head; rows V.. stay zero
+    P_WPE,       // (max_seq_len, C) position embedding
+    P_LN1W,      // (L, C) layernorm before attention: weight
+    P_LN1B,      // (L, C) ... and bias
+    P_QKVW,      // (L, 3*C, C) query, key and value projections, stacked
+    P_QKVB,      // (L, 3*C)
+    P_ATTPROJW,  // (L, C, C) attention output projection
+    P_ATTPROJB,  // (L, C)
+    P_LN2W,      // (L, C) layernorm before the MLP: weight
+    P_LN2B,      // (L, C) ... and bias
+    P_FCW,       // (L, 4*C, C) MLP up
+    P_FCB,       // (L, 4*C)
+    P_FCPROJW,   // (L, C, 4*C) MLP down
+    P_FCPROJB,   // (L, C)
+    P_LNFW,      // (C) final layernorm: weight
+    P_LNFB,      // (C) ... and bias
     NUM_PARAM_KINDS
 } ParamKind;
 
@@ -92,21 +108,53 @@ int param_kind_is_per_layer(ParamKind k);
 // Index of tensor (kind, layer) in pl->tensors.
 int param_tensor_index(const GPTConfig* c, ParamKind kind, int layer);
 
-// Named pointers into a flat buffer (parameters or gradients) for one layer.
+// Named pointers into a flat buffer (parameters or gradients) for one layer,
+// in the model's dtype; shapes as the ParamKind of the same name, without L.
 typedef struct {
-    void *ln1w, *ln1b, *qkvw, *qkvb, *attprojw, *attprojb;
-    void *ln2w, *ln2b, *fcw, *fcb, *fcprojw, *fcprojb;
+    void* ln1w;      // (C)
+    void* ln1b;      // (C)
+    void* qkvw;      // (3*C, C)
+    void* qkvb;      // (3*C)
+    void* attprojw;  // (C, C)
+    void* attprojb;  // (C)
+    void* ln2w;      // (C)
+    void* ln2b;      // (C)
+    void* fcw;       // (4*C, C)
+    void* fcb;       // (4*C)
+    void* fcprojw;   // (C, 4*C)
+    void* fcprojb;   // (C)
 } LayerTensors;
 
 // Activations of one micro-batch (B, T), carved from one arena. Per-layer
 // kinds (ln1 .. residual3) are (slices, B, T, ...): which layers keep a
 // slice of their own depends on the recompute policy (llm/recompute.h).
+// Shapes below: S = the kind's slices (act_layout_build decides them; L
+// without recompute); statistics and losses are FP32, the rest the dtype.
 typedef enum {
-    A_ENCODED, A_LN1, A_LN1_MEAN, A_LN1_RSTD, A_QKV, A_ATTY, A_ATT_LSE, A_RESIDUAL2,
-    A_LN2, A_LN2_MEAN, A_LN2_RSTD, A_FCH, A_FCH_GELU, A_RESIDUAL3, A_LNF, A_LNF_MEAN,
-    A_LNF_RSTD, A_LOGITS, A_LOSSES,
+    A_ENCODED,      // (B, T, C) token + position embedding, layer 0's input
+    A_LN1,          // (S, B, T, C) layernorm 1 output, the qkv GEMM's input
+    A_LN1_MEAN,     // (S, B, T) FP32
+    A_LN1_RSTD,     // (S, B, T) FP32
+    A_QKV,          // (S, B, T, 3*C) = (S, B, T, 3, NH, HS)
+    A_ATTY,         // (S, B, T, C) attention output, before its projection
+    A_ATT_LSE,      // (S, B, NH, T) FP32 log-sum-exp per query (no T x T scores are kept)
+    A_RESIDUAL2,    // (S, B, T, C) layer input + attention projection
+    A_LN2,          // (S, B, T, C) layernorm 2 output, the fc GEMM's input
+    A_LN2_MEAN,     // (S, B, T) FP32
+    A_LN2_RSTD,     // (S, B, T) FP32
+    A_FCH,          // (S, B, T, 4*C) MLP up, before GELU
+    A_FCH_GELU,     // (S, B, T, 4*C) after GELU
+    A_RESIDUAL3,    // (L, B, T, C) layer output, the next layer's input
+    A_LNF,          // (B, T, C) final layernorm output
+    A_LNF_MEAN,     // (B, T) FP32
+    A_LNF_RSTD,     // (B, T) FP32
+    A_LOGITS,       // (B, T, Vp); the loss backward overwrites them with their gradient
+    A_LOSSES,       // (B, T) FP32 per-token cross-entropy
     // scratch reused by every layer in backward (and proj_out in forward)
-    A_DRESIDUAL, A_SCRATCH_BTC, A_SCRATCH_BT4C, A_PROJ_OUT,
+    A_DRESIDUAL,    // (B, T, C) gradient of the residual stream
+    A_SCRATCH_BTC,  // (B, T, C)
+    A_SCRATCH_BT4C, // (B, T, 4*C)
+    A_PROJ_OUT,     // (B, T, C)
     NUM_ACT_KINDS
 } ActKind;
 

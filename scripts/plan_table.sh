@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # plan_table.sh: the planner's recommendations as the Markdown table in
-# README.md, generated from the binary so that the README stays true.
+# llm/plan/README.md, generated from the binary so that the README stays true.
 #
 #   scripts/plan_table.sh              print the table
-#   scripts/plan_table.sh --update     rewrite the table between the markers in README.md
+#   scripts/plan_table.sh --update     rewrite the table between the markers in llm/plan/README.md
 #
 # Rows: gpt-1B .. gpt-64B at 4K, 32K and 128K tokens on one 8 x B200 node,
 # and gpt-7B at 4K on one 8 x H100 node; GPT-2's vocabulary (50,257).
@@ -53,13 +53,13 @@ if [ "${1:-}" = "--update" ]; then
   /usr/bin/python3 - "$t" <<'EOF'
 import re, sys
 table = sys.argv[1]
-text = open("README.md").read()
+text = open("llm/plan/README.md").read()
 begin, end = "<!-- plan-table:begin -->", "<!-- plan-table:end -->"
 if begin not in text or end not in text:
-    sys.exit("README.md: the plan-table markers are missing")
+    sys.exit("llm/plan/README.md: the plan-table markers are missing")
 head, rest = text.split(begin, 1)
 _, tail = rest.split(end, 1)
-open("README.md", "w").write(head + begin + "\n" + table + "\n" + end + tail)
+open("llm/plan/README.md", "w").write(head + begin + "\n" + table + "\n" + end + tail)
 EOF
 else
   table

@@ -36,13 +36,38 @@ expect_error() {
   fi
 }
 
-# The loss column of every step line, for bitwise comparisons of runs.
-step_losses() { grep -E '^step ' "$1" | sed -E 's/.*\| loss ([^ ]+) \| norm ([^ ]+) \|.*/\1 \2/'; }
-
-# The step and validation lines of log $1 after step $2, up to the learning
-# rate (what follows is timing and memory): what a resumed run must repeat.
-lines_after() { grep -E '^(step|val) ' "$1" | sed -E 's/^(step .* \| lr [^ ]+) \|.*/\1/' |
-  awk -v s="$2" '{ split($2, a, "/"); if (a[1] + 0 > s) print }'; }
+# What a run logged: the helpers below read DIR/metrics.jsonl of a run given
+# --log-dir DIR (rank 0's records), never the human step line, so that its
+# format can change. Numbers come at the step line's precision (loss and norm
+# %.4f, lr %.2e; a non-finite value, null in the log, as nan), so that a
+# comparison is exactly as strict as one of printed lines.
+# jsonl_lines DIR AFTER: one line per step record ("step N/M loss L norm G
+# lr R") and per validation record ("val N val_loss V") after step AFTER.
+jsonl_lines() {
+  "$PY" - "$1/metrics.jsonl" "${2:-0}" <<'PYEOF'
+import json, os, sys
+def f(v, fmt): return "nan" if v is None else fmt % v
+if not os.path.exists(sys.argv[1]):
+    sys.exit(print("no log: " + sys.argv[1]))  # two missing logs never compare equal
+for line in open(sys.argv[1]):
+    r = json.loads(line)
+    if r["type"] == "step" and r["step"] > int(sys.argv[2]):
+        print("step %d/%d loss %s norm %s lr %s" % (r["step"], r["steps"], f(r["loss"], "%.4f"),
+                                                    f(r["grad_norm"], "%.4f"), f(r["lr"], "%.2e")))
+    elif r["type"] == "val" and r["step"] > int(sys.argv[2]):
+        print("val %d val_loss %s" % (r["step"], f(r["val_loss"], "%.4f")))
+PYEOF
+}
+# "loss norm" of every step, for bitwise comparisons of runs.
+step_losses() { jsonl_lines "$1" | sed -nE '/^no log: /p; s/^step [0-9]+\/[0-9]+ loss ([^ ]+) norm ([^ ]+) .*/\1 \2/p'; }
+# The step and validation records after step $2, up to the learning rate
+# (timing and memory are left out): what a resumed run must repeat.
+lines_after() { jsonl_lines "$1" "$2"; }
+# The validation losses, one a line.
+val_losses() { jsonl_lines "$1" | sed -nE '/^no log: /p; s/^val [0-9]+ val_loss (.*)/\1/p'; }
+# How many steps the run logged, and the number of the last one.
+steps_logged() { jsonl_lines "$1" | grep -c '^step '; }
+last_step() { jsonl_lines "$1" | sed -nE 's/^step ([0-9]+)\/.*/\1/p' | tail -n 1; }
 # The step a run resumed from, from its "resume" line.
 resumed_from() { grep -E '^resume +\| ' "$1" | head -n 1 | sed -E 's/.*: step ([0-9]+) of.*/\1/'; }
 

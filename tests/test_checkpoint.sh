@@ -23,15 +23,15 @@ newest_complete() { ls -d "$1"/step_* 2>/dev/null | sort | while read -r d; do [
 # accumulation and validation on: the same losses, norms and validation
 # losses after step 10, and the same final weights, bit for bit.
 "$TG" "${d2[@]}" --batch-tokens 128 --steps 20 --checkpoint-dir "$T/p" --checkpoint-every 10 --keep-last 0 \
-  --export "$T/p_straight.bin" >"$T/p1.log" 2>&1
+  --export "$T/p_straight.bin" --log-dir "$T/p1" >"$T/p1.log" 2>&1
 "$TG" "${d2[@]}" --batch-tokens 128 --steps 20 --checkpoint-dir "$T/p_resumed" --resume "$T/p/step_00000010" \
-  --export "$T/p_resumed.bin" >"$T/p2.log" 2>&1
-if [ "$(resumed_from "$T/p2.log")" = 10 ] && [ "$(lines_after "$T/p1.log" 10 | wc -l)" -eq 12 ] &&
-   [ "$(lines_after "$T/p1.log" 10)" = "$(lines_after "$T/p2.log" 10)" ] &&
+  --export "$T/p_resumed.bin" --log-dir "$T/p2" >"$T/p2.log" 2>&1
+if [ "$(resumed_from "$T/p2.log")" = 10 ] && [ "$(lines_after "$T/p1" 10 | wc -l)" -eq 12 ] &&
+   [ "$(lines_after "$T/p1" 10)" = "$(lines_after "$T/p2" 10)" ] &&
    cmp -s "$T/p_straight.bin" "$T/p_resumed.bin"; then
   ok resume_parity_fp32
 else
-  fail resume_parity_fp32 "resumed run differs: $(diff <(lines_after "$T/p1.log" 10) <(lines_after "$T/p2.log" 10) | head -n 4)"
+  fail resume_parity_fp32 "resumed run differs: $(diff <(lines_after "$T/p1" 10) <(lines_after "$T/p2" 10) | head -n 4)"
 fi
 # The checkpoint's model.bin is an llm.c model file with the final weights.
 if cmp -s "$T/p/step_00000020/model.bin" "$T/p_straight.bin"; then ok checkpoint_weights_are_llmc_file
@@ -68,8 +68,8 @@ if [ "$kept" = "step_00000020 step_00000025 " ] && [ "$(grep -c '^ckpt ' "$T/k.l
 else fail keep_last_prunes "left: $kept"; fi
 
 # 4. Auto-resume after a completed run: nothing left to train, nothing rewritten.
-"$TG" "${d1[@]}" --steps 25 --checkpoint-dir "$T/k" --checkpoint-every 5 --keep-last 2 >"$T/k2.log" 2>&1
-if [ "$(resumed_from "$T/k2.log")" = 25 ] && ! grep -q '^step ' "$T/k2.log" && ! grep -q '^ckpt ' "$T/k2.log" &&
+"$TG" "${d1[@]}" --steps 25 --checkpoint-dir "$T/k" --checkpoint-every 5 --keep-last 2 --log-dir "$T/k2" >"$T/k2.log" 2>&1
+if [ "$(resumed_from "$T/k2.log")" = 25 ] && [ "$(steps_logged "$T/k2")" -eq 0 ] && ! grep -q '^ckpt ' "$T/k2.log" &&
    grep -q 'nothing left to train' "$T/k2.log"; then
   ok auto_resume_finished_run
 else
@@ -179,9 +179,9 @@ expect_error bad_keep_last "--keep-last must not be negative" "$TG" "${d1[@]}" -
 expect_error bad_crash_hook "TRAIN_GPT_CRASH_AT='mid-lunch' is not STAGE" env TRAIN_GPT_CRASH_AT=mid-lunch "$TG" "${d1[@]}" --steps 1
 
 # 7. --resume never on a directory with checkpoints: warns, starts at step 0.
-"$TG" "${d1[@]}" --steps 3 --checkpoint-dir "$T/base" --resume never --keep-last 0 >"$T/never.log" 2>&1
+"$TG" "${d1[@]}" --steps 3 --checkpoint-dir "$T/base" --resume never --keep-last 0 --log-dir "$T/never" >"$T/never.log" 2>&1
 if grep -q 'warning: --resume never: .*base already holds checkpoints (newest: step 20)' "$T/never.log" &&
-   grep -qE '^step +1/3 ' "$T/never.log" && ! grep -q '^resume' "$T/never.log"; then
+   jsonl_lines "$T/never" | grep -q '^step 1/3 ' && ! grep -q '^resume' "$T/never.log"; then
   ok resume_never_starts_over
 else
   fail resume_never_starts_over "$(grep -E 'warning|resume|^step' "$T/never.log" | head -n 3)"
@@ -231,25 +231,25 @@ run_until_steps() {  # run_until_steps LOG N SIGNAL ARGS...: start, wait for N s
   done
   kill "-$sig" "$pid"
 }
-run_until_steps "$T/term.log" 5 TERM "$TG" "${long[@]}" --steps 100000 --checkpoint-dir "$T/term"
+run_until_steps "$T/term.log" 5 TERM "$TG" "${long[@]}" --steps 100000 --checkpoint-dir "$T/term" --log-dir "$T/term_l"
 wait "$pid"
 rc=$?
 S=$(grep -E '^stop ' "$T/term.log" | sed -E 's/.*after step ([0-9]+):.*/\1/')
-last=$(grep -E '^step ' "$T/term.log" | tail -n 1 | sed -E 's/^step +([0-9]+)\/.*/\1/')
+last=$(last_step "$T/term_l")
 if [ "$rc" -eq 0 ] && [ -n "$S" ] && [ "$S" = "$last" ] && [ "$(newest_complete "$T/term")" = "$(printf 'step_%08d' "$S")" ]; then
   ok sigterm_checkpoints_and_exits_0
 else
   fail sigterm_checkpoints_and_exits_0 "rc $rc, stop after '$S', last step '$last', newest '$(newest_complete "$T/term")'"
 fi
 E=$((S + 4))
-"$TG" "${long[@]}" --steps "$E" --checkpoint-dir "$T/term" --export "$T/term_resumed.bin" >"$T/term2.log" 2>&1
-"$TG" "${long[@]}" --steps "$E" --export "$T/term_straight.bin" >"$T/term3.log" 2>&1
-if [ "$(resumed_from "$T/term2.log")" = "$S" ] && [ "$(lines_after "$T/term2.log" "$S" | wc -l)" -eq 4 ] &&
-   [ "$(lines_after "$T/term2.log" "$S")" = "$(lines_after "$T/term3.log" "$S")" ] &&
+"$TG" "${long[@]}" --steps "$E" --checkpoint-dir "$T/term" --export "$T/term_resumed.bin" --log-dir "$T/term2" >"$T/term2.log" 2>&1
+"$TG" "${long[@]}" --steps "$E" --export "$T/term_straight.bin" --log-dir "$T/term3" >"$T/term3.log" 2>&1
+if [ "$(resumed_from "$T/term2.log")" = "$S" ] && [ "$(lines_after "$T/term2" "$S" | wc -l)" -eq 4 ] &&
+   [ "$(lines_after "$T/term2" "$S")" = "$(lines_after "$T/term3" "$S")" ] &&
    cmp -s "$T/term_resumed.bin" "$T/term_straight.bin"; then
   ok sigterm_resume_exact
 else
-  fail sigterm_resume_exact "resumed from '$(resumed_from "$T/term2.log")' (want $S); $(diff <(lines_after "$T/term2.log" "$S") <(lines_after "$T/term3.log" "$S") | head -n 3)"
+  fail sigterm_resume_exact "resumed from '$(resumed_from "$T/term2.log")' (want $S); $(diff <(lines_after "$T/term2" "$S") <(lines_after "$T/term3" "$S") | head -n 3)"
 fi
 # SIGINT (Ctrl-C) does the same.
 run_until_steps "$T/int.log" 3 INT "$TG" "${long[@]}" --steps 100000 --checkpoint-dir "$T/int"
@@ -290,10 +290,13 @@ else
 fi
 
 # 10. Background saves write the very bytes of synchronous ones, and the
-# training they overlap is unchanged.
-"$TG" "${d1[@]}" --steps 20 --checkpoint-dir "$T/sync" --checkpoint-every 5 --keep-last 0 >"$T/sync.log" 2>&1
+# training they overlap is unchanged. Both runs log into one --log-dir (moved
+# away after the first), so that their manifests' flags differ only in two.
+"$TG" "${d1[@]}" --steps 20 --checkpoint-dir "$T/sync" --checkpoint-every 5 --keep-last 0 --log-dir "$T/log" \
+  >"$T/sync.log" 2>&1
+mv "$T/log" "$T/sync_log"
 "$TG" "${d1[@]}" --steps 20 --checkpoint-dir "$T/async" --checkpoint-every 5 --keep-last 0 --async-checkpoint 1 \
-  >"$T/async.log" 2>&1
+  --log-dir "$T/log" >"$T/async.log" 2>&1
 same=1
 for s in 5 10 15 20; do
   for f in shard_00000_of_00001.bin model.bin; do
@@ -303,7 +306,7 @@ for s in 5 10 15 20; do
   [ "$(diff "$T/sync/step_000000$(printf %02d "$s")/manifest.json" "$T/async/step_000000$(printf %02d "$s")/manifest.json" |
        grep -c '^[<>]')" -eq 4 ] || same=0
 done
-if [ "$same" -eq 1 ] && [ "$(lines_after "$T/sync.log" 0)" = "$(lines_after "$T/async.log" 0)" ] &&
+if [ "$same" -eq 1 ] && [ "$(lines_after "$T/sync_log" 0 | wc -l)" -eq 20 ] && [ "$(lines_after "$T/sync_log" 0)" = "$(lines_after "$T/log" 0)" ] &&
    [ "$(grep -c 'written in the background' "$T/async.log")" -ge 3 ]; then
   ok async_identical_to_sync
 else

@@ -25,7 +25,7 @@ tiny=(--device cpu --depth 1 --seq-len 32 --micro-batch 1 --val-every 0 --sample
 hang_case() {  # NAME HANG_RANK
   local name=$1 who=$2 rc err
   TRAIN_GPT_INJECT_HANG=$who:3 timeout 90 "${MPI[@]}" -np 2 "$TG" "${tiny[@]}" --steps 6 --collective-timeout 4 \
-    >"$T/$name.out" 2>"$T/$name.err"
+    --log-dir "$T/$name" >"$T/$name.out" 2>"$T/$name.err"
   rc=$?
   err=$(grep '^train_gpt: error:' "$T/$name.err")
   if [ $rc -eq 124 ]; then
@@ -39,8 +39,8 @@ hang_case() {  # NAME HANG_RANK
   elif ! grep -q '^watchdog  | a collective unfinished after 4 s stops every rank' "$T/$name.out"; then
     fail "$name" "no watchdog line in the start-up summary"
   elif ! grep -q "TRAIN_GPT_INJECT_HANG: rank $who sleeps for ever in .* at step 3" "$T/$name.err" ||
-       [ "$(grep -c '^step ' "$T/$name.out")" -ne 2 ]; then
-    fail "$name" "the hang was not at step 3: $(grep -c '^step ' "$T/$name.out") step lines; $(head -n 2 "$T/$name.err")"
+       [ "$(steps_logged "$T/$name")" -ne 2 ]; then
+    fail "$name" "the hang was not at step 3: $(steps_logged "$T/$name") steps logged; $(head -n 2 "$T/$name.err")"
   else
     ok "$name"
   fi
@@ -64,16 +64,16 @@ fi
 
 # The CUDA backend with NCCL, on simulated GPUs (tests/cuda_sim) when built.
 SIM_TG=${SIM_TG:-${BUILD:-build}/sim/train_gpt}
-if [ -x "$SIM_TG" ] && [ -e "${BUILD:-build}/sim/llm/comm_nccl.o" ]; then
+if [ -x "$SIM_TG" ] && [ -e "${BUILD:-build}/sim/llm/parallel/comm_nccl.o" ]; then
   sim=(--layers 2 --channels 64 --heads 2 --seq-len 32 --micro-batch 2 --batch-tokens 128 --steps 5 --val-every 0
        --sample-every 0 --device cuda --precision fp32 --peak-tflops 1 --telemetry-every 0 --zero 2)
   TRAIN_GPT_INJECT_HANG=1:3 timeout 90 mpirun -np 2 --allow-run-as-root --oversubscribe --bind-to none "$SIM_TG" \
-    "${sim[@]}" --collective-timeout 4 >"$T/sim.out" 2>"$T/sim.err"
+    "${sim[@]}" --collective-timeout 4 --log-dir "$T/sim" >"$T/sim.out" 2>"$T/sim.err"
   rc=$?
   err=$(grep '^train_gpt: error:' "$T/sim.err")
   if [ $rc -ne 0 ] && [ $rc -ne 124 ] && [ "$(printf '%s\n' "$err" | grep -c .)" -eq 1 ] &&
      printf '%s' "$err" | grep -Eq "collective timeout: .* at step 3 did not finish within --collective-timeout 4 s" &&
-     [ "$(grep -c '^step ' "$T/sim.out")" -eq 2 ]; then
+     [ "$(steps_logged "$T/sim")" -eq 2 ]; then
     ok sim_nccl_collective_timeout
   else
     fail sim_nccl_collective_timeout "exit $rc: $err $(tail -n 2 "$T/sim.err")"
@@ -83,8 +83,8 @@ else
 fi
 
 # Without the watchdog the same run trains when no rank hangs.
-if "${MPI[@]}" -np 2 "$TG" "${tiny[@]}" --steps 3 --collective-timeout 0 >"$T/nowd.out" 2>&1 &&
-   [ "$(grep -c '^step ' "$T/nowd.out")" -eq 3 ] && grep -q '^watchdog  | off: collectives may wait for ever' "$T/nowd.out"; then
+if "${MPI[@]}" -np 2 "$TG" "${tiny[@]}" --steps 3 --collective-timeout 0 --log-dir "$T/nowd" >"$T/nowd.out" 2>&1 &&
+   [ "$(steps_logged "$T/nowd")" -eq 3 ] && grep -q '^watchdog  | off: collectives may wait for ever' "$T/nowd.out"; then
   ok collective_timeout_zero_trains
 else
   fail collective_timeout_zero_trains "$(tail -n 2 "$T/nowd.out")"
@@ -129,7 +129,8 @@ fi
 # rollback_and_resume DIR FROM TO CMD... [-- ARGS...]: the rolled-back run of
 # CMD (ARGS only for it) into DIR/rb.out and DIR/rb.bin, checkpoints in
 # DIR/ck; then CMD resumed from a copy of its step-4 checkpoint whose
-# train_position FROM is moved to TO, into DIR/moved.out and DIR/moved.bin.
+# train_position FROM is moved to TO, into DIR/moved.out, DIR/moved.bin and
+# DIR/moved_log/metrics.jsonl.
 # Sets rb_rc to the rolled-back run's exit status.
 rollback_and_resume() {
   local dir=$1 from=$2 to=$3
@@ -144,7 +145,7 @@ rollback_and_resume() {
   cp -r "$dir/ck/step_00000004" "$dir/moved/" 2>/dev/null
   sed -i "s/\"train_position\": $from,/\"train_position\": $to,/" "$dir/moved/step_00000004/manifest.json" 2>/dev/null
   "${cmd[@]}" --steps 8 --checkpoint-dir "" --resume "$dir/moved/step_00000004" --export "$dir/moved.bin" \
-    >"$dir/moved.out" 2>&1
+    --log-dir "$dir/moved_log" >"$dir/moved.out" 2>&1
 }
 # rollback_matches_resume NAME DIR TO: the rollback happened at step 7 and the
 # resumed run, from data position TO, ended with the same weights.
@@ -162,14 +163,23 @@ small=(--device cpu --depth 2 --seq-len 64 --micro-batch 4 --sample-every 0 --va
        --telemetry-every 0 --max-bad-steps 2)
 R=$T/rb
 rollback_and_resume "$R" 16 28 "$TG" "${small[@]}" -- --keep-last 0 --log-dir "$R/log"
-after_rollback=$(sed -n '/^rollback  |/,$p' "$R/rb.out" | step_losses /dev/stdin)
+# "loss norm" of the steps logged after the rollback record, as step_losses prints them.
+after_rollback=$("$PY" - "$R/log/metrics.jsonl" <<'PYEOF'
+import json, sys
+recs = [json.loads(l) for l in open(sys.argv[1])]
+at = [i for i, r in enumerate(recs) if r["type"] == "rollback"]
+for r in recs[at[0] + 1 if at else len(recs):]:
+    if r["type"] == "step":
+        print(" ".join("nan" if v is None else "%.4f" % v for v in (r["loss"], r["grad_norm"])))
+PYEOF
+)
 if [ $rb_rc -ne 0 ]; then
   fail rollback_reloads_checkpoint "exit $rb_rc: $(tail -n 2 "$R/rb.out")"
 elif ! grep -q '^rollback  | step 7: 2 steps in a row skipped (the last for a non-finite loss or gradient norm), reaching --max-bad-steps 2: reloaded the checkpoint of step 4 (rollback 1); training goes on from step 5 with the data after step 7' "$R/rb.out"; then
   fail rollback_reloads_checkpoint "no rollback line: $(grep -A1 '^step     7' "$R/rb.out")"
-elif ! grep -q 'data position 28$' "$R/moved.out" || [ "$(step_losses "$R/moved.out" | wc -l)" -ne 4 ] ||
-     [ "$after_rollback" != "$(step_losses "$R/moved.out")" ]; then
-  fail rollback_reloads_checkpoint "losses after the rollback differ from the resumed run: $(echo $after_rollback) vs $(step_losses "$R/moved.out" | tr '\n' ' ')"
+elif ! grep -q 'data position 28$' "$R/moved.out" || [ "$(step_losses "$R/moved_log" | wc -l)" -ne 4 ] ||
+     [ "$after_rollback" != "$(step_losses "$R/moved_log")" ]; then
+  fail rollback_reloads_checkpoint "losses after the rollback differ from the resumed run: $(echo $after_rollback) vs $(step_losses "$R/moved_log" | tr '\n' ' ')"
 elif ! cmp -s "$R/rb.bin" "$R/moved.bin"; then
   fail rollback_reloads_checkpoint "final weights differ from the resumed run's"
 else

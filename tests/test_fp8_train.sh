@@ -27,53 +27,53 @@ MPI=(mpirun --allow-run-as-root --oversubscribe --bind-to none --mca btl_vader_s
 model=(--device cpu --layers 2 --channels 64 --heads 2 --seq-len 32 --micro-batch 8 --threads 1 --sample-every 0)
 long=("${model[@]}" --steps 300 --val-every 300 --val-batches 32 --log-every 1)
 
-val_loss() { sed -nE 's/^val +[0-9]+\/[0-9]+ \| val loss ([0-9.]+).*/\1/p' "$1" | tail -n 1; }
-# Mean loss of the last 50 steps.
+# The last validation loss and the mean loss of the last 50 steps of a run (its log dir).
+val_loss() { val_losses "$1" | tail -n 1; }
 tail_loss() { step_losses "$1" | tail -n 50 | awk '{ s += $1 } END { if (NR) printf "%.4f", s / NR }'; }
 absdiff() { awk -v a="$1" -v b="$2" 'BEGIN { d = a - b; printf "%.4f", d < 0 ? -d : d }'; }
 finite_steps() { step_losses "$1" | awk '{ if ($1 !~ /^[0-9.]+$/ || $2 !~ /^[0-9.]+$/) bad++ } END { exit bad > 0 }'; }
 
 # 1. 300 steps: FP32, FP8 current, FP8 delayed (two at a time).
-"$TG" "${long[@]}" --precision fp32 >"$T/fp32.log" 2>&1 &
-"$TG" "${long[@]}" --precision fp8 >"$T/cur.log" 2>&1
+"$TG" "${long[@]}" --precision fp32 --log-dir "$T/fp32.metrics" >"$T/fp32.log" 2>&1 &
+"$TG" "${long[@]}" --precision fp8 --log-dir "$T/cur.metrics" >"$T/cur.log" 2>&1
 wait
-"$TG" "${long[@]}" --precision fp8 --fp8-recipe delayed --fp8-amax-history 16 >"$T/del.log" 2>&1 &
-"$TG" "${model[@]}" --steps 30 --val-every 0 --precision fp8 --fp8-skip 0-1 >"$T/skipall.log" 2>&1
+"$TG" "${long[@]}" --precision fp8 --fp8-recipe delayed --fp8-amax-history 16 --log-dir "$T/del.metrics" >"$T/del.log" 2>&1 &
+"$TG" "${model[@]}" --steps 30 --val-every 0 --precision fp8 --fp8-skip 0-1 --log-dir "$T/skipall.metrics" >"$T/skipall.log" 2>&1
 wait
-"$TG" "${model[@]}" --steps 30 --val-every 0 --precision fp32 >"$T/fp32short.log" 2>&1
-ref_val=$(val_loss "$T/fp32.log")
-ref_tail=$(tail_loss "$T/fp32.log")
+"$TG" "${model[@]}" --steps 30 --val-every 0 --precision fp32 --log-dir "$T/fp32short.metrics" >"$T/fp32short.log" 2>&1
+ref_val=$(val_loss "$T/fp32.metrics")
+ref_tail=$(tail_loss "$T/fp32.metrics")
 for r in cur del; do
   name=$([ $r = cur ] && echo fp8_current_300_steps_tracks_fp32 || echo fp8_delayed_300_steps_tracks_fp32)
-  v=$(val_loss "$T/$r.log")
-  tl=$(tail_loss "$T/$r.log")
-  if [ -z "$v" ] || [ -z "$ref_val" ] || [ "$(grep -c '^step ' "$T/$r.log")" -ne 300 ]; then
+  v=$(val_loss "$T/$r.metrics")
+  tl=$(tail_loss "$T/$r.metrics")
+  if [ -z "$v" ] || [ -z "$ref_val" ] || [ "$(steps_logged "$T/$r.metrics")" -ne 300 ]; then
     fail "$name" "run incomplete: $(tail -n 2 "$T/$r.log")"
     continue
   fi
   dv=$(absdiff "$v" "$ref_val")
   dt=$(absdiff "$tl" "$ref_tail")
   echo "# $r: val loss $v vs fp32 $ref_val (|diff| $dv); last 50 steps $tl vs $ref_tail (|diff| $dt)"
-  if within "$dv" 0.02 && within "$dt" 0.02 && within "$v" 5.6 && finite_steps "$T/$r.log"; then ok "$name"
+  if within "$dv" 0.02 && within "$dt" 0.02 && within "$v" 5.6 && finite_steps "$T/$r.metrics"; then ok "$name"
   else fail "$name" "val $v vs $ref_val, last-50 mean $tl vs $ref_tail: more than 0.02 apart, or not learning"; fi
 done
-if [ -n "$(step_losses "$T/fp32short.log")" ] && [ "$(step_losses "$T/skipall.log")" = "$(step_losses "$T/fp32short.log")" ] &&
+if [ -n "$(step_losses "$T/fp32short.metrics")" ] && [ "$(step_losses "$T/skipall.metrics")" = "$(step_losses "$T/fp32short.metrics")" ] &&
    grep -q '^fp8 .* 0 of 8 linear layers in FP8' "$T/skipall.log"; then
   ok fp8_every_gemm_skipped_is_fp32
 else
-  fail fp8_every_gemm_skipped_is_fp32 "losses differ from the fp32 run: $(diff <(step_losses "$T/skipall.log") <(step_losses "$T/fp32short.log") | head -n 4)"
+  fail fp8_every_gemm_skipped_is_fp32 "losses differ from the fp32 run: $(diff <(step_losses "$T/skipall.metrics") <(step_losses "$T/fp32short.metrics") | head -n 4)"
 fi
 
 # 2. An activation spike: layer 1's fc input times 1e4 at step 5.
 for recipe in current delayed; do
   TRAIN_GPT_FP8_SPIKE=5,1,fc,1e4 "$TG" "${model[@]}" --steps 20 --val-every 0 --precision fp8 --fp8-recipe "$recipe" \
-    --fp8-amax-history 8 >"$T/spike_$recipe.log" 2>&1 &
+    --fp8-amax-history 8 --log-dir "$T/spike_$recipe.metrics" >"$T/spike_$recipe.log" 2>&1 &
 done
 wait
 for recipe in current delayed; do
-  log=$T/spike_$recipe.log
-  if [ "$(grep -c '^step ' "$log")" -eq 20 ] && finite_steps "$log" && grep -q 'summary .* 0 skipped' "$log" &&
-     grep -q 'TRAIN_GPT_FP8_SPIKE' "$log" && [ "$(step_losses "$log" | sed -n 6p)" != "$(step_losses "$T/cur.log" | sed -n 6p)" ]; then
+  log=$T/spike_$recipe.log m=$T/spike_$recipe.metrics
+  if [ "$(steps_logged "$m")" -eq 20 ] && finite_steps "$m" && grep -q 'summary .* 0 skipped' "$log" &&
+     grep -q 'TRAIN_GPT_FP8_SPIKE' "$log" && [ "$(step_losses "$m" | sed -n 6p)" != "$(step_losses "$T/cur.metrics" | sed -n 6p)" ]; then
     ok "fp8_spike_stays_finite_$recipe"
   else
     fail "fp8_spike_stays_finite_$recipe" "$(grep -E '^(step +[5-7]/|summary|train_gpt)' "$log" | head -n 5)"
@@ -82,26 +82,26 @@ done
 
 # 3. Determinism: twice the same bits; 1 and 2 threads the same bits.
 short=("${model[@]}" --steps 15 --val-every 0 --precision fp8 --fp8-recipe delayed)
-"$TG" "${short[@]}" >"$T/d1.log" 2>&1 &
-"$TG" "${short[@]}" >"$T/d2.log" 2>&1
+"$TG" "${short[@]}" --log-dir "$T/d1.metrics" >"$T/d1.log" 2>&1 &
+"$TG" "${short[@]}" --log-dir "$T/d2.metrics" >"$T/d2.log" 2>&1
 wait
-"$TG" "${short[@]}" --threads 2 >"$T/d3.log" 2>&1
-if [ -n "$(step_losses "$T/d1.log")" ] && [ "$(step_losses "$T/d1.log")" = "$(step_losses "$T/d2.log")" ]; then ok fp8_deterministic
+"$TG" "${short[@]}" --threads 2 --log-dir "$T/d3.metrics" >"$T/d3.log" 2>&1
+if [ -n "$(step_losses "$T/d1.metrics")" ] && [ "$(step_losses "$T/d1.metrics")" = "$(step_losses "$T/d2.metrics")" ]; then ok fp8_deterministic
 else fail fp8_deterministic "two runs differ"; fi
-if [ -n "$(step_losses "$T/d1.log")" ] && [ "$(step_losses "$T/d1.log")" = "$(step_losses "$T/d3.log")" ]; then ok fp8_thread_count_invariant
+if [ -n "$(step_losses "$T/d1.metrics")" ] && [ "$(step_losses "$T/d1.metrics")" = "$(step_losses "$T/d3.metrics")" ]; then ok fp8_thread_count_invariant
 else fail fp8_thread_count_invariant "1 and 2 threads differ"; fi
 
 # 4. Ranks: 2 ranks x 1 micro-batch against 1 rank x 2, ZeRO-2 and ZeRO-3, delayed scaling.
 ranks=(--device cpu --layers 2 --channels 64 --heads 2 --seq-len 32 --micro-batch 2 --batch-tokens 128 --steps 8
        --val-every 0 --sample-every 0 --threads 1 --grad-clip 0 --precision fp8 --fp8-recipe delayed --fp8-amax-history 4)
-"$TG" "${ranks[@]}" --zero 2 >"$T/r1.log" 2>&1
-"${MPI[@]}" -np 2 "$TG" "${ranks[@]}" --zero 2 >"$T/r2z2.log" 2>&1
-"${MPI[@]}" -np 2 "$TG" "${ranks[@]}" --zero 3 >"$T/r2z3.log" 2>&1
+"$TG" "${ranks[@]}" --zero 2 --log-dir "$T/r1.metrics" >"$T/r1.log" 2>&1
+"${MPI[@]}" -np 2 "$TG" "${ranks[@]}" --zero 2 --log-dir "$T/r2z2.metrics" >"$T/r2z2.log" 2>&1
+"${MPI[@]}" -np 2 "$TG" "${ranks[@]}" --zero 3 --log-dir "$T/r2z3.metrics" >"$T/r2z3.log" 2>&1
 for z in 2 3; do
-  if [ "$(grep -c '^step ' "$T/r1.log")" -eq 8 ] && [ "$(step_losses "$T/r1.log")" = "$(step_losses "$T/r2z$z.log")" ]; then
+  if [ "$(steps_logged "$T/r1.metrics")" -eq 8 ] && [ "$(step_losses "$T/r1.metrics")" = "$(step_losses "$T/r2z$z.metrics")" ]; then
     ok "fp8_two_ranks_zero${z}_bitwise"
   else
-    fail "fp8_two_ranks_zero${z}_bitwise" "$(diff <(step_losses "$T/r1.log") <(step_losses "$T/r2z$z.log") | head -n 4; tail -n 2 "$T/r2z$z.log")"
+    fail "fp8_two_ranks_zero${z}_bitwise" "$(diff <(step_losses "$T/r1.metrics") <(step_losses "$T/r2z$z.metrics") | head -n 4; tail -n 2 "$T/r2z$z.log")"
   fi
 done
 
@@ -113,22 +113,22 @@ done
 ck=("${model[@]}" --micro-batch 4 --batch-tokens 256 --steps 12 --val-every 0 --peak-tflops 1 --precision fp8 --keep-last 0)
 for recipe in delayed current; do
   "$TG" "${ck[@]}" --fp8-recipe $recipe --fp8-amax-history 4 --checkpoint-dir "$T/ck_$recipe" --checkpoint-every 6 \
-    --export "$T/straight_$recipe.bin" >"$T/ck1_$recipe.log" 2>&1 &
+    --export "$T/straight_$recipe.bin" --log-dir "$T/ck1_$recipe.metrics" >"$T/ck1_$recipe.log" 2>&1 &
 done
 wait
 for recipe in delayed current; do
   "$TG" "${ck[@]}" --fp8-recipe $recipe --fp8-amax-history 4 --checkpoint-dir "$T/ck_${recipe}_r" \
-    --resume "$T/ck_$recipe/step_00000006" --export "$T/resumed_$recipe.bin" >"$T/ck2_$recipe.log" 2>&1 &
+    --resume "$T/ck_$recipe/step_00000006" --export "$T/resumed_$recipe.bin" --log-dir "$T/ck2_$recipe.metrics" >"$T/ck2_$recipe.log" 2>&1 &
 done
 wait
 for recipe in delayed current; do
-  if [ "$(lines_after "$T/ck1_$recipe.log" 6 | wc -l)" -eq 6 ] &&
-     [ "$(lines_after "$T/ck1_$recipe.log" 6)" = "$(lines_after "$T/ck2_$recipe.log" 6)" ] &&
+  if [ "$(lines_after "$T/ck1_$recipe.metrics" 6 | wc -l)" -eq 6 ] &&
+     [ "$(lines_after "$T/ck1_$recipe.metrics" 6)" = "$(lines_after "$T/ck2_$recipe.metrics" 6)" ] &&
      grep -q '^resume .*step 6 of 12' "$T/ck2_$recipe.log" && cmp -s "$T/straight_$recipe.bin" "$T/resumed_$recipe.bin" &&
      ! grep -q 'FP8 scaling starts afresh' "$T/ck2_$recipe.log"; then
     ok "fp8_${recipe}_resume_bit_for_bit"
   else
-    fail "fp8_${recipe}_resume_bit_for_bit" "$(diff <(lines_after "$T/ck1_$recipe.log" 6) <(lines_after "$T/ck2_$recipe.log" 6) | head -n 4; grep -E '^(resume|train_gpt)' "$T/ck2_$recipe.log")"
+    fail "fp8_${recipe}_resume_bit_for_bit" "$(diff <(lines_after "$T/ck1_$recipe.metrics" 6) <(lines_after "$T/ck2_$recipe.metrics" 6) | head -n 4; grep -E '^(resume|train_gpt)' "$T/ck2_$recipe.log")"
   fi
 done
 man=$T/ck_delayed/step_00000006/manifest.json
@@ -145,9 +145,9 @@ EOF2
 then ok fp8_manifest_holds_scaling_state; else fail fp8_manifest_holds_scaling_state "$(tail -n 1 "$T/manifest_check.txt")"; fi
 cp -r "$T/ck_delayed/step_00000006" "$T/nofp8"
 "$PY" -c 'import json, sys; p = sys.argv[1]; m = json.load(open(p)); m["fp8"] = None; json.dump(m, open(p, "w"))' "$T/nofp8/manifest.json"
-"$TG" "${ck[@]}" --fp8-recipe delayed --fp8-amax-history 4 --checkpoint-dir "$T/ck_nofp8" --resume "$T/nofp8" >"$T/ck3.log" 2>&1
+"$TG" "${ck[@]}" --fp8-recipe delayed --fp8-amax-history 4 --checkpoint-dir "$T/ck_nofp8" --resume "$T/nofp8" --log-dir "$T/ck3.metrics" >"$T/ck3.log" 2>&1
 if grep -q "^resume .*FP8 scaling starts afresh: the checkpoint's run did not train in FP8" "$T/ck3.log" &&
-   [ "$(lines_after "$T/ck3.log" 6 | wc -l)" -eq 6 ] && [ "$(lines_after "$T/ck1_delayed.log" 6)" != "$(lines_after "$T/ck3.log" 6)" ]; then
+   [ "$(lines_after "$T/ck3.metrics" 6 | wc -l)" -eq 6 ] && [ "$(lines_after "$T/ck1_delayed.metrics" 6)" != "$(lines_after "$T/ck3.metrics" 6)" ]; then
   ok fp8_resume_without_scaling_state_differs
 else
   fail fp8_resume_without_scaling_state_differs "$(grep -E '^(resume|train_gpt)' "$T/ck3.log")"

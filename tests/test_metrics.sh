@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # test_metrics.sh: what a run reports, end to end on the bundled corpus: the
 # JSONL log (every field on every line, strict JSON), the step line against
-# the regular expressions documented in README.md, NVML telemetry through a
+# the regular expressions documented in llm/report/README.md, NVML telemetry through a
 # fake library and its one notice without one, the NaN guard (skip with
 # bit-identical weights, stop after repeated NaNs), loss spikes, flag
 # errors, and scripts/plot.py.
@@ -43,7 +43,7 @@ STEP = {"type", "step", "steps", "loss", "grad_norm", "lr", "step_time_s", "toke
         "tokens", "elapsed_s", "eta_s", "skipped", "skip_reason", "loss_spike", "loss_z", "skipped_total", "rollbacks"}
 SUMMARY = {"type", "status", "error", "steps_done", "last_step", "skipped_steps", "nonfinite_steps", "loss_spikes", "rollbacks", "tokens",
            "elapsed_s", "tokens_per_second", "mfu", "peak_memory_bytes", "final_loss", "final_val_loss"}
-CONFIG = {"type", "time", "flags", "backend", "precision", "world", "zero_stage", "params", "layers", "channels",
+CONFIG = {"type", "time", "version", "flags", "backend", "precision", "world", "zero_stage", "params", "layers", "channels",
           "heads", "vocab_size", "seq_len", "micro_batch", "accumulation", "tokens_per_step", "flops_per_token",
           "peak_flops_per_device", "peak_source"}
 cfg = recs[0]
@@ -81,10 +81,10 @@ print("ok")
 EOF
 if [ "$(tail -n 1 "$T/jsonl.txt")" = ok ]; then ok jsonl_fields_every_line; else fail jsonl_fields_every_line "$(tail -n 3 "$T/jsonl.txt")"; fi
 
-# The stdout lines against README.md's regular expressions: the whole-line
+# The stdout lines against llm/report/README.md's regular expressions: the whole-line
 # one on every step line, and each SageMaker metric definition on exactly
 # the lines it is meant for, giving the values the JSON log has.
-"$PY" - README.md "$T/a.out" "$T/run_a/metrics.jsonl" >"$T/regex.txt" 2>&1 <<'EOF'
+"$PY" - llm/report/README.md "$T/a.out" "$T/run_a/metrics.jsonl" >"$T/regex.txt" 2>&1 <<'EOF'
 import json, re, sys
 
 readme, out, log = (open(p).read() for p in sys.argv[1:4])

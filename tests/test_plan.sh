@@ -2,7 +2,7 @@
 # test_plan.sh: --plan, --auto and --recompute through the real binary: the
 # plan needs no data, says plainly when nothing fits, --auto trains within its
 # budget, a 16K-token run with full recompute peaks exactly at its plan,
-# every recompute policy trains to the same bits, and the README's planner
+# every recompute policy trains to the same bits, and llm/plan/README.md's planner
 # table is what the binary prints today.
 set -u
 cd "$(dirname "$0")/.."
@@ -88,33 +88,33 @@ fi
 # 6. A 16K-token sequence with full recompute: it trains, and the backend's
 # peak is the planned number to the byte.
 "$TG" --device cpu --layers 2 --channels 32 --heads 1 --seq-len 16384 --micro-batch 1 --recompute full --steps 1 \
-  --val-every 0 --sample-every 0 >"$T/long.txt" 2>&1
-if grep -Eq '^step +1/1 ' "$T/long.txt" && grep -q 'as planned$' "$T/long.txt"; then
+  --val-every 0 --sample-every 0 --log-dir "$T/long" >"$T/long.txt" 2>&1
+if [ "$(jsonl_lines "$T/long" | cut -d' ' -f2)" = 1/1 ] && grep -q 'as planned$' "$T/long.txt"; then
   ok long_sequence_full_recompute_as_planned
 else
   fail long_sequence_full_recompute_as_planned "$(tail -n 2 "$T/long.txt")"
 fi
 
 # 7. Every recompute policy trains to the same losses and weights.
-"$TG" "${small[@]}" --steps 3 --micro-batch 4 --export "$T/r_none.bin" >"$T/r_none.txt" 2>&1
+"$TG" "${small[@]}" --steps 3 --micro-batch 4 --export "$T/r_none.bin" --log-dir "$T/r_none" >"$T/r_none.txt" 2>&1
 same=1
 for r in "--recompute selective" "--recompute full" "--recompute-layers 1" "--recompute selective --recompute-layers 1"; do
   # shellcheck disable=SC2086
-  "$TG" "${small[@]}" --steps 3 --micro-batch 4 $r --export "$T/r.bin" >"$T/r.txt" 2>&1
-  if ! cmp -s "$T/r.bin" "$T/r_none.bin" || [ "$(step_losses "$T/r.txt")" != "$(step_losses "$T/r_none.txt")" ]; then
+  "$TG" "${small[@]}" --steps 3 --micro-batch 4 $r --export "$T/r.bin" --log-dir "$T/r" >"$T/r.txt" 2>&1
+  if ! cmp -s "$T/r.bin" "$T/r_none.bin" || [ "$(step_losses "$T/r")" != "$(step_losses "$T/r_none")" ]; then
     same=0
     fail recompute_policies_train_identically "$r differs from --recompute none"
   fi
 done
-[ "$(step_losses "$T/r_none.txt" | wc -l)" -eq 3 ] || { same=0; fail recompute_policies_train_identically "no step lines"; }
+[ "$(step_losses "$T/r_none" | wc -l)" -eq 3 ] || { same=0; fail recompute_policies_train_identically "no step lines"; }
 [ "$same" -eq 1 ] && ok recompute_policies_train_identically
 
-# 8. The README's planner table is what the binary prints.
-readme=$(sed -n '/<!-- plan-table:begin -->/,/<!-- plan-table:end -->/p' README.md | sed '1d;$d')
+# 8. llm/plan/README.md's planner table is what the binary prints.
+readme=$(sed -n '/<!-- plan-table:begin -->/,/<!-- plan-table:end -->/p' llm/plan/README.md | sed '1d;$d')
 if [ -n "$readme" ] && [ "$readme" = "$(TG=$TG scripts/plan_table.sh)" ]; then
   ok readme_plan_table_current
 else
-  fail readme_plan_table_current "README.md differs from scripts/plan_table.sh (run scripts/plan_table.sh --update)"
+  fail readme_plan_table_current "llm/plan/README.md differs from scripts/plan_table.sh (run scripts/plan_table.sh --update)"
 fi
 
 # 9. --help documents the new flags; a switch works without a value.

@@ -50,8 +50,8 @@ sm() { env -u TRAIN_GPT_CHECKPOINT_DIR TRAIN_GPT_SM_ROOT="$R" "$TG" "$@"; }
 # in the model folder: the same bytes as the equivalent command line outside SageMaker.
 make_tree
 if sm >"$T/sm.log" 2>&1; then
-  steps=$(grep -c '^step ' "$T/sm.log")
-  vals=$(grep -c '^val ' "$T/sm.log")
+  steps=$(steps_logged "$R/output/data")
+  vals=$(val_losses "$R/output/data" | grep -c .)
   if [ "$steps" -eq 6 ] && [ "$vals" -eq 2 ] && grep -q "^data .*$R/input/data/train/\*" "$T/sm.log" &&
      grep -q "val $R/input/data/val/\*" "$T/sm.log" && grep -q 'vocab 4096' "$T/sm.log"; then
     ok sm_trains_from_channels
@@ -61,9 +61,9 @@ if sm >"$T/sm.log" 2>&1; then
   "$TG" --device cpu --depth 2 --seq-len 64 --micro-batch 4 --steps 6 --lr 0.003 --warmup 2 --val-every 3 \
     --val-batches 2 --sample-every 0 --seed 7 --train-data "$R/input/data/train/*.bin" \
     --val-data "$R/input/data/val/*.bin" --tokenizer "$R/input/data/tokenizer/tokenizer.bin" \
-    --export "$T/plain.bin" >"$T/plain.log" 2>&1
+    --export "$T/plain.bin" --log-dir "$T/plain" >"$T/plain.log" 2>&1
   if [ -s "$R/model/model.bin" ] && cmp -s "$R/model/model.bin" "$T/plain.bin" &&
-     [ "$(step_losses "$T/sm.log")" = "$(step_losses "$T/plain.log")" ]; then
+     [ "$(step_losses "$R/output/data")" = "$(step_losses "$T/plain")" ]; then
     ok sm_model_exported_same_as_flags
   else
     fail sm_model_exported_same_as_flags "model/model.bin differs from the command-line run's export"
@@ -94,7 +94,7 @@ fi
 # SageMaker folders, and so does $TRAIN_GPT_CHECKPOINT_DIR in the environment.
 make_tree
 env TRAIN_GPT_CHECKPOINT_DIR="$T/env_ckpt" TRAIN_GPT_SM_ROOT="$R" "$TG" --steps 2 --model-dir "$T/cli_model" >"$T/cli.log" 2>&1
-if [ "$(grep -c '^step ' "$T/cli.log")" -eq 2 ] && [ -s "$T/cli_model/model.bin" ] && [ ! -e "$R/model/model.bin" ] &&
+if [ "$(steps_logged "$R/output/data")" -eq 2 ] && [ -s "$T/cli_model/model.bin" ] && [ ! -e "$R/model/model.bin" ] &&
    [ -d "$T/env_ckpt/step_00000002" ] && [ ! -e "$R/checkpoints/step_00000002" ] &&
    grep -q 'overridden by the command line: steps' "$T/cli.log" &&
    grep -qF "sagemaker | checkpoints $T/env_ckpt | final weights $T/cli_model/model.bin |" "$T/cli.log"; then
@@ -118,10 +118,11 @@ hyperparameters "$hp_spot"
 printf '{"LocalPath": "%s", "S3Uri": "s3://bucket/run-1/checkpoints"}\n' "$R/synced" >"$R/input/config/checkpointconfig.json"
 (TRAIN_GPT_CRASH_AT=after-manifest@4 sm >"$T/killed.log" 2>&1)
 killed=$?
+mv "$R/output/data/metrics.jsonl" "$T/killed.jsonl"  # so that the log holds the restarted run's records only
 sm >"$T/restarted.log" 2>&1
 if [ "$killed" -eq 137 ] && [ -s "$R/synced/step_00000004/manifest.json" ] &&
    grep -q "^resume .*$R/synced/step_00000004: step 4 of 6" "$T/restarted.log" &&
-   [ "$(grep -c '^step ' "$T/restarted.log")" -eq 2 ] && cmp -s "$R/model/model.bin" "$T/whole.bin"; then
+   [ "$(steps_logged "$R/output/data")" -eq 2 ] && cmp -s "$R/model/model.bin" "$T/whole.bin"; then
   ok sm_spot_restart_resumes
 else
   fail sm_spot_restart_resumes "killed with $killed; $(grep -E '^(resume|step)|error' "$T/restarted.log" | head -n 3)"
@@ -269,10 +270,10 @@ wait
 for name in "${cases[@]}"; do check_error "$name"; done
 R=$T/cases/disk_full_mid_training
 if [ -s "$R/checkpoints/step_00000002/manifest.json" ] && [ ! -e "$R/checkpoints/step_00000004/manifest.json" ] &&
-   [ "$(grep -c '^step ' "$R.out")" -eq 4 ] && [ ! -e "$R/model/model.bin" ]; then
+   [ "$(steps_logged "$R/output/data")" -eq 4 ] && [ ! -e "$R/model/model.bin" ]; then
   ok disk_full_mid_training_keeps_checkpoint
 else
-  fail disk_full_mid_training_keeps_checkpoint "$(grep -c '^step ' "$R.out") steps; $(ls "$R/checkpoints" "$R/model" 2>&1 | tr '\n' ' ')"
+  fail disk_full_mid_training_keeps_checkpoint "$(steps_logged "$R/output/data") steps logged; $(ls "$R/checkpoints" "$R/model" 2>&1 | tr '\n' ' ')"
 fi
 
 finish

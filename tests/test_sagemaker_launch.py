@@ -71,7 +71,7 @@ for itype in ["ml.p5.48xlarge", "ml.p5en.48xlarge", "ml.p6-b200.48xlarge"]:
     except (ValueError, KeyError) as e:
         fail(name, f"{type(e).__name__} {e}; stdout {r.stdout[:300]!r}; stderr {r.stderr[-300:]!r}")
 
-# 2. The metric definitions the job gets are README.md's list (the one place
+# 2. The metric definitions the job gets are llm/report/README.md's list (the one place
 # they live; tests/test_metrics.sh checks each against a run's JSON log), and
 # against what train_gpt prints here: every train:* regex matches every step
 # line and no validation line, val:* the reverse, each capturing the value
@@ -83,7 +83,7 @@ steps = [l for l in run.stdout.splitlines() if l.startswith("step ")]
 vals = [l for l in run.stdout.splitlines() if l.startswith("val ")]
 job = json.loads(launch(*BASE).stdout)
 metrics = job["estimator"]["metric_definitions"]
-readme = open("README.md").read()
+readme = open("llm/report/README.md").read()
 documented = json.loads(readme.split("<!-- sagemaker-metric-definitions -->", 1)[1].split("```", 2)[1].split("\n", 1)[1])
 
 
@@ -105,7 +105,7 @@ def printed(line, metric):
 if run.returncode != 0 or len(steps) != 3 or len(vals) != 2:
     fail("metric_regexes_match_train_gpt", f"train_gpt printed {len(steps)} steps, {len(vals)} vals: {run.stderr[-300:]}")
 else:
-    bad = [] if metrics == documented else ["the job's metric definitions differ from README.md's"]
+    bad = [] if metrics == documented else ["the job's metric definitions differ from llm/report/README.md's"]
     names = {m["Name"] for m in metrics}
     for need in ["train:loss", "train:grad_norm", "train:lr", "train:tokens_per_s", "val:loss"]:
         if need not in names:
@@ -127,7 +127,7 @@ else:
         bad += [f"{m['Name']} also matches {line!r}" for line in other if re.search(m["Regex"], line)]
     ok("metric_regexes_match_train_gpt") if not bad else fail("metric_regexes_match_train_gpt", "; ".join(bad[:4]))
 
-# 2b. ... and agree with the step line's grammar as README.md states it (its
+# 2b. ... and agree with the step line's grammar as llm/report/README.md states it (its
 # regular expression under <!-- step-line-regex -->): on every step line that
 # expression matches, and each train:* metric captures the very field the
 # expression's group names.

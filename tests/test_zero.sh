@@ -28,22 +28,23 @@ MPI=(mpirun --allow-run-as-root --oversubscribe --bind-to none --mca btl_vader_s
 small=(--device cpu --depth 1 --seq-len 32 --micro-batch 1 --batch-tokens 384 --steps 20 --val-every 10
        --val-batches 4 --sample-every 0 --threads 1)
 
-# run NP NAME ARGS...: NP ranks of train_gpt, output in $T/NAME.log, weights in $T/NAME.bin.
+# run NP NAME ARGS...: NP ranks of train_gpt, output in $T/NAME.log, weights in $T/NAME.bin,
+# metrics.jsonl in $T/NAME/.
 run() {
   local np=$1 name=$2
   shift 2
-  "${MPI[@]}" -np "$np" "$TG" "$@" --export "$T/$name.bin" >"$T/$name.log" 2>&1
+  "${MPI[@]}" -np "$np" "$TG" "$@" --export "$T/$name.bin" --log-dir "$T/$name" >"$T/$name.log" 2>&1
 }
-# lines: step and validation losses of a run, for comparing runs at printed precision.
-curve() { grep -E '^(step|val) ' "$1" | sed -E 's/ \| [0-9.]+ ms \| .*//'; }
-ran_ok() { [ -s "$T/$1.bin" ] && [ "$(grep -c '^step ' "$T/$1.log")" -eq "$2" ]; }
+# lines: step and validation losses of a run (its log dir), for comparing runs at printed precision.
+curve() { jsonl_lines "$1"; }
+ran_ok() { [ -s "$T/$1.bin" ] && [ "$(steps_logged "$T/$1")" -eq "$2" ]; }
 # runs_agree NAME A B TOL WHAT: runs A and B print the same losses and their
 # weights differ by at most TOL (reported as "# WHAT: max |weight diff| D").
 runs_agree() {
   local name=$1 a=$2 b=$3 tol=$4 what=$5 d
   d=$(maxdiff "$T/$a.bin" "$T/$b.bin")
   echo "# $what: max |weight diff| $d"
-  if [ "$(curve "$T/$a.log")" = "$(curve "$T/$b.log")" ] && within "$d" "$tol"; then ok "$name"
+  if [ "$(curve "$T/$a")" = "$(curve "$T/$b")" ] && within "$d" "$tol"; then ok "$name"
   else fail "$name" "max |diff| $d or losses differ"; fi
 }
 
@@ -63,7 +64,7 @@ for np in 1 2 3 4; do for z in 0 1 2 3; do ran_ok "w${np}z$z" 20 || { all_ran=0;
 if [ "$all_ran" = 1 ]; then
   ok world_matrix_runs
   same=1
-  for np in 1 2 3 4; do for z in 0 1 2 3; do [ "$(curve "$T/w${np}z$z.log")" = "$(curve "$T/w1z0.log")" ] || same=0; done; done
+  for np in 1 2 3 4; do for z in 0 1 2 3; do [ "$(curve "$T/w${np}z$z")" = "$(curve "$T/w1z0")" ] || same=0; done; done
   if [ "$same" = 1 ]; then ok losses_agree_across_ranks_and_stages; else fail losses_agree_across_ranks_and_stages "step or val lines differ at printed precision"; fi
   bitwise=1
   for np in 1 2 3 4; do
@@ -118,7 +119,7 @@ if cmp -s "$T/hyb2.bin" "$T/hyb3.bin"; then ok hybrid_zero2_zero3_bitwise; else 
 
 # 6. Same ranks and flags, same bits.
 run 3 again "${small[@]}" --zero 3 --grad-clip 0
-if cmp -s "$T/again.bin" "$T/w3z3.bin" && [ "$(step_losses "$T/again.log")" = "$(step_losses "$T/w3z3.log")" ]; then
+if cmp -s "$T/again.bin" "$T/w3z3.bin" && [ "$(step_losses "$T/again")" = "$(step_losses "$T/w3z3")" ]; then
   ok rerun_bit_identical
 else
   fail rerun_bit_identical "a second run with 3 ranks differs"

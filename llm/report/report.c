@@ -13,6 +13,7 @@
 #include "llm/report/metrics_log.h"
 #include "llm/plan/mfu.h"
 #include "llm/report/telemetry.h"
+#include "llm/report/version.h"
 
 // The reporting state of the run (see report.h: one per process).
 static struct {
@@ -33,7 +34,7 @@ static struct {
     long long steady_tokens;
     double last_loss, last_val_loss;
     double mem, peak_mem;    // bytes, max over ranks at the latest step
-} R;
+} run_report;
 
 static double mib(double bytes) { return bytes / (1024.0 * 1024.0); }
 
@@ -71,16 +72,16 @@ static void format_mfu(char* out, size_t len, double mfu_value) {
 // table row or --peak-tflops), so neither that figure nor any later one
 // would mean anything. Says so once, with the numbers, on rank 0.
 static double honest_mfu(const Trainer* tr, int step, double tokens_per_second) {
-    double v = mfu(tokens_per_second, R.flops_per_token, R.peak_flops, tr->world);
-    if (R.peak_refuted || !(v > 1.0)) return R.peak_refuted ? NAN : v;
-    R.peak_refuted = 1;
+    double v = mfu(tokens_per_second, run_report.flops_per_token, run_report.peak_flops, tr->world);
+    if (run_report.peak_refuted || !(v > 1.0)) return run_report.peak_refuted ? NAN : v;
+    run_report.peak_refuted = 1;
     if (tr->rank == 0) {
         char achieved[32], peak[32];
-        format_si(achieved, sizeof achieved, tokens_per_second * R.flops_per_token / tr->world);
-        format_si(peak, sizeof peak, R.peak_flops);
+        format_si(achieved, sizeof achieved, tokens_per_second * run_report.flops_per_token / tr->world);
+        format_si(peak, sizeof peak, run_report.peak_flops);
         printf("mfu       | n/a from step %d on: it reached %sFLOP/s per device, more than the peak of %sFLOP/s (%s), "
                "so that peak is too low; give the real one with --peak-tflops\n",
-               step + 1, achieved, peak, R.peak_source);
+               step + 1, achieved, peak, run_report.peak_source);
     }
     return NAN;
 }
@@ -103,13 +104,13 @@ static int on_cuda(const Trainer* tr) { return strcmp(tr->be->name, "cuda") == 0
 static void find_peak(const Trainer* tr) {
     const TrainConfig* cfg = tr->cfg;
     if (cfg->peak_tflops > 0) {
-        R.peak_flops = cfg->peak_tflops * 1e12;
-        snprintf(R.peak_source, sizeof R.peak_source, "--peak-tflops %g", cfg->peak_tflops);
+        run_report.peak_flops = cfg->peak_tflops * 1e12;
+        snprintf(run_report.peak_source, sizeof run_report.peak_source, "--peak-tflops %g", cfg->peak_tflops);
         return;
     }
     if (!on_cuda(tr)) {
-        R.peak_flops = cpu_sgemm_ceiling_flops(tr->be);
-        snprintf(R.peak_source, sizeof R.peak_source, "the CPU backend's sgemm, measured at start-up");
+        run_report.peak_flops = cpu_sgemm_ceiling_flops(tr->be);
+        snprintf(run_report.peak_source, sizeof run_report.peak_source, "the CPU backend's sgemm, measured at start-up");
         return;
     }
     char name[128] = "";
@@ -117,31 +118,32 @@ static void find_peak(const Trainer* tr) {
     const char* row;
     double tflops = gpu_peak_tflops(name, cfg->precision, &row);
     const char* precision = config_enum_name("precision", cfg->precision);
-    R.peak_flops = tflops * 1e12;
+    run_report.peak_flops = tflops * 1e12;
     if (tflops > 0)
-        snprintf(R.peak_source, sizeof R.peak_source, "%s, dense %s (table: %s)", name, precision, row);
+        snprintf(run_report.peak_source, sizeof run_report.peak_source, "%s, dense %s (table: %s)", name, precision, row);
     else
-        snprintf(R.peak_source, sizeof R.peak_source, "unknown: no dense %s peak for '%s' in the table; pass --peak-tflops",
+        snprintf(run_report.peak_source, sizeof run_report.peak_source, "unknown: no dense %s peak for '%s' in the table; pass --peak-tflops",
                  precision, name);
 }
 
 // The log's last line when the run dies on a fatal error.
 static void log_failure(const char* message) {
-    if (!R.log.f) return;
-    JsonWriter* j = metrics_log_begin(&R.log, "summary");
+    if (!run_report.log.f) return;
+    JsonWriter* j = metrics_log_begin(&run_report.log, "summary");
     json_string(j, "status", "error");
     json_string(j, "error", message);
-    json_int(j, "steps_done", R.steps_done);
-    json_int(j, "last_step", R.last_step);
-    json_number(j, "elapsed_s", now_seconds() - R.t_start);
-    metrics_log_commit_quietly(&R.log);
+    json_int(j, "steps_done", run_report.steps_done);
+    json_int(j, "last_step", run_report.last_step);
+    json_number(j, "elapsed_s", now_seconds() - run_report.t_start);
+    metrics_log_commit_quietly(&run_report.log);
 }
 
 static void log_config(const Trainer* tr) {
     const GPT* m = &tr->model;
     const GPTConfig* c = &m->config;
-    JsonWriter* j = metrics_log_begin(&R.log, "config");
+    JsonWriter* j = metrics_log_begin(&run_report.log, "config");
     json_number(j, "time", (double)time(NULL));
+    json_string(j, "version", train_gpt_version());
     json_open_object(j, "flags");
     config_write_json(tr->cfg, j);
     json_close_object(j);
@@ -158,36 +160,36 @@ static void log_config(const Trainer* tr) {
     json_int(j, "micro_batch", tr->B);
     json_int(j, "accumulation", tr->accum);
     json_int(j, "tokens_per_step", tr->tokens_per_step);
-    json_number(j, "flops_per_token", R.flops_per_token);
-    json_number(j, "peak_flops_per_device", R.peak_flops > 0 ? R.peak_flops : NAN);
-    json_string(j, "peak_source", R.peak_source);
-    metrics_log_commit(&R.log);
+    json_number(j, "flops_per_token", run_report.flops_per_token);
+    json_number(j, "peak_flops_per_device", run_report.peak_flops > 0 ? run_report.peak_flops : NAN);
+    json_string(j, "peak_source", run_report.peak_source);
+    metrics_log_commit(&run_report.log);
 }
 
 void report_open(const Trainer* tr) {
     const TrainConfig* cfg = tr->cfg;
-    R.flops_per_token = flops_per_token(&tr->model.config, tr->T);
+    run_report.flops_per_token = flops_per_token(&tr->model.config, tr->T);
     find_peak(tr);
-    R.last_loss = R.last_val_loss = NAN;
+    run_report.last_loss = run_report.last_val_loss = NAN;
     if (tr->rank == 0 && cfg->log_dir[0]) {
-        metrics_log_open(&R.log, cfg->log_dir, tr->first_step > 0);
+        metrics_log_open(&run_report.log, cfg->log_dir, tr->first_step > 0);
         add_fatal_hook(log_failure);
         log_config(tr);
     }
-    R.telemetry_on = cfg->telemetry_every > 0;
-    if (R.telemetry_on) {
+    run_report.telemetry_on = cfg->telemetry_every > 0;
+    if (run_report.telemetry_on) {
         // The CUDA backend's own device by PCI bus id; otherwise the GPU with
         // this rank's local index (a CPU-backend run on a GPU host).
         char bus[32] = "";
         if (on_cuda(tr) && cuda_current_pci_bus_id) cuda_current_pci_bus_id(bus, sizeof bus);
-        telemetry_open(&R.telemetry, bus, local_rank_from_env());
+        telemetry_open(&run_report.telemetry, bus, local_rank_from_env());
     }
-    R.t_start = R.last_progress = now_seconds();
+    run_report.t_start = run_report.last_progress = now_seconds();
 }
 
 void report_set_reducer(const RankReducer* reduce) {
-    if (reduce) R.reduce = *reduce;
-    else memset(&R.reduce, 0, sizeof R.reduce);
+    if (reduce) run_report.reduce = *reduce;
+    else memset(&run_report.reduce, 0, sizeof run_report.reduce);
 }
 
 void report_run_summary(const Trainer* tr) {
@@ -195,9 +197,9 @@ void report_run_summary(const Trainer* tr) {
     const TrainConfig* cfg = tr->cfg;
     const GPT* m = &tr->model;
     const GPTConfig* c = &m->config;
-    printf("train_gpt | backend %s | precision %s | ranks %d | zero %d, sharded over %d rank%s%s\n", tr->be->name,
-           m->fp8 ? "fp8" : dtype_name(m->dtype), tr->world, m->zero_stage, m->world, m->world == 1 ? "" : "s",
-           tr->comm->node_scope ? " per node" : "");
+    printf("train_gpt | backend %s | precision %s | ranks %d | zero %d, sharded over %d rank%s%s | version %s\n",
+           tr->be->name, m->fp8 ? "fp8" : dtype_name(m->dtype), tr->world, m->zero_stage, m->world,
+           m->world == 1 ? "" : "s", tr->comm->node_scope ? " per node" : "", train_gpt_version());
     if (m->fp8) {
         const Fp8State* f = m->fp8;
         int skipped = 0;
@@ -236,13 +238,13 @@ void report_run_summary(const Trainer* tr) {
            cfg->lr, cfg->warmup, cfg->lr_final_frac, cfg->beta1, cfg->beta2, cfg->eps, cfg->weight_decay,
            cfg->grad_clip, cfg->steps);
     char fpt[32], peak[32];
-    format_si(fpt, sizeof fpt, R.flops_per_token);
-    format_si(peak, sizeof peak, R.peak_flops);
-    if (R.peak_flops > 0)
+    format_si(fpt, sizeof fpt, run_report.flops_per_token);
+    format_si(peak, sizeof peak, run_report.peak_flops);
+    if (run_report.peak_flops > 0)
         printf("mfu       | %sFLOP per token (6N + 12*L*h*s, PaLM's convention) | peak %sFLOP/s per device: %s\n", fpt,
-               peak, R.peak_source);
+               peak, run_report.peak_source);
     else
-        printf("mfu       | %sFLOP per token (6N + 12*L*h*s, PaLM's convention) | peak %s\n", fpt, R.peak_source);
+        printf("mfu       | %sFLOP per token (6N + 12*L*h*s, PaLM's convention) | peak %s\n", fpt, run_report.peak_source);
     if (!cfg->max_bad_steps)
         printf("guard     | non-finite loss or grad norm: skip the update (never stop: --max-bad-steps 0)");
     else if (cfg->on_divergence == ON_DIVERGENCE_ROLLBACK)
@@ -267,10 +269,10 @@ void report_run_summary(const Trainer* tr) {
         for (int i = 0; i < tr->guard.num_inject; i++) printf("%s%d", i ? "," : " ", tr->guard.inject[i]);
         printf("\n");
     }
-    if (!R.telemetry_on) printf("telemetry | off (--telemetry-every 0)\n");
-    else if (R.telemetry.active) printf("telemetry | %s, every %d steps (NVML)\n", R.telemetry.device_name, cfg->telemetry_every);
-    else printf("telemetry | off: %s\n", R.telemetry.notice);
-    if (R.log.f) printf("log       | %s\n", R.log.path);
+    if (!run_report.telemetry_on) printf("telemetry | off (--telemetry-every 0)\n");
+    else if (run_report.telemetry.active) printf("telemetry | %s, every %d steps (NVML)\n", run_report.telemetry.device_name, cfg->telemetry_every);
+    else printf("telemetry | off: %s\n", run_report.telemetry.notice);
+    if (run_report.log.f) printf("log       | %s\n", run_report.log.path);
     fflush(stdout);
 }
 
@@ -279,13 +281,13 @@ static void gather_memory(const Trainer* tr) {
     double lo[2], hi[2];
     hi[0] = lo[0] = (double)tr->be->allocated_bytes(tr->be);
     hi[1] = lo[1] = (double)tr->be->peak_allocated_bytes(tr->be);
-    rank_minmax(&R.reduce, lo, hi, 2);
-    R.mem = hi[0];
-    R.peak_mem = hi[1];
+    rank_minmax(&run_report.reduce, lo, hi, 2);
+    run_report.mem = hi[0];
+    run_report.peak_mem = hi[1];
 }
 
 static void log_step(const Trainer* tr, int step, const StepResult* r, double mfu_now, double elapsed, double eta) {
-    JsonWriter* j = metrics_log_begin(&R.log, "step");
+    JsonWriter* j = metrics_log_begin(&run_report.log, "step");
     json_int(j, "step", step + 1);
     json_int(j, "steps", tr->cfg->steps);
     json_number(j, "loss", r->loss);
@@ -294,11 +296,11 @@ static void log_step(const Trainer* tr, int step, const StepResult* r, double mf
     json_number(j, "step_time_s", r->seconds);
     json_number(j, "tokens_per_second", r->tokens_per_second);
     json_number(j, "tokens_per_second_per_rank", r->tokens_per_second / tr->world);
-    json_number(j, "model_flops_per_second", r->tokens_per_second * R.flops_per_token);
+    json_number(j, "model_flops_per_second", r->tokens_per_second * run_report.flops_per_token);
     json_number(j, "mfu", mfu_now);
-    json_int(j, "memory_bytes", (long long)R.mem);
-    json_int(j, "peak_memory_bytes", (long long)R.peak_mem);
-    json_int(j, "tokens", R.tokens_done);
+    json_int(j, "memory_bytes", (long long)run_report.mem);
+    json_int(j, "peak_memory_bytes", (long long)run_report.peak_mem);
+    json_int(j, "tokens", run_report.tokens_done);
     json_number(j, "elapsed_s", elapsed);
     json_number(j, "eta_s", eta);
     json_bool(j, "skipped", r->action != GUARD_UPDATE);
@@ -307,7 +309,7 @@ static void log_step(const Trainer* tr, int step, const StepResult* r, double mf
     json_number(j, "loss_z", r->loss_z);
     json_int(j, "skipped_total", tr->guard.skipped);
     json_int(j, "rollbacks", tr->guard.rollbacks);
-    metrics_log_commit(&R.log);
+    metrics_log_commit(&run_report.log);
 }
 
 static void print_step(const Trainer* tr, int step, const StepResult* r, double mfu_now) {
@@ -315,7 +317,7 @@ static void print_step(const Trainer* tr, int step, const StepResult* r, double 
     format_mfu(mfu_text, sizeof mfu_text, mfu_now);
     printf("step %5d/%d | loss %.4f | norm %.4f | lr %.2e | %.1f ms | %.0f tok/s | mfu %s | mem %.0f/%.0f MiB",
            step + 1, tr->cfg->steps, r->loss, r->grad_norm, r->lr, r->seconds * 1e3, r->tokens_per_second, mfu_text,
-           mib(R.mem), mib(R.peak_mem));
+           mib(run_report.mem), mib(run_report.peak_mem));
     if (r->action == GUARD_SKIP_NONFINITE)
         printf(" | skipped: non-finite loss or grad norm (%d in a row)", tr->guard.bad_in_row);
     else if (r->action == GUARD_SKIP_SPIKE)
@@ -327,20 +329,20 @@ static void print_step(const Trainer* tr, int step, const StepResult* r, double 
 
 static void report_telemetry(const Trainer* tr, int step) {
     TelemetryRange range;
-    telemetry_gather(&R.telemetry, &R.reduce, &range);
-    if (R.telemetry.notice_pending) {
+    telemetry_gather(&run_report.telemetry, &run_report.reduce, &range);
+    if (run_report.telemetry.notice_pending) {
         // A call failed on this rank during the run: say so once, from that rank.
-        R.telemetry.notice_pending = 0;
+        run_report.telemetry.notice_pending = 0;
         fflush(stdout);
-        if (tr->world > 1) printf("telemetry | rank %d: off from step %d: %s\n", tr->rank, step + 1, R.telemetry.notice);
-        else printf("telemetry | off from step %d: %s\n", step + 1, R.telemetry.notice);
+        if (tr->world > 1) printf("telemetry | rank %d: off from step %d: %s\n", tr->rank, step + 1, run_report.telemetry.notice);
+        else printf("telemetry | off from step %d: %s\n", step + 1, run_report.telemetry.notice);
     }
     if (tr->rank != 0 || !telemetry_range_any(&range)) return;
     char line[512];
     telemetry_format(&range, line, sizeof line);
     printf("gpu  %5d/%d | %s\n", step + 1, tr->cfg->steps, line);
-    if (R.log.f) {
-        JsonWriter* j = metrics_log_begin(&R.log, "telemetry");
+    if (run_report.log.f) {
+        JsonWriter* j = metrics_log_begin(&run_report.log, "telemetry");
         json_int(j, "step", step + 1);
         json_int(j, "ranks", tr->world);
         for (int f = 0; f < TEL_NUM_FIELDS; f++) {
@@ -350,63 +352,63 @@ static void report_telemetry(const Trainer* tr, int step) {
             snprintf(key, sizeof key, "%s_max", telemetry_field_key((TelemetryField)f));
             json_number(j, key, range.hi[f]);
         }
-        metrics_log_commit(&R.log);
+        metrics_log_commit(&run_report.log);
     }
 }
 
 void report_step(const Trainer* tr, int step, const StepResult* r) {
     const TrainConfig* cfg = tr->cfg;
     double now = now_seconds();
-    R.steps_done++;
-    R.last_step = step + 1;
+    run_report.steps_done++;
+    run_report.last_step = step + 1;
     // Tokens read by the run: after a rollback more than the step count says.
-    if (R.steps_done == 1) R.tokens_done = (long long)step * tr->tokens_per_step;
-    R.tokens_done += tr->tokens_per_step;
-    if (R.steps_done == 1) {
-        R.t_after_first_step = now;
+    if (run_report.steps_done == 1) run_report.tokens_done = (long long)step * tr->tokens_per_step;
+    run_report.tokens_done += tr->tokens_per_step;
+    if (run_report.steps_done == 1) {
+        run_report.t_after_first_step = now;
     } else {  // the first step warms caches and allocators: not steady state
-        R.steady_seconds += r->seconds;
-        R.steady_steps++;
-        R.steady_tokens += tr->tokens_per_step;
+        run_report.steady_seconds += r->seconds;
+        run_report.steady_steps++;
+        run_report.steady_tokens += tr->tokens_per_step;
     }
-    if (isfinite(r->loss)) R.last_loss = r->loss;
+    if (isfinite(r->loss)) run_report.last_loss = r->loss;
     gather_memory(tr);
-    int telemetry_due = R.telemetry_on && (step + 1) % cfg->telemetry_every == 0;
+    int telemetry_due = run_report.telemetry_on && (step + 1) % cfg->telemetry_every == 0;
     if (tr->rank != 0) {
         if (telemetry_due) report_telemetry(tr, step);
         return;
     }
 
     double mfu_now = honest_mfu(tr, step, r->tokens_per_second);
-    double elapsed = now - R.t_start;
+    double elapsed = now - run_report.t_start;
     // ETA from the mean wall time per step since the first (validation and samples included).
-    double per_step = R.steps_done > 1 ? (now - R.t_after_first_step) / (R.steps_done - 1) : r->seconds;
+    double per_step = run_report.steps_done > 1 ? (now - run_report.t_after_first_step) / (run_report.steps_done - 1) : r->seconds;
     double eta = (cfg->steps - (step + 1)) * per_step;
-    if (R.log.f) log_step(tr, step, r, mfu_now, elapsed, eta);
+    if (run_report.log.f) log_step(tr, step, r, mfu_now, elapsed, eta);
     int last = step + 1 == cfg->steps;
     if (step % cfg->log_every == 0 || last || r->action != GUARD_UPDATE || r->spike) print_step(tr, step, r, mfu_now);
     if (telemetry_due) report_telemetry(tr, step);
-    if (cfg->progress_every > 0 && now - R.last_progress >= cfg->progress_every && !last) {
+    if (cfg->progress_every > 0 && now - run_report.last_progress >= cfg->progress_every && !last) {
         char e[32], left[32];
         format_duration(e, sizeof e, elapsed);
         format_duration(left, sizeof left, eta);
         printf("progress  | %d/%d steps (%.1f%%) | elapsed %s | eta %s | %.4g tokens trained\n", step + 1, cfg->steps,
-               100.0 * (step + 1) / cfg->steps, e, left, (double)R.tokens_done);
-        R.last_progress = now;
+               100.0 * (step + 1) / cfg->steps, e, left, (double)run_report.tokens_done);
+        run_report.last_progress = now;
     }
     fflush(stdout);
 }
 
 void report_validation(const Trainer* tr, int step, double val_loss) {
-    R.last_val_loss = val_loss;
+    run_report.last_val_loss = val_loss;
     if (tr->rank != 0) return;
     printf("val  %5d/%d | val loss %.4f\n", step, tr->cfg->steps, val_loss);
     fflush(stdout);
-    if (R.log.f) {
-        JsonWriter* j = metrics_log_begin(&R.log, "val");
+    if (run_report.log.f) {
+        JsonWriter* j = metrics_log_begin(&run_report.log, "val");
         json_int(j, "step", step);
         json_number(j, "val_loss", val_loss);
-        metrics_log_commit(&R.log);
+        metrics_log_commit(&run_report.log);
     }
 }
 
@@ -418,13 +420,13 @@ void report_rollback(const Trainer* tr, int steps_done, int to_step, int bad_in_
            steps_done, bad_in_row, reason, tr->cfg->max_bad_steps, to_step, tr->guard.rollbacks, to_step + 1,
            steps_done);
     fflush(stdout);
-    if (R.log.f) {
-        JsonWriter* j = metrics_log_begin(&R.log, "rollback");
+    if (run_report.log.f) {
+        JsonWriter* j = metrics_log_begin(&run_report.log, "rollback");
         json_int(j, "step", steps_done);
         json_int(j, "to_step", to_step);
         json_int(j, "bad_in_row", bad_in_row);
         json_int(j, "rollbacks", tr->guard.rollbacks);
-        metrics_log_commit(&R.log);
+        metrics_log_commit(&run_report.log);
     }
 }
 
@@ -443,13 +445,13 @@ void report_memory_peak(const Trainer* tr) {
 }
 
 void report_close(const Trainer* tr) {
-    if (R.telemetry_on) telemetry_close(&R.telemetry);
-    if (R.steps_done == 0) gather_memory(tr);  // no step measured it (every rank is here: a collective)
+    if (run_report.telemetry_on) telemetry_close(&run_report.telemetry);
+    if (run_report.steps_done == 0) gather_memory(tr);  // no step measured it (every rank is here: a collective)
     if (tr->rank != 0) return;
     const Guard* g = &tr->guard;
-    double elapsed = now_seconds() - R.t_start;
-    double tok_s = R.steady_steps > 0 ? (double)R.steady_tokens / R.steady_seconds : NAN;
-    double mean_mfu = honest_mfu(tr, R.last_step - 1, tok_s);
+    double elapsed = now_seconds() - run_report.t_start;
+    double tok_s = run_report.steady_steps > 0 ? (double)run_report.steady_tokens / run_report.steady_seconds : NAN;
+    double mean_mfu = honest_mfu(tr, run_report.last_step - 1, tok_s);
     char e[32], mfu_text[32];
     format_duration(e, sizeof e, elapsed);
     format_mfu(mfu_text, sizeof mfu_text, mean_mfu);
@@ -458,34 +460,34 @@ void report_close(const Trainer* tr) {
     // With fewer than two steps there is no steady-state throughput, and with
     // none no loss: "n/a", never "nan".
     char val_text[32], tok_text[32], loss_text[32];
-    if (isfinite(R.last_val_loss)) snprintf(val_text, sizeof val_text, "%.4f", R.last_val_loss);
+    if (isfinite(run_report.last_val_loss)) snprintf(val_text, sizeof val_text, "%.4f", run_report.last_val_loss);
     else snprintf(val_text, sizeof val_text, "n/a");
     if (isfinite(tok_s)) snprintf(tok_text, sizeof tok_text, "%.0f", tok_s);
     else snprintf(tok_text, sizeof tok_text, "n/a");
-    if (isfinite(R.last_loss)) snprintf(loss_text, sizeof loss_text, "%.4f", R.last_loss);
+    if (isfinite(run_report.last_loss)) snprintf(loss_text, sizeof loss_text, "%.4f", run_report.last_loss);
     else snprintf(loss_text, sizeof loss_text, "n/a");
     printf("summary   | %d steps in %s | %ld skipped (%ld non-finite, %ld loss spikes) | %ld rollback%s | mean %s tokens/s | "
            "mean mfu %s | peak mem %.0f MiB | final loss %s | final val loss %s\n",
-           R.steps_done, e, g->skipped, g->nonfinite, g->spikes, g->rollbacks, g->rollbacks == 1 ? "" : "s", tok_text,
-           mfu_text, mib(R.peak_mem), loss_text, val_text);
+           run_report.steps_done, e, g->skipped, g->nonfinite, g->spikes, g->rollbacks, g->rollbacks == 1 ? "" : "s", tok_text,
+           mfu_text, mib(run_report.peak_mem), loss_text, val_text);
     fflush(stdout);
-    if (!R.log.f) return;
-    JsonWriter* j = metrics_log_begin(&R.log, "summary");
+    if (!run_report.log.f) return;
+    JsonWriter* j = metrics_log_begin(&run_report.log, "summary");
     json_string(j, "status", "ok");
     json_null(j, "error");
-    json_int(j, "steps_done", R.steps_done);
-    json_int(j, "last_step", R.last_step);
+    json_int(j, "steps_done", run_report.steps_done);
+    json_int(j, "last_step", run_report.last_step);
     json_int(j, "skipped_steps", g->skipped);
     json_int(j, "nonfinite_steps", g->nonfinite);
     json_int(j, "loss_spikes", g->spikes);
     json_int(j, "rollbacks", g->rollbacks);
-    json_int(j, "tokens", R.tokens_done);
+    json_int(j, "tokens", run_report.tokens_done);
     json_number(j, "elapsed_s", elapsed);
     json_number(j, "tokens_per_second", tok_s);
     json_number(j, "mfu", mean_mfu);
-    json_int(j, "peak_memory_bytes", (long long)R.peak_mem);
-    json_number(j, "final_loss", R.last_loss);
-    json_number(j, "final_val_loss", R.last_val_loss);
-    metrics_log_commit(&R.log);
-    metrics_log_close(&R.log);
+    json_int(j, "peak_memory_bytes", (long long)run_report.peak_mem);
+    json_number(j, "final_loss", run_report.last_loss);
+    json_number(j, "final_val_loss", run_report.last_val_loss);
+    metrics_log_commit(&run_report.log);
+    metrics_log_close(&run_report.log);
 }

@@ -39,10 +39,10 @@ INSTANCE_GPUS = {
 }
 
 # What SageMaker extracts from the job's log into CloudWatch metrics (a name
-# and a regex whose first group is the value): the list README.md documents
+# and a regex whose first group is the value): the list llm/report/README.md documents
 # under this marker, read from there so that it lives in one place;
 # tests/test_metrics.sh checks each regex against a real run's log.
-README = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "README.md")
+README = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "llm", "report", "README.md")
 METRICS_MARKER = "<!-- sagemaker-metric-definitions -->"
 
 

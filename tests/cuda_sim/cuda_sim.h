@@ -21,7 +21,7 @@
 //
 // Never linked into ./train_gpt: only the programs under build/sim/ use it
 // (the tests, and build/sim/train_gpt, the trainer on the simulated GPU).
-// What this proves and what it does not: README.md, "CUDA kernels on the CPU".
+// What this proves and what it does not: tests/cuda_sim/README.md.
 #pragma once
 
 #ifndef CUDA_SIM

@@ -13,10 +13,10 @@ T=$TEST_TMP
 tiny=(--layers 2 --channels 64 --heads 2 --seq-len 32 --micro-batch 2 --steps 6 --warmup 2 --lr 3e-3
       --val-every 3 --val-batches 2 --sample-every 6 --sample-tokens 8)
 
-run() {  # run NAME ARGS...: train_gpt into $T/NAME.log; returns its status
+run() {  # run NAME ARGS...: train_gpt into $T/NAME.log, its metrics into $T/NAME.metrics/; returns its status
   local name=$1
   shift
-  "$TG" "${tiny[@]}" "$@" >"$T/$name.log" 2>&1
+  "$TG" "${tiny[@]}" "$@" --log-dir "$T/$name.metrics" >"$T/$name.log" 2>&1
 }
 
 # 1. The default device of this binary is the (simulated) GPU.
@@ -29,15 +29,15 @@ fi
 # 2. FP32 on the GPU follows the CPU step by step: loss and norm within 1e-4 relative.
 run cpu --device cpu --export "$T/cpu.bin"
 run gpu --device cuda --precision fp32 --export "$T/gpu.bin"
-if [ "$(step_losses "$T/gpu.log" | wc -l)" -eq 6 ] &&
-   paste <(step_losses "$T/cpu.log") <(step_losses "$T/gpu.log") |
+if [ "$(step_losses "$T/gpu.metrics" | wc -l)" -eq 6 ] &&
+   paste <(step_losses "$T/cpu.metrics") <(step_losses "$T/gpu.metrics") |
      awk '{ for (i = 1; i <= 2; i++) if ((($i - $(i + 2)) ^ 2) > (1e-4 * $i) ^ 2) bad = 1 } END { exit bad }'; then
   ok sim_fp32_follows_cpu
 else
-  fail sim_fp32_follows_cpu "cpu/gpu (loss norm): $(paste <(step_losses "$T/cpu.log") <(step_losses "$T/gpu.log") | tr '\n' ';') $(tail -n 2 "$T/gpu.log")"
+  fail sim_fp32_follows_cpu "cpu/gpu (loss norm): $(paste <(step_losses "$T/cpu.metrics") <(step_losses "$T/gpu.metrics") | tr '\n' ';') $(tail -n 2 "$T/gpu.log")"
 fi
-cpu_val=$(grep -E '^val ' "$T/cpu.log" | tail -n 1 | sed -E 's/.*val loss ([^ ]+).*/\1/')
-gpu_val=$(grep -E '^val ' "$T/gpu.log" | tail -n 1 | sed -E 's/.*val loss ([^ ]+).*/\1/')
+cpu_val=$(val_losses "$T/cpu.metrics" | tail -n 1)
+gpu_val=$(val_losses "$T/gpu.metrics" | tail -n 1)
 if [ -n "$gpu_val" ] && awk -v a="$cpu_val" -v b="$gpu_val" 'BEGIN { d = a - b; exit !(d * d < (1e-4 * a) ^ 2) }' &&
    grep -q '^---- sample at step 6' "$T/gpu.log" && [ -s "$T/gpu.bin" ] &&
    [ "$(stat -c %s "$T/gpu.bin")" = "$(stat -c %s "$T/cpu.bin")" ]; then
@@ -49,14 +49,14 @@ fi
 # 3. BF16 learns, and two runs are bit-identical.
 run bf16a --device cuda --precision bf16 --steps 12 --sample-every 0 --val-every 0
 run bf16b --device cuda --precision bf16 --steps 12 --sample-every 0 --val-every 0
-first=$(step_losses "$T/bf16a.log" | head -n 1 | cut -d' ' -f1)
-last=$(step_losses "$T/bf16a.log" | tail -n 1 | cut -d' ' -f1)
-if [ "$(step_losses "$T/bf16a.log" | wc -l)" -eq 12 ] && awk -v f="$first" -v l="$last" 'BEGIN { exit !(l < f - 0.5) }'; then
+first=$(step_losses "$T/bf16a.metrics" | head -n 1 | cut -d' ' -f1)
+last=$(step_losses "$T/bf16a.metrics" | tail -n 1 | cut -d' ' -f1)
+if [ "$(step_losses "$T/bf16a.metrics" | wc -l)" -eq 12 ] && awk -v f="$first" -v l="$last" 'BEGIN { exit !(l < f - 0.5) }'; then
   ok sim_bf16_learns
 else
   fail sim_bf16_learns "loss $first -> $last; $(tail -n 2 "$T/bf16a.log")"
 fi
-if [ -n "$first" ] && [ "$(step_losses "$T/bf16a.log")" = "$(step_losses "$T/bf16b.log")" ]; then
+if [ -n "$first" ] && [ "$(step_losses "$T/bf16a.metrics")" = "$(step_losses "$T/bf16b.metrics")" ]; then
   ok sim_bf16_deterministic
 else
   fail sim_bf16_deterministic "two runs differ"

@@ -24,19 +24,19 @@ close() {
       awk '{ for (i = 1; i <= 2; i++) if ((($i - $(i + 2)) ^ 2) > (1e-4 * $i) ^ 2) bad = 1 } END { exit bad }'
 }
 
-"$TG" "${tiny[@]}" --precision fp32 >"$T/one.log" 2>&1
+"$TG" "${tiny[@]}" --precision fp32 --log-dir "$T/one.metrics" >"$T/one.log" 2>&1
 for z in 0 2 3; do
-  "${MPI[@]}" "$TG" "${tiny[@]}" --precision fp32 --zero "$z" >"$T/two_$z.log" 2>&1
-  if close "$T/one.log" "$T/two_$z.log"; then
+  "${MPI[@]}" "$TG" "${tiny[@]}" --precision fp32 --zero "$z" --log-dir "$T/two_$z.metrics" >"$T/two_$z.log" 2>&1
+  if close "$T/one.metrics" "$T/two_$z.metrics"; then
     ok "sim_nccl_2ranks_zero${z}_matches_1rank"
   else
-    fail "sim_nccl_2ranks_zero${z}_matches_1rank" "$(paste <(step_losses "$T/one.log") <(step_losses "$T/two_$z.log") | tr '\n' ';') $(tail -n 2 "$T/two_$z.log")"
+    fail "sim_nccl_2ranks_zero${z}_matches_1rank" "$(paste <(step_losses "$T/one.metrics") <(step_losses "$T/two_$z.metrics") | tr '\n' ';') $(tail -n 2 "$T/two_$z.log")"
   fi
 done
 
-"${MPI[@]}" "$TG" "${tiny[@]}" --precision bf16 --zero 3 >"$T/bf16_a.log" 2>&1
-"${MPI[@]}" "$TG" "${tiny[@]}" --precision bf16 --zero 3 >"$T/bf16_b.log" 2>&1
-if [ "$(step_losses "$T/bf16_a.log" | wc -l)" -eq 4 ] && [ "$(step_losses "$T/bf16_a.log")" = "$(step_losses "$T/bf16_b.log")" ]; then
+"${MPI[@]}" "$TG" "${tiny[@]}" --precision bf16 --zero 3 --log-dir "$T/bf16_a.metrics" >"$T/bf16_a.log" 2>&1
+"${MPI[@]}" "$TG" "${tiny[@]}" --precision bf16 --zero 3 --log-dir "$T/bf16_b.metrics" >"$T/bf16_b.log" 2>&1
+if [ "$(step_losses "$T/bf16_a.metrics" | wc -l)" -eq 4 ] && [ "$(step_losses "$T/bf16_a.metrics")" = "$(step_losses "$T/bf16_b.metrics")" ]; then
   ok sim_nccl_2ranks_bf16_zero3_deterministic
 else
   fail sim_nccl_2ranks_bf16_zero3_deterministic "$(tail -n 2 "$T/bf16_a.log")"
