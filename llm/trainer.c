@@ -8,6 +8,7 @@
 #include "kernels/bf16.h"
 #include "llm/platform/gpu_info.h"
 #include "llm/checkpoint/llmc_io.h"
+#include "llm/checkpoint/signals.h"
 #include "llm/plan/planner.h"
 #include "llm/presets.h"
 #include "llm/util/rng.h"
@@ -219,6 +220,17 @@ StepResult trainer_step(Trainer* tr, int step) {
 // ---------------------------------------------------------------------------
 // validation
 
+// SageMaker kills 120 s after its SIGTERM; a whole-set validation or a long
+// sample at a large model takes longer, so both look for the signal between
+// batches and tokens. The ranks agree, since every rank runs the forwards.
+int trainer_stop_requested(Trainer* tr) {
+    if (tr->stop_requested) return 1;
+    double s = signals_stop_requested() != 0;
+    comm_host_sum(tr->comm, COMM_WORLD, &s, 1);
+    tr->stop_requested = s > 0;
+    return tr->stop_requested;
+}
+
 double trainer_validate(Trainer* tr) {
     GPT* m = &tr->model;
     Backend* be = tr->be;
@@ -231,6 +243,7 @@ double trainer_validate(Trainer* tr) {
     uint64_t rounds = ceil_div(total, per_round);
     int counted = 0;
     for (uint64_t i = 0; i < rounds; i++) {
+        if (trainer_stop_requested(tr)) return NAN;
         uint64_t first = i * per_round + (uint64_t)tr->rank * tr->B;
         int count = first < total ? (int)(total - first < (uint64_t)tr->B ? total - first : (uint64_t)tr->B) : 0;
         // A rank without windows still runs the forward (ZeRO-3 gathers
@@ -297,7 +310,7 @@ char* trainer_sample(Trainer* tr, int step) {
     text[0] = 0;
     uint64_t key = rng_key((uint64_t)tr->cfg->seed, 0x5A3F1E, (uint64_t)step);
     tokens[0] = eot;
-    for (int i = 1; i <= n; i++) {
+    for (int i = 1; i <= n && !trainer_stop_requested(tr); i++) {
         // No KV cache: rerun the forward over the last min(i, T) tokens.
         int ctx = i < T ? i : T;
         tr->be->to_device(tr->be, m->inputs, tokens + (i - ctx), (size_t)ctx * sizeof(int32_t));
