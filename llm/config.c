@@ -96,6 +96,7 @@ static const Flag FLAGS[] = {
 
     {"zero", F_INT, OFF(zero_stage), "1", "0|1|2|3", "ZeRO stage: 0 replicates everything, 1 shards optimizer state, 2 also gradients, 3 also parameters", "Distributed (mpirun -np N ./train_gpt ...)"},
     {"shard-scope", F_STRING, OFF(shard_scope), "world", "world|node", "shard over all ranks, or inside each node with gradients all-reduced across nodes (hybrid; ZeRO 1-3)", NULL},
+    {"allow-nccl-sockets", F_BOOL, OFF(allow_nccl_sockets), "0", "0|1", "on an EFA instance (p4d, p5, p6) of a multi-node run NCCL's TCP sockets between nodes are an error (the aws-ofi-nccl plugin did not load); 1: run on them anyway", NULL},
 };
 #define NUM_FLAGS ((int)(sizeof FLAGS / sizeof FLAGS[0]))
 

@@ -78,6 +78,7 @@ typedef struct {
     // distributed
     int zero_stage;       // 0..3
     char* shard_scope;    // world|node
+    int allow_nccl_sockets;  // let NCCL use TCP sockets between nodes of an EFA instance
 } TrainConfig;
 
 // Fills defaults, parses argv (`--flag value` or `--flag=value`), prints help

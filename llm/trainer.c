@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "kernels/bf16.h"
+#include "llm/platform/efa.h"
 #include "llm/platform/gpu_info.h"
 #include "llm/checkpoint/llmc_io.h"
 #include "llm/checkpoint/signals.h"
@@ -43,7 +44,11 @@ static void setup_sharding(Trainer* tr, const TrainConfig* cfg) {
     if (node_scope && cfg->zero_stage == 0)
         fatal("--shard-scope node needs --zero 1, 2 or 3 (ZeRO-0 shards nothing)");
     comm_set_shard_scope(tr->comm, node_scope);
+    // NCCL starts here: on EFA instances it must not settle for its sockets.
+    EfaCheck efa;
+    efa_check_begin(&efa, tr->comm->num_nodes, cfg->allow_nccl_sockets || strcmp(tr->be->name, "cpu") == 0);
     comm_attach_backend(tr->comm, tr->be);
+    efa_check_end(&efa);
 }
 
 // A multiple of 16 near x, for error messages.
