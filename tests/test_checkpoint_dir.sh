@@ -58,9 +58,10 @@ if ! grep -q '^step ' "$T/ro.log"; then ok dir_checked_before_training
 else fail dir_checked_before_training "it trained first: $(grep -c '^step ' "$T/ro.log") steps"; fi
 
 # 3. One run per directory: a second one fails naming the holder; the first
-# is unharmed (stops on SIGTERM with its checkpoint, exit 0); its lock is
-# gone afterwards, and a lock left by a dead process is taken over.
-"$TG" "${d1[@]}" --steps 1000000 --checkpoint-dir "$T/l" >"$T/l1.log" 2>&1 &
+# is unharmed (stops on SIGTERM with its checkpoint, exit 0, and says so in
+# $TRAIN_GPT_STOP_FILE for the launcher); its lock is gone afterwards, and a
+# lock left by a dead process is taken over.
+TRAIN_GPT_STOP_FILE="$T/stopped" "$TG" "${d1[@]}" --steps 1000000 --checkpoint-dir "$T/l" >"$T/l1.log" 2>&1 &
 first=$!
 for _ in $(seq 600); do grep -q '^step ' "$T/l1.log" && break; sleep 0.1; done
 expect_error second_run_refused "--checkpoint-dir .*/l is in use by another run \(host $(hostname), pid $first, holding .*/l/train_gpt.lock\)" \
@@ -69,7 +70,7 @@ kill -TERM "$first"
 wait "$first"
 rc=$?
 if [ "$rc" -eq 0 ] && grep -q '^stop .*SIGTERM' "$T/l1.log" && [ -f "$(ls -d "$T"/l/step_* | tail -n 1)/manifest.json" ] &&
-   [ ! -e "$T/l/train_gpt.lock" ]; then
+   [ ! -e "$T/l/train_gpt.lock" ] && [ "$(cat "$T/stopped")" = "step $(ls "$T/l" | tail -n 1 | sed 's/step_0*//') $T/l/$(ls "$T/l" | tail -n 1)" ]; then
   ok first_run_unharmed_lock_released
 else
   fail first_run_unharmed_lock_released "rc $rc; $(ls "$T/l"); $(grep -E 'error|stop' "$T/l1.log" | head -n 2)"
@@ -118,7 +119,7 @@ stop_during sigterm_during_sample --sample-every 1 --sample-tokens 2500 --depth 
 # 5. A failed first save says that there is no older checkpoint; a failed
 # later one that there is.
 TRAIN_GPT_DISK_FULL_AT=10 "$TG" "${d1[@]}" --steps 20 --checkpoint-dir "$T/full" --checkpoint-every 10 >"$T/full.log" 2>&1
-expect_line() { grep -q "$2" "$3" && ok "$1" || fail "$1" "$(grep error "$3")"; }
+expect_line() { if grep -q "$2" "$3"; then ok "$1"; else fail "$1" "$(grep error "$3")"; fi; }
 expect_line failed_first_save_no_older "checkpoint of step 10: .*No space left on device; there is no older checkpoint" "$T/full.log"
 TRAIN_GPT_DISK_FULL_AT=20 "$TG" "${d1[@]}" --steps 20 --checkpoint-dir "$T/full" --checkpoint-every 10 >"$T/full2.log" 2>&1
 expect_line failed_later_save_older_intact "checkpoint of step 20: .*No space left on device; older checkpoints are intact" "$T/full2.log"

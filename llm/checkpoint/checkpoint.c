@@ -640,6 +640,21 @@ static void start_save(Checkpointer* ck, int step, int background) {
 
 static const char* signal_name(int sig) { return sig == SIGTERM ? "SIGTERM" : sig == SIGINT ? "SIGINT" : strsignal(sig); }
 
+// $TRAIN_GPT_STOP_FILE: where a launcher learns that a stop signal ended the
+// run with a complete checkpoint (scripts/sagemaker/entrypoint.sh makes its
+// exit status 0 then, whatever mpirun says). One line: "step N DIR".
+static void report_stop_file(const Checkpointer* ck) {
+    const char* path = getenv("TRAIN_GPT_STOP_FILE");
+    if (!path || !path[0]) return;
+    char line[4200];
+    int n = snprintf(line, sizeof line, "step %d %s/step_%08d\n", ck->last_saved_step, ck->dir, ck->last_saved_step);
+    AtomicFile af;
+    int e = atomic_file_try_open(&af, path);
+    if (!e) e = atomic_file_try_write(&af, line, (size_t)n);
+    if (!e) e = atomic_file_try_commit(&af);
+    if (e) warn("TRAIN_GPT_STOP_FILE %s: %s (the launcher will not know that the stop was clean)", path, strerror(e));
+}
+
 int checkpoint_after_step(Checkpointer* ck, int steps_done) {
     const CkptComm* comm = ck->comm;
     ck->steps_done = steps_done;
@@ -655,6 +670,7 @@ int checkpoint_after_step(Checkpointer* ck, int steps_done) {
     ck->stop_signal = (int)v[0];
     wait_for_save(ck);
     if (comm->rank == 0) {
+        if (ck->dir && ck->last_saved_step == steps_done) report_stop_file(ck);
         if (ck->dir) printf("stop      | %s after step %d: checkpoint in %s/step_%08d; exiting\n", signal_name(ck->stop_signal),
                             steps_done, ck->dir, ck->last_saved_step);
         else printf("stop      | %s after step %d: checkpoints are off (--checkpoint-dir ''); exiting without one\n",
