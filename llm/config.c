@@ -35,6 +35,7 @@ static const Flag FLAGS[] = {
     {"val-data", F_STRING, OFF(val_data), "data/kjv/kjv_val_*.bin", "GLOB", "validation shards; empty to skip validation", NULL},
     {"tokenizer", F_STRING, OFF(tokenizer), "data/kjv/tokenizer.bin", "FILE", "vocabulary for printing samples (llm.c tokenizer format); empty: print token ids", NULL},
     {"shuffle", F_BOOL, OFF(shuffle), "1", "0|1", "shuffle shard and window order each epoch (deterministic from --seed)", NULL},
+    {"llmc-compat", F_BOOL, OFF(llmc_compat), "0", "0|1", "reproduce llm.c's train_gpt2: its data order (batches of micro-batch x seq-len + 1 tokens per rank, shards and batches shuffled with its MT19937 seeded 42 + rank; --seed does not enter) and its cosine schedule (float, never reaching the floor)", NULL},
 
     {"seq-len", F_INT, OFF(seq_len), "256", "T", "tokens per sequence", "Batch"},
     {"micro-batch", F_INT, OFF(micro_batch), "8", "B", "sequences per forward/backward on each rank", NULL},

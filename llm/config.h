@@ -26,6 +26,7 @@ typedef struct {
     char* val_data;       // glob, "" to disable validation
     char* tokenizer;      // vocabulary file for samples ("" to print token ids)
     int shuffle;
+    int llmc_compat;      // llm.c's data order and learning-rate schedule
     // batch
     int seq_len;          // T
     int micro_batch;      // B per rank

@@ -123,6 +123,10 @@ void trainer_setup(Trainer* tr, const TrainConfig* cfg, Backend* be, Comm* comm)
         dataloader_init(&tr->val, cfg->val_data, "--val-data", tr->T, mc.vocab_size, 0, (uint64_t)cfg->seed);
         tr->has_val = 1;
     }
+    if (cfg->llmc_compat) {
+        dataloader_use_llmc_order(&tr->train, tr->B, tr->world, tr->rank, "--train-data");
+        if (tr->has_val) dataloader_use_llmc_order(&tr->val, tr->B, tr->world, tr->rank, "--val-data");
+    }
 
     RecomputePolicy recompute = recompute_policy_from_flags(cfg->recompute, cfg->recompute_layers, mc.num_layers);
     const CommGroupInfo* shard = &comm->group[COMM_SHARD];
@@ -136,6 +140,7 @@ void trainer_setup(Trainer* tr, const TrainConfig* cfg, Backend* be, Comm* comm)
     tr->sched.final_frac = cfg->lr_final_frac;
     tr->sched.warmup = cfg->warmup;
     tr->sched.total = cfg->steps;
+    tr->sched.llmc = cfg->llmc_compat;
     tr->host_inputs = (int32_t*)xmalloc((size_t)tr->B * tr->T * sizeof(int32_t));
     tr->host_targets = (int32_t*)xmalloc((size_t)tr->B * tr->T * sizeof(int32_t));
     guard_init(&tr->guard, cfg);
