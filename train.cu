@@ -73,11 +73,19 @@ int main(int argc, char** argv) {
     int stopped = 0;
     for (int step = tr.first_step; step < cfg.steps && !stopped; step++) {
         watchdog_set_step(step + 1);
-        if (tr.has_val && every(step, cfg.val_every)) report_validation(&tr, step, trainer_validate(&tr));
-        if (every(step, cfg.sample_every)) {
+        if (tr.has_val && every(step, cfg.val_every)) {
+            double val_loss = trainer_validate(&tr);
+            if (!tr.stop_requested) report_validation(&tr, step, val_loss);  // (not a partial one)
+        }
+        if (every(step, cfg.sample_every) && !tr.stop_requested) {
             char* text = trainer_sample(&tr, step);
             report_sample(&tr, step, text);
             free(text);
+        }
+        // A stop signal during validation or sampling: checkpoint the steps done, now.
+        if (tr.stop_requested) {
+            stopped = checkpoint_after_step(ck, step);
+            break;
         }
         StepResult r = trainer_step(&tr, step);
         report_step(&tr, step, &r);
@@ -92,8 +100,11 @@ int main(int argc, char** argv) {
     // 6. Final validation and sample, then the weights for other tools;
     //    after a stop signal only the checkpoint matters, and the clock runs.
     if (!stopped) {
-        if (tr.has_val) report_validation(&tr, cfg.steps, trainer_validate(&tr));
-        if (cfg.sample_every > 0) {
+        if (tr.has_val) {
+            double val_loss = trainer_validate(&tr);
+            if (!tr.stop_requested) report_validation(&tr, cfg.steps, val_loss);
+        }
+        if (cfg.sample_every > 0 && !tr.stop_requested) {
             char* text = trainer_sample(&tr, cfg.steps);
             report_sample(&tr, cfg.steps, text);
             free(text);

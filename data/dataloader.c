@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "data/llmc_order.h"
 #include "llm/util/rng.h"
 
 typedef unsigned long long ull;
@@ -55,13 +56,75 @@ void dataloader_free(DataLoader* dl) {
     free(dl->shard_order);
     free(dl->order_prefix);
     free(dl->window_order);
+    free(dl->shard_samples);
+    free(dl->llmc_shards);
+    free(dl->llmc_rng);
     memset(dl, 0, sizeof *dl);
+}
+
+void dataloader_use_llmc_order(DataLoader* dl, int B, int ranks, int rank, const char* flag) {
+    uint64_t group = (uint64_t)B * (uint64_t)ranks;
+    dl->llmc_group = (int)group;
+    dl->llmc_seed = 42u + (uint32_t)rank;
+    dl->shard_samples = (uint64_t*)xcalloc((size_t)dl->num_shards, sizeof *dl->shard_samples);
+    dl->llmc_shards = (int*)xmalloc((size_t)dl->num_shards * sizeof *dl->llmc_shards);
+    dl->llmc_rng = xmalloc(sizeof(Mt19937));
+    dl->windows_per_epoch = 0;
+    for (int i = 0; i < dl->num_shards; i++) {
+        dl->shard_samples[i] = dl->shard_windows[i] / group;
+        if (dl->shard_samples[i] == 0)
+            fatal("%s: shard '%s' holds %llu tokens, fewer than llm.c's one batch of micro-batch x seq-len x ranks + 1 "
+                  "= %llu (--llmc-compat reads whole batches from every shard)",
+                  flag, dl->shards[i].path, (ull)dl->shards[i].num_tokens, (ull)(group * (uint64_t)dl->T + 1));
+        if (dl->shard_samples[i] > INT32_MAX)
+            fatal("%s: shard '%s' holds more than 2^31 batches, more than llm.c's shuffle takes: split it", flag,
+                  dl->shards[i].path);
+        dl->windows_per_epoch += dl->shard_samples[i] * group;
+    }
+    dl->cached_epoch = UINT64_MAX;
+    dl->llmc_next_epoch = UINT64_MAX;  // no generator state kept yet
 }
 
 // ---- permutations -------------------------------------------------------------------------------
 
+// llm.c's epochs come from one generator drawn in sequence (its shard order,
+// then each shard's samples as the shard is opened), so epoch e is replayed
+// from the seed, or continued from where epoch e - 1 left the generator.
+static void cache_epoch_llmc(DataLoader* dl, uint64_t epoch) {
+    int n = dl->num_shards;
+    Mt19937* mt = (Mt19937*)dl->llmc_rng;
+    uint64_t e = 0;
+    if (dl->llmc_next_epoch == epoch) {
+        e = epoch;
+    } else {
+        mt19937_seed(mt, dl->llmc_seed);
+        for (int i = 0; i < n; i++) dl->llmc_shards[i] = i;
+    }
+    for (; e <= epoch; e++) {
+        if (dl->shuffle) llmc_shuffle_int(dl->llmc_shards, n, mt);
+        for (int p = 0; p < n; p++) {
+            int s = dl->llmc_shards[p];
+            int k = (int)dl->shard_samples[s];
+            if (!dl->window_order[s]) dl->window_order[s] = (uint32_t*)xmalloc((size_t)k * sizeof(uint32_t));
+            for (int i = 0; i < k; i++) dl->window_order[s][i] = (uint32_t)i;
+            if (dl->shuffle) llmc_shuffle_u32(dl->window_order[s], k, mt);
+        }
+    }
+    dl->llmc_next_epoch = epoch + 1;
+    dl->order_prefix[0] = 0;
+    for (int p = 0; p < n; p++) {
+        dl->shard_order[p] = dl->llmc_shards[p];
+        dl->order_prefix[p + 1] = dl->order_prefix[p] + dl->shard_samples[dl->shard_order[p]] * (uint64_t)dl->llmc_group;
+    }
+    dl->cached_epoch = epoch;
+}
+
 static void cache_epoch(DataLoader* dl, uint64_t epoch) {
     if (dl->cached_epoch == epoch) return;
+    if (dl->llmc_group) {
+        cache_epoch_llmc(dl, epoch);
+        return;
+    }
     int n = dl->num_shards;
     for (int i = 0; i < n; i++) {
         free(dl->window_order[i]);
@@ -119,7 +182,13 @@ void dataloader_window(DataLoader* dl, uint64_t g, int32_t* inputs, int32_t* tar
     int p = find_slot(dl, i);
     int s = dl->shard_order[p];
     uint64_t w = i - dl->order_prefix[p];
-    if (dl->shuffle) w = window_order_of(dl, s)[w];
+    if (dl->llmc_group) {
+        // window w % G of the shard's (w / G)-th sample in llm.c's order
+        uint64_t G = (uint64_t)dl->llmc_group;
+        w = (uint64_t)dl->window_order[s][w / G] * G + w % G;
+    } else if (dl->shuffle) {
+        w = window_order_of(dl, s)[w];
+    }
 
     // Inputs are tokens [start, start+T); targets are the same shifted by one,
     // so only the last target needs a read of its own.

@@ -39,6 +39,13 @@ typedef struct {
     int* shard_order;            // shard visiting order in cached_epoch
     uint64_t* order_prefix;      // prefix sums of windows in that order (num_shards + 1)
     uint32_t** window_order;     // per shard, lazily built window permutation (NULL until used)
+    // llm.c's order (dataloader_use_llmc_order); llmc_group 0: this loader's own
+    int llmc_group;              // windows per llm.c sample: B x ranks
+    uint32_t llmc_seed;          // 42 + rank
+    uint64_t* shard_samples;     // samples per shard
+    int* llmc_shards;            // llm.c's shard order, permuted in place epoch after epoch
+    void* llmc_rng;              // Mt19937 at the start of epoch llmc_next_epoch
+    uint64_t llmc_next_epoch;
 } DataLoader;
 
 // Opens every shard matching `pattern` (the flag name is used in errors).
@@ -47,6 +54,17 @@ typedef struct {
 void dataloader_init(DataLoader* dl, const char* pattern, const char* flag, int T, int vocab_size,
                      int shuffle, uint64_t seed);
 void dataloader_free(DataLoader* dl);
+
+// Switches to llm.c's data order (--llmc-compat), for a loader whose windows
+// are read B at a time by each of `ranks` ranks: a sample is B x ranks
+// consecutive windows (llm.c's B*T+1 tokens at stride B*T, per rank), a
+// shard holds floor((n - 1) / (B*ranks*T)) of them (the tail is unused), and
+// with shuffle on, the shard order and each shard's sample order come from
+// llm.c's MT19937 seeded with 42 + rank (data/llmc_order.h). Window g of the
+// position is then window g % (B x ranks) of sample g / (B x ranks) in that
+// order; windows_per_epoch counts only whole samples. Fatal when a shard
+// holds no whole sample, as llm.c would.
+void dataloader_use_llmc_order(DataLoader* dl, int B, int ranks, int rank, const char* flag);
 
 // Fills inputs[T] and targets[T] with window g (any g >= 0; epochs wrap).
 void dataloader_window(DataLoader* dl, uint64_t g, int32_t* inputs, int32_t* targets);

@@ -29,6 +29,11 @@ under torch.compile. Each line reads like bench_gpu's, prefixed "torch ", so
 the two can be joined by op and shape:
   torch matmul fwd qkv       16384 x 768 -> 2304      0.123 ms  500.0 TFLOP/s
   torch model gpt2-124M eager L=12 C=768 B=16 T=1024  80.0 ms/step 204800 tok/s
+
+With --train-data GLOB it trains instead on llm.c's batches, in llm.c's order
+and with llm.c's cosine schedule (what train_gpt --llmc-compat 1 must
+reproduce; one rank): --micro-batch B rows of --seq-len T per micro-step,
+--accum micro-steps per step, and writes one loss per step, as text, to --out.
 """
 import argparse
 import math
@@ -120,6 +125,101 @@ def lr_at(step, peak, warmup, total, final_frac):
         return peak
     progress = min(1.0, (step - warmup) / (decay - 1))
     return floor + 0.5 * (1.0 + math.cos(math.pi * progress)) * (peak - floor)
+
+
+def lr_at_llmc(step, peak, warmup, total, final_frac):
+    # llm.c's schedulers.h, "cosine", in float32 as llm.c computes it: the
+    # decay ratio runs over total - warmup steps and never reaches 1.
+    f = np.float32
+    if step < warmup:
+        return float(f(peak) * f(step + 1) / f(warmup))
+    ratio = f(step - warmup) / f(total - warmup)
+    coeff = f(0.5) * (f(1.0) + np.cos(f(math.pi * float(ratio)), dtype=np.float32))
+    lo = f(peak) * f(final_frac)
+    return float(lo + coeff * (f(peak) - lo))
+
+
+def read_shard(path):
+    """Tokens of an llm.c shard (magic 20240520; version 1: uint16, 2: uint32)."""
+    with open(path, "rb") as f:
+        header = np.frombuffer(f.read(1024), dtype=np.int32)
+        if header[0] != 20240520 or header[1] not in (1, 2):
+            sys.exit(f"{path}: not an llm.c token shard")
+        return np.frombuffer(f.read(), dtype=np.uint16 if header[1] == 1 else np.uint32)[:header[2]].astype(np.int64)
+
+
+class LlmcLoader:
+    """llm.c's training data loader, one rank of `world`: a batch is B*T+1
+    tokens; a shard holds (n - 1) // (world*B*T) batches; with shuffling, one
+    MT19937 seeded 42 + rank (numpy's RandomState is the same generator)
+    permutes the shard order at every epoch, in place, then the batches of
+    each shard as it is opened, by Fisher-Yates from the top."""
+
+    def __init__(self, paths, B, T, world=1, rank=0, shuffle=True):
+        self.shards = [read_shard(p) for p in sorted(paths)]
+        self.B, self.T, self.world, self.rank, self.shuffle = B, T, world, rank, shuffle
+        self.rng = np.random.RandomState(42 + rank)
+        self.order = list(range(len(self.shards)))
+        self.new_epoch()
+
+    def permute(self, a):
+        for i in range(len(a) - 1, 0, -1):
+            j = int(self.rng.randint(0, 2 ** 32, dtype=np.uint64)) % (i + 1)
+            a[i], a[j] = a[j], a[i]
+
+    def new_epoch(self):
+        if self.shuffle:
+            self.permute(self.order)
+        self.open(0)
+
+    def open(self, pos):
+        self.pos = pos
+        self.tokens = self.shards[self.order[pos]]
+        self.batches = list(range((len(self.tokens) - 1) // (self.world * self.B * self.T)))
+        if self.shuffle:
+            self.permute(self.batches)
+        self.next = 0
+
+    def next_batch(self):
+        if self.next >= len(self.batches):
+            if self.pos == len(self.shards) - 1:
+                self.new_epoch()
+            else:
+                self.open(self.pos + 1)
+        B, T = self.B, self.T
+        start = self.batches[self.next] * self.world * B * T + self.rank * B * T
+        self.next += 1
+        buf = torch.tensor(self.tokens[start:start + B * T + 1])
+        return buf[:-1].view(B, T), buf[1:].view(B, T)
+
+
+def train_llmc(args, cfg, p):
+    import glob
+    loader = LlmcLoader(glob.glob(args.train_data), args.micro_batch, args.seq_len)
+    decay = [p[n] for n in ORDER if n in DECAYED]
+    no_decay = [p[n] for n in ORDER if n not in DECAYED]
+    opt = torch.optim.AdamW([{"params": decay, "weight_decay": args.weight_decay},
+                             {"params": no_decay, "weight_decay": 0.0}],
+                            lr=args.lr, betas=(args.beta1, args.beta2), eps=args.eps, foreach=False)
+    all_params = [p[n] for n in ORDER]
+    losses = []
+    for step in range(args.steps):
+        opt.zero_grad(set_to_none=False)
+        total = 0.0
+        for _ in range(args.accum):
+            inputs, targets = loader.next_batch()
+            loss = loss_of(cfg, forward(cfg, p, inputs), targets) / args.accum
+            loss.backward()
+            total += float(loss)
+        if args.grad_clip > 0:
+            torch.nn.utils.clip_grad_norm_(all_params, args.grad_clip)
+        for g in opt.param_groups:
+            g["lr"] = lr_at_llmc(step, args.lr, args.warmup, args.steps, args.lr_final_frac)
+        opt.step()
+        losses.append(total)
+    with open(args.out, "w") as f:
+        f.write("".join(f"{x:.9g}\n" for x in losses))
+    print(f"reference (llm.c order): {args.steps} steps, loss {losses[0]:.6f} -> {losses[-1]:.6f}")
 
 
 def flat(p, getter):
@@ -227,7 +327,11 @@ def main():
         return cuda_bench("--quick" in sys.argv[1:])
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--model", required=True)
-    ap.add_argument("--batch", required=True)
+    ap.add_argument("--batch", help="the batch file (not with --train-data)")
+    ap.add_argument("--train-data", help="llm.c shards: train on them in llm.c's order, with llm.c's schedule")
+    ap.add_argument("--micro-batch", type=int, default=4)
+    ap.add_argument("--seq-len", type=int, default=64)
+    ap.add_argument("--accum", type=int, default=1, help="micro-steps per step (--train-data)")
     ap.add_argument("--out", required=True)
     ap.add_argument("--steps", type=int, default=10)
     ap.add_argument("--lr", type=float, default=1e-3)
@@ -244,6 +348,10 @@ def main():
     torch.manual_seed(0)
 
     cfg, p = load_model(args.model, dtype)
+    if args.train_data:
+        return train_llmc(args, cfg, p)
+    if not args.batch:
+        sys.exit("reference.py: --batch or --train-data is needed")
     with open(args.batch, "rb") as f:
         B, T = struct.unpack("<ii", f.read(8))
         ids = np.frombuffer(f.read(), dtype=np.int32)

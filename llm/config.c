@@ -64,6 +64,7 @@ static const Flag FLAGS[] = {
     {"val-data", F_STRING, OFF(val_data), "data/kjv/kjv_val_*.bin", "GLOB", "validation shards; empty to skip validation", NULL, NULL},
     {"tokenizer", F_STRING, OFF(tokenizer), "data/kjv/tokenizer.bin", "FILE", "vocabulary for printing samples (llm.c tokenizer format); empty: print token ids", NULL, NULL},
     {"shuffle", F_BOOL, OFF(shuffle), "1", "0|1", "shuffle shard and window order each epoch (deterministic from --seed)", NULL, NULL},
+    {"llmc-compat", F_BOOL, OFF(llmc_compat), "0", "0|1", "reproduce llm.c's train_gpt2: its data order (batches of micro-batch x seq-len + 1 tokens per rank, shards and batches shuffled with its MT19937 seeded 42 + rank; --seed does not enter) and its cosine schedule (float, never reaching the floor)", NULL, NULL},
 
     {"seq-len", F_INT, OFF(seq_len), "256", "T", "tokens per sequence", "Batch", "[1, 131072]"},
     {"micro-batch", F_INT, OFF(micro_batch), "8", "B", "sequences per forward/backward on each rank", NULL, "[1, 65536]"},
@@ -125,6 +126,7 @@ static const Flag FLAGS[] = {
 
     {"zero", F_INT, OFF(zero_stage), "1", "0|1|2|3", "ZeRO stage: 0 replicates everything, 1 shards optimizer state, 2 also gradients, 3 also parameters", "Distributed (mpirun -np N ./train_gpt ...)", "[0, 3]"},
     {"shard-scope", F_ENUM, OFF(shard_scope), "world", NULL, "shard over all ranks, or inside each node with gradients all-reduced across nodes (hybrid; ZeRO 1-3)", NULL, "world|node"},
+    {"allow-nccl-sockets", F_BOOL, OFF(allow_nccl_sockets), "0", "0|1", "on an EFA instance (p4d, p5, p6) of a multi-node run NCCL's TCP sockets between nodes are an error (the aws-ofi-nccl plugin did not load); 1: run on them anyway", NULL, NULL},
 };
 #define NUM_FLAGS ((int)(sizeof FLAGS / sizeof FLAGS[0]))
 

@@ -40,6 +40,7 @@ typedef struct {
     char* val_data;       // glob, "" to disable validation
     char* tokenizer;      // vocabulary file for samples ("" to print token ids)
     int shuffle;
+    int llmc_compat;      // llm.c's data order and learning-rate schedule
     // batch
     int seq_len;          // T
     int micro_batch;      // B per rank
@@ -92,6 +93,7 @@ typedef struct {
     // distributed
     int zero_stage;       // 0..3
     ShardScope shard_scope;
+    int allow_nccl_sockets;  // let NCCL use TCP sockets between nodes of an EFA instance
 } TrainConfig;
 
 // Fills defaults, parses argv (`--flag value` or `--flag=value`), prints help

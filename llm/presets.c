@@ -29,6 +29,14 @@ static const Preset LARGE_PRESETS[] = {
     {"gpt-64B", 80, 8192, 64},
 };
 
+int preset_vocab_size(const char* model, const char** name) {
+    for (size_t i = 0; i < sizeof PRESETS / sizeof PRESETS[0]; i++)
+        if (strcmp(model, PRESETS[i].name) == 0) return *name = "GPT-2's", 50257;
+    for (size_t i = 0; i < sizeof LARGE_PRESETS / sizeof LARGE_PRESETS[0]; i++)
+        if (strcmp(model, LARGE_PRESETS[i].name) == 0) return *name = "GPT-2's", 50257;
+    return 0;
+}
+
 static void reject_if_set(const TrainConfig* cfg, const char* flag, const char* why) {
     if (config_is_set(cfg, flag)) fatal("--%s conflicts with %s", flag, why);
 }

@@ -7,7 +7,9 @@
 
 #include "kernels/bf16.h"
 #include "kernels/cuda_seam.h"
+#include "llm/platform/efa.h"
 #include "llm/checkpoint/llmc_io.h"
+#include "llm/checkpoint/signals.h"
 #include "llm/plan/planner.h"
 #include "llm/presets.h"
 #include "llm/util/rng.h"
@@ -35,7 +37,11 @@ static void setup_batch_geometry(Trainer* tr, const TrainConfig* cfg) {
 // --zero and --shard-scope: the rank groups the model is sharded over.
 static void setup_sharding(Trainer* tr, const TrainConfig* cfg) {
     comm_set_shard_scope(tr->comm, cfg->shard_scope == SHARD_SCOPE_NODE);
+    // NCCL starts here: on EFA instances it must not settle for its sockets.
+    EfaCheck efa;
+    efa_check_begin(&efa, tr->comm->num_nodes, cfg->allow_nccl_sockets || strcmp(tr->be->name, "cpu") == 0);
     comm_attach_backend(tr->comm, tr->be);
+    efa_check_end(&efa);
 }
 
 // A multiple of 16 near x, for error messages.
@@ -104,6 +110,10 @@ void trainer_setup(Trainer* tr, const TrainConfig* cfg, Backend* be, Comm* comm)
         dataloader_init(&tr->val, cfg->val_data, "--val-data", tr->T, mc.vocab_size, 0, (uint64_t)cfg->seed);
         tr->has_val = 1;
     }
+    if (cfg->llmc_compat) {
+        dataloader_use_llmc_order(&tr->train, tr->B, tr->world, tr->rank, "--train-data");
+        if (tr->has_val) dataloader_use_llmc_order(&tr->val, tr->B, tr->world, tr->rank, "--val-data");
+    }
 
     RecomputePolicy recompute = recompute_policy_from_flags(cfg->recompute, cfg->recompute_layers, mc.num_layers);
     const CommGroupInfo* shard = &comm->group[COMM_SHARD];
@@ -120,6 +130,7 @@ void trainer_setup(Trainer* tr, const TrainConfig* cfg, Backend* be, Comm* comm)
     tr->sched.final_frac = cfg->lr_final_frac;
     tr->sched.warmup = cfg->warmup;
     tr->sched.total = cfg->steps;
+    tr->sched.llmc = cfg->llmc_compat;
     tr->host_inputs = (int32_t*)xmalloc((size_t)tr->B * tr->T * sizeof(int32_t));
     tr->host_targets = (int32_t*)xmalloc((size_t)tr->B * tr->T * sizeof(int32_t));
     guard_init(&tr->guard, cfg);
@@ -209,6 +220,17 @@ StepResult trainer_step(Trainer* tr, int step) {
 // ---------------------------------------------------------------------------
 // validation
 
+// SageMaker kills 120 s after its SIGTERM; a whole-set validation or a long
+// sample at a large model takes longer, so both look for the signal between
+// batches and tokens. The ranks agree, since every rank runs the forwards.
+int trainer_stop_requested(Trainer* tr) {
+    if (tr->stop_requested) return 1;
+    double s = signals_stop_requested() != 0;
+    comm_host_sum(tr->comm, COMM_WORLD, &s, 1);
+    tr->stop_requested = s > 0;
+    return tr->stop_requested;
+}
+
 double trainer_validate(Trainer* tr) {
     GPT* m = &tr->model;
     Backend* be = tr->be;
@@ -221,6 +243,7 @@ double trainer_validate(Trainer* tr) {
     uint64_t rounds = ceil_div(total, per_round);
     int counted = 0;
     for (uint64_t i = 0; i < rounds; i++) {
+        if (trainer_stop_requested(tr)) return NAN;
         uint64_t first = i * per_round + (uint64_t)tr->rank * tr->B;
         int count = first < total ? (int)(total - first < (uint64_t)tr->B ? total - first : (uint64_t)tr->B) : 0;
         // A rank without windows still runs the forward (ZeRO-3 gathers
@@ -287,7 +310,7 @@ char* trainer_sample(Trainer* tr, int step) {
     text[0] = 0;
     uint64_t key = rng_key((uint64_t)tr->cfg->seed, 0x5A3F1E, (uint64_t)step);
     tokens[0] = eot;
-    for (int i = 1; i <= n; i++) {
+    for (int i = 1; i <= n && !trainer_stop_requested(tr); i++) {
         // No KV cache: rerun the forward over the last min(i, T) tokens.
         int ctx = i < T ? i : T;
         tr->be->to_device(tr->be, m->inputs, tokens + (i - ctx), (size_t)ctx * sizeof(int32_t));

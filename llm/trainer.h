@@ -37,6 +37,7 @@ typedef struct {
     int first_step;        // 0, or the step a resumed run continues from
     Guard guard;           // skips non-finite (and spiking) steps
     Fp8State fp8;          // --precision fp8 (model.fp8 points here), else unused
+    int stop_requested;    // a stop signal cut validation or a sample short (every rank agrees)
 } Trainer;
 
 typedef struct {
@@ -65,10 +66,16 @@ StepResult trainer_step(Trainer* tr, int step);
 // Mean loss over the first --val-batches x micro-batch windows of the
 // validation set (0: all of it), shared out among the ranks; the same on
 // every rank and, up to summation order, for any number of ranks.
+// A stop signal (llm/checkpoint/signals.h) on any rank ends it between two
+// batches: then NAN, with tr->stop_requested set.
 double trainer_validate(Trainer* tr);
 // Generates --sample-tokens tokens from an end-of-text prompt; returns the
-// decoded text (malloc'ed).
+// decoded text (malloc'ed). A stop signal ends it between two tokens, with
+// the text so far and tr->stop_requested set.
 char* trainer_sample(Trainer* tr, int step);
+// Whether any rank has received a stop signal (sets tr->stop_requested).
+// Collective: one host reduction.
+int trainer_stop_requested(Trainer* tr);
 
 // The factor that clips gradients of global norm `norm` to `max_norm`, as
 // torch.nn.utils.clip_grad_norm_: min(1, max_norm / (norm + 1e-6)); 1 when

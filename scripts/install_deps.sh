@@ -13,6 +13,7 @@ packages=(
   python3-venv            # tests/test_s3_sync.sh installs moto's S3 server into build/s3venv
   python3-numpy python3-torch  # dev/reference.py parity checks
   python3-matplotlib      # scripts/plot.py
+  python3-xxhash          # tests that edit a checkpoint manifest on purpose seal it again (tests/lib.sh)
   bible-kjv-text          # the bundled public-domain corpus
   shellcheck              # lints scripts/
   jq                      # the SageMaker entrypoint reads resourceconfig.json (its tests run here)

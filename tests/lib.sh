@@ -80,4 +80,18 @@ maxdiff() {
 # missing file, fails).
 within() { awk -v d="$1" -v t="$2" 'BEGIN { exit !(d != "" && d <= t) }'; }
 
+# reseal_manifest FILE: seals a checkpoint manifest again after a deliberate
+# edit (its last line holds XXH3 of every byte before it; see
+# llm/checkpoint/ckpt_manifest.h), so that the checks behind the seal are tested.
+reseal_manifest() {
+  "$PY" - "$1" <<'EOF'
+import re, sys, xxhash
+p = sys.argv[1]
+text = open(p, "rb").read()
+m = re.search(rb'  "manifest_xxh3": "[0-9a-f]{16}"\n}\n$', text)
+body = text[:m.start()] if m else text.rstrip()[:-1].rstrip() + b",\n"
+open(p, "wb").write(body + b'  "manifest_xxh3": "%s"\n}\n' % xxhash.xxh3_64_hexdigest(body).encode())
+EOF
+}
+
 finish() { exit $((failures > 100 ? 100 : failures)); }

@@ -265,7 +265,7 @@ static void* save_rank(void* arg) {
     fill_model(&m);
     CkptSnapshot snap;
     memset(&snap, 0, sizeof snap);
-    ckpt_snapshot_take(&snap, &m, &comm, 5, 12345);
+    ckpt_snapshot_take(&snap, &m, &comm, 17, 12345);
     Manifest man;
     manifest_describe(&man, &m);
     CkptFileEntry mine[2];
@@ -273,14 +273,15 @@ static void* save_rank(void* arg) {
     mine[0].shard = mine[1].shard = -2;  // unused
     char msg[CKPT_MSG_SIZE];
     if (comm.writes && ckpt_write_shard(&snap, &man, j->dir, &mine[0], msg, sizeof msg)) fatal("%s", msg);
-    if (j->rank == 0 && ckpt_write_weights(&snap, j->dir, CKPT_WEIGHTS_NAME, DTYPE_F32, 5, &mine[1], msg, sizeof msg))
+    if (j->rank == 0 && ckpt_write_weights(&snap, j->dir, CKPT_WEIGHTS_NAME, DTYPE_F32, 17, &mine[1], msg, sizeof msg))
         fatal("%s", msg);
     CkptFileEntry all[2 * MAX_RANKS];
     comm.gather(comm.ctx, mine, sizeof mine, all);
     if (j->rank == 0) {
-        man.step = 5;
+        man.step = 17;
         man.adam_step = 17;
         man.data_position = 12345;
+        man.windows_per_epoch = 1000;
         man.world = world;
         for (int i = 0; i < 2 * world; i++)
             if (all[i].shard >= -1) manifest_add_file(&man, &all[i]);
@@ -501,6 +502,50 @@ static void manifest_round_trip(void) {
     free_model(&m);
 }
 
+// The seal: a change of any one byte, or a manifest without its seal line
+// (a torn write, an edit that dropped it), is refused; a version 1 manifest
+// (written before seals) is still read.
+static void manifest_seal_guards_every_byte(const char* good) {
+    size_t len = strlen(good), body_len = manifest_seal_offset(good, len);
+    char* text = xstrdup(good);
+    char why[1024];
+    Manifest b;
+    long accepted = 0, tried = 0;
+    // Every byte of the body (and digit of the seal) in turn, changed into
+    // another character that keeps the JSON valid where it can: a digit into
+    // another digit, anything else into a space where whitespace is.
+    for (size_t i = 0; i < len; i += 7) {
+        char was = text[i];
+        if (was >= '0' && was <= '9') text[i] = (char)('0' + (was - '0' + 1) % 10);
+        else if (was == ' ') text[i] = '\t';
+        else if (was >= 'a' && was <= 'z') text[i] = (char)(was == 'z' ? 'a' : was + 1);
+        else continue;
+        tried++;
+        if (manifest_parse(text, len, &b, why, sizeof why)) {
+            accepted++;
+            manifest_free(&b);
+        }
+        text[i] = was;
+    }
+    CHECK(tried > 500 && accepted == 0, "%ld of %ld one-byte edits accepted", accepted, tried);
+    // The digit of step 6, not sealed again: named as a seal mismatch.
+    char* at = strstr(text, "\"step\": 6");
+    at[8] = '7';
+    CHECK(!manifest_parse(text, len, &b, why, sizeof why) && strstr(why, "seal mismatch"), "step edit: '%.300s'", why);
+    at[8] = '6';
+    // Without the seal line but valid JSON (the last member's comma dropped).
+    snprintf(text + body_len - 2, len - body_len + 2, "\n}\n");
+    CHECK(!manifest_parse(text, strlen(text), &b, why, sizeof why) && strstr(why, "seal (the last line"),
+          "no seal: '%.300s'", why);
+    // The same, as version 1: read.
+    char* v = strstr(text, "\"version\": 2");
+    v[11] = '1';
+    int ok = manifest_parse(text, strlen(text), &b, why, sizeof why);
+    CHECK(ok && b.step == 6, "an unsealed version 1 manifest is refused: '%.300s'", why);
+    if (ok) manifest_free(&b);
+    free(text);
+}
+
 // Each edit of a good manifest must be refused with a message naming the problem.
 static void manifest_rejects_inconsistent(void) {
     GPT m;
@@ -523,14 +568,33 @@ static void manifest_rejects_inconsistent(void) {
     config_parse(&cfg, 1, argv);
     manifest_set_config(&a, &cfg);
     config_free(&cfg);
+    a.step = 6;
+    a.adam_step = 6;
+    a.data_position = 1000;
+    a.windows_per_epoch = 300;
     char* good = manifest_to_json(&a);
+    size_t body_len = manifest_seal_offset(good, strlen(good));
+    CHECK(body_len < strlen(good), "a written manifest has no seal");
     char shard1[64];
     ckpt_shard_name(shard1, sizeof shard1, 1, 2);
     char bytes_field[64];
     snprintf(bytes_field, sizeof bytes_field, "\"bytes\": %lld", (long long)manifest_shard_bytes(&a));
+    char section_field[128], section_moved[128];
+    snprintf(section_field, sizeof section_field, "\"name\": \"adam_m\", \"dtype\": \"fp32\", \"offset\": %lld",
+             (long long)a.sections[1].offset);
+    snprintf(section_moved, sizeof section_moved, "\"name\": \"adam_m\", \"dtype\": \"fp32\", \"offset\": %lld",
+             (long long)a.sections[1].offset + 4);
     struct { const char* from; const char* to; const char* why; } edits[] = {
         {"\"train_gpt checkpoint\"", "\"something else\"", "not a train_gpt checkpoint manifest"},
-        {"\"version\": 1", "\"version\": 2", "newer than this program"},
+        {"\"version\": 2", "\"version\": 3", "newer than this program"},
+        {"\"adam_step\": 6", "\"adam_step\": 7", "'adam_step' 7 is more than 'step' 6"},
+        {"\"train_position\": 1000", "\"train_position\": 1001", "is epoch 3 window 101 of 300"},
+        {"\"epoch\": 3", "\"epoch\": 2", "records epoch 2 window 100"},
+        {section_field, section_moved, "section adam_m is at offset"},
+        {"\"layer\": 0, \"unit\": 1, \"offset\": 0", "\"layer\": 0, \"unit\": 1, \"offset\": 64", "the model's layout"},
+        {"\"name\": \"ln1w\", \"layer\": 0, \"unit\": 1", "\"name\": \"ln1w\", \"layer\": 0, \"unit\": 2",
+         "tensor 2 is ln1w (layer 0) in unit 2"},
+        {"\"padded_vocab_size\": 256", "\"padded_vocab_size\": 384", "vocab_size 200 pads to 256"},
         {"\"layout_world\": 2", "\"layout_world\": 3", "multiples of layout_world"},
         {"\"shard\": 1, ", "\"shard\": 0, ", "listed twice"},
         {shard1, "shard_00001_of_00003.bin", "should be named"},
@@ -545,11 +609,15 @@ static void manifest_rejects_inconsistent(void) {
     };
     for (size_t k = 0; k < sizeof edits / sizeof edits[0]; k++) {
         const char* at = strstr(good, edits[k].from);
-        CHECK(at != NULL, "edit %zu: '%s' not in the manifest", k, edits[k].from);
-        if (!at) continue;
-        size_t n = strlen(good) + strlen(edits[k].to) + 1;
-        char* text = (char*)xmalloc(n);
-        snprintf(text, n, "%.*s%s%s", (int)(at - good), good, edits[k].to, at + strlen(edits[k].from));
+        CHECK(at != NULL && at < good + body_len, "edit %zu: '%s' not in the manifest", k, edits[k].from);
+        if (!at || at >= good + body_len) continue;
+        // Edited and sealed again: the checks behind the seal must catch it.
+        size_t n = body_len + strlen(edits[k].to) + 1;
+        char* body = (char*)xmalloc(n);
+        snprintf(body, n, "%.*s%s%.*s", (int)(at - good), good, edits[k].to,
+                 (int)(good + body_len - at - strlen(edits[k].from)), at + strlen(edits[k].from));
+        char* text = manifest_seal(body, strlen(body));
+        free(body);
         Manifest b;
         char why[1024] = "";
         int ok = manifest_parse(text, strlen(text), &b, why, sizeof why);
@@ -563,6 +631,7 @@ static void manifest_rejects_inconsistent(void) {
     char why[1024] = "";
     CHECK(manifest_parse(good, strlen(good), &b, why, sizeof why), "good manifest refused: %.300s", why);
     manifest_free(&b);
+    manifest_seal_guards_every_byte(good);
     free(good);
     manifest_free(&a);
     free_model(&m);

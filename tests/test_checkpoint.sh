@@ -41,12 +41,17 @@ else fail checkpoint_weights_are_llmc_file "step_00000020/model.bin differs from
 if "$PY" - "$T/p/step_00000020" "$TG" >"$T/manifest_check.txt" 2>&1 <<'EOF'
 import json, os, re, subprocess, sys
 d, tg = sys.argv[1], sys.argv[2]
-m = json.load(open(os.path.join(d, "manifest.json")))
-assert m["format"] == "train_gpt checkpoint" and m["version"] == 1
+text = open(os.path.join(d, "manifest.json")).read()
+m = json.loads(text)
+assert m["format"] == "train_gpt checkpoint" and m["version"] == 2
+# sealed: the last member, on its own line (the C tests check the hash itself)
+assert re.search(r'\n  "manifest_xxh3": "[0-9a-f]{16}"\n}\n$', text) and list(m)[-1] == "manifest_xxh3", text[-80:]
 assert m["step"] == 20 and m["adam_step"] == 20, (m["step"], m["adam_step"])
 assert m["world"] == 1 and m["layout_world"] == 1 and m["zero_stage"] == 1 and m["precision"] == "fp32"
 assert "fp8" in m and m["rng"]["seed"] == 1337 and m["rng"]["step"] == 20
 assert m["data"]["train_position"] == 20 * 2 * 2, m["data"]  # 20 steps x 2 micro-steps x 2 windows
+W = m["data"]["windows_per_epoch"]
+assert (m["data"]["epoch"], m["data"]["window_in_epoch"]) == (80 // W, 80 % W), m["data"]
 assert m["model"] == {"layers": 2, "channels": 128, "heads": 2, "vocab_size": 4096, "padded_vocab_size": 4096, "max_seq_len": 32}
 names = sorted(f["name"] for f in m["files"])
 assert names == ["model.bin", "shard_00000_of_00001.bin"], names
@@ -302,9 +307,9 @@ for s in 5 10 15 20; do
   for f in shard_00000_of_00001.bin model.bin; do
     cmp -s "$T/sync/step_000000$(printf %02d "$s")/$f" "$T/async/step_000000$(printf %02d "$s")/$f" || same=0
   done
-  # The manifests differ only in the two flags that differ.
+  # The manifests differ only in the two flags that differ, and so in their seals.
   [ "$(diff "$T/sync/step_000000$(printf %02d "$s")/manifest.json" "$T/async/step_000000$(printf %02d "$s")/manifest.json" |
-       grep -c '^[<>]')" -eq 4 ] || same=0
+       grep -c '^[<>]')" -eq 6 ] || same=0
 done
 if [ "$same" -eq 1 ] && [ "$(lines_after "$T/sync_log" 0 | wc -l)" -eq 20 ] && [ "$(lines_after "$T/sync_log" 0)" = "$(lines_after "$T/log" 0)" ] &&
    [ "$(grep -c 'written in the background' "$T/async.log")" -ge 3 ]; then

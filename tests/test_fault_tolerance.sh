@@ -132,6 +132,21 @@ fi
 # train_position FROM is moved to TO, into DIR/moved.out, DIR/moved.bin and
 # DIR/moved_log/metrics.jsonl.
 # Sets rb_rc to the rolled-back run's exit status.
+# move_position FILE FROM TO: the data position FROM of a manifest moved to
+# TO (with its epoch and window), sealed again.
+move_position() {
+  [ -f "$1" ] || return
+  "$PY" - "$1" "$2" "$3" <<'EOF'
+import json, sys
+p, a, b = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+t = open(p).read()
+W = json.loads(t)["data"]["windows_per_epoch"]
+f = '"train_position": %d, "windows_per_epoch": %d, "epoch": %d, "window_in_epoch": %d,'
+assert f % (a, W, a // W, a % W) in t, t[:400]
+open(p, "w").write(t.replace(f % (a, W, a // W, a % W), f % (b, W, b // W, b % W)))
+EOF
+  reseal_manifest "$1"
+}
 rollback_and_resume() {
   local dir=$1 from=$2 to=$3
   shift 3
@@ -143,7 +158,7 @@ rollback_and_resume() {
     --on-divergence rollback "${extra[@]}" --export "$dir/rb.bin" >"$dir/rb.out" 2>&1
   rb_rc=$?
   cp -r "$dir/ck/step_00000004" "$dir/moved/" 2>/dev/null
-  sed -i "s/\"train_position\": $from,/\"train_position\": $to,/" "$dir/moved/step_00000004/manifest.json" 2>/dev/null
+  move_position "$dir/moved/step_00000004/manifest.json" "$from" "$to"
   "${cmd[@]}" --steps 8 --checkpoint-dir "" --resume "$dir/moved/step_00000004" --export "$dir/moved.bin" \
     --log-dir "$dir/moved_log" >"$dir/moved.out" 2>&1
 }

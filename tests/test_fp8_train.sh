@@ -144,7 +144,8 @@ assert sum(1 for a in f["amax_history"] if a > 0) >= 3 * 24, "the history rows a
 EOF2
 then ok fp8_manifest_holds_scaling_state; else fail fp8_manifest_holds_scaling_state "$(tail -n 1 "$T/manifest_check.txt")"; fi
 cp -r "$T/ck_delayed/step_00000006" "$T/nofp8"
-"$PY" -c 'import json, sys; p = sys.argv[1]; m = json.load(open(p)); m["fp8"] = None; json.dump(m, open(p, "w"))' "$T/nofp8/manifest.json"
+"$PY" -c 'import json, sys; p = sys.argv[1]; m = json.load(open(p)); m["fp8"] = None; m.pop("manifest_xxh3"); json.dump(m, open(p, "w"), indent=2)' "$T/nofp8/manifest.json"
+reseal_manifest "$T/nofp8/manifest.json"
 "$TG" "${ck[@]}" --fp8-recipe delayed --fp8-amax-history 4 --checkpoint-dir "$T/ck_nofp8" --resume "$T/nofp8" --log-dir "$T/ck3.metrics" >"$T/ck3.log" 2>&1
 if grep -q "^resume .*FP8 scaling starts afresh: the checkpoint's run did not train in FP8" "$T/ck3.log" &&
    [ "$(lines_after "$T/ck3.metrics" 6 | wc -l)" -eq 6 ] && [ "$(lines_after "$T/ck1_delayed.metrics" 6)" != "$(lines_after "$T/ck3.metrics" 6)" ]; then

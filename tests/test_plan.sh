@@ -30,7 +30,7 @@ fi
 "$TG" --plan --model gpt-64B --seq-len 32768 "${big[@]}" >"$T/none.txt" 2>&1
 rc=$?
 if [ "$rc" -eq 2 ] && grep -q 'nothing fits' "$T/none.txt" && grep -q '16 ranks (2 nodes of 8)' "$T/none.txt" &&
-   grep -q -- '--seq-len 16384' "$T/none.txt" && grep -q '= total' "$T/none.txt"; then
+   grep -q -- '--seq-len 8192' "$T/none.txt" && grep -q '= total' "$T/none.txt"; then
   ok plan_nothing_fits_exit_2
 else
   fail plan_nothing_fits_exit_2 "exit $rc: $(head -n 5 "$T/none.txt")"
@@ -38,7 +38,7 @@ fi
 
 # 3. 1B at 4K on 8 x B200: no recompute, no sharding.
 "$TG" --plan --model gpt-1B --seq-len 4096 "${big[@]}" >"$T/p1.txt" 2>&1
-if grep -q '^summary .*fits=1 .*precision=bf16 zero=0 hybrid=0 recompute=none full_layers=0 ' "$T/p1.txt"; then
+if grep -q '^summary .*fits=1 .*precision=bf16 zero=1 hybrid=0 recompute=none full_layers=0 ' "$T/p1.txt"; then
   ok plan_1b_no_recompute
 else
   fail plan_1b_no_recompute "$(grep summary "$T/p1.txt")"
@@ -108,6 +108,19 @@ for r in "--recompute selective" "--recompute full" "--recompute-layers 1" "--re
 done
 [ "$(step_losses "$T/r_none" | wc -l)" -eq 3 ] || { same=0; fail recompute_policies_train_identically "no step lines"; }
 [ "$same" -eq 1 ] && ok recompute_policies_train_identically
+
+# 7b. A preset plans with its own vocabulary, unless one is given, and says which.
+"$TG" --plan --model gpt-7B --seq-len 131072 --gpu b200 --world-size 8 >"$T/v1.txt" 2>&1
+"$TG" --plan --model gpt-7B --seq-len 131072 --gpu b200 --world-size 8 --vocab-size 32000 >"$T/v2.txt" 2>&1
+"$TG" --plan --model gpt-7B --seq-len 4096 --gpu b200 --world-size 8 --tokenizer data/kjv/tokenizer.bin >"$T/v3.txt" 2>&1
+if grep -q "vocab 50257 (GPT-2's, the preset's; --vocab-size or --tokenizer to change; padded 50304)" "$T/v1.txt" &&
+   grep -q 'vocab 32000 (--vocab-size; padded 32000)' "$T/v2.txt" &&
+   grep -q 'vocab 4096 (from --tokenizer data/kjv/tokenizer.bin; padded 4096)' "$T/v3.txt" &&
+   grep -q '^summary .*fits=1 .*zero=1 ' "$T/v1.txt"; then
+  ok plan_preset_vocabulary
+else
+  fail plan_preset_vocabulary "$(grep -h '^plan .*vocab' "$T"/v[123].txt)"
+fi
 
 # 8. llm/plan/README.md's planner table is what the binary prints.
 readme=$(sed -n '/<!-- plan-table:begin -->/,/<!-- plan-table:end -->/p' llm/plan/README.md | sed '1d;$d')

@@ -44,7 +44,7 @@ hyperparameters '{"steps": "10", "sagemaker_mpi_enabled": "true", "sagemaker_mpi
 want="mpirun --allow-run-as-root -np 16 -H algo-1:8,algo-2:8 --prefix /opt/amazon/openmpi"
 want+=" --mca plm_rsh_no_tree_spawn 1 --mca btl_tcp_if_include eth0 --mca oob_tcp_if_include eth0"
 want+=" --map-by slot --bind-to none --mca pml ob1 --mca btl ^openib --mca btl_vader_single_copy_mechanism none"
-want+=" --mca orte_abort_on_non_zero_status 1 -x NCCL_SOCKET_IFNAME -x OMP_NUM_THREADS -x PATH -x TRAIN_GPT_SM_ROOT"
+want+=" --mca orte_abort_on_non_zero_status 1 -x NCCL_SOCKET_IFNAME -x OMP_NUM_THREADS -x PATH -x TRAIN_GPT_SM_ROOT -x TRAIN_GPT_STOP_FILE"
 want+=" /opt/train_gpt/train_gpt --steps 10"
 ep env TRAIN_GPT_DRY_RUN=1 "$EP" train --steps 10 >"$T/master.txt" 2>"$T/master.err"
 if [ "$(sed -n 3p "$T/master.txt")" = "$want" ] &&
@@ -57,7 +57,7 @@ fi
 if ep "$EP" --dry-run train --steps 10 | cmp -s - "$T/master.txt"; then ok dry_run_flag_same_as_env; else fail dry_run_flag_same_as_env "--dry-run differs from TRAIN_GPT_DRY_RUN=1"; fi
 
 # 2. The user's NCCL/FI settings and custom mpirun options reach the ranks (the
-# SDK json-encodes them inside the string); a legacy EFA setting is warned about.
+# SDK json-encodes them inside the string).
 resources '{"current_host": "algo-1", "hosts": ["algo-1", "algo-2", "algo-3"], "network_interface_name": "ens5"}'
 hyperparameters '{"sagemaker_mpi_num_of_processes_per_host": "8", "sagemaker_mpi_custom_mpi_options": "\"--bind-to numa --report-bindings\""}'
 ep env NCCL_DEBUG=INFO FI_PROVIDER=efa FI_EFA_USE_HUGE_PAGE=0 "$EP" --dry-run train >"$T/custom.txt" 2>"$T/custom.err"
@@ -66,11 +66,55 @@ if [[ "$cmdline" == *"-np 24 -H algo-1:8,algo-2:8,algo-3:8 "* ]] && [[ "$cmdline
    [[ "$cmdline" == *"-x FI_EFA_USE_HUGE_PAGE -x FI_PROVIDER -x NCCL_DEBUG -x NCCL_SOCKET_IFNAME -x OMP_NUM_THREADS "* ]] &&
    grep -q 'environment: FI_EFA_USE_HUGE_PAGE=0 FI_PROVIDER=efa NCCL_DEBUG=INFO NCCL_SOCKET_IFNAME=ens5 ' "$T/custom.txt" &&
    [[ "$cmdline" == *" --bind-to numa --report-bindings /opt/train_gpt/train_gpt" ]] &&
-   grep -q 'NCCL_SOCKET_IFNAME=ens5' "$T/custom.txt" && grep -q 'warning: FI_PROVIDER=efa' "$T/custom.err"; then
+   grep -q 'NCCL_SOCKET_IFNAME=ens5' "$T/custom.txt" && ! grep -q 'warning' "$T/custom.err"; then
   ok mpirun_env_and_custom_options
 else
   fail mpirun_env_and_custom_options "got: $(cat "$T/custom.txt" "$T/custom.err")"
 fi
+
+# 2a. EFA instance types: the environment NCCL over EFA needs (a user's
+# values stand), and the aws-ofi-nccl plugin under the name NCCL looks for
+# (libnccl-net.so, or libnccl-net-$NCCL_NET_PLUGIN.so) or a clear failure.
+mkdir -p "$T/ofi/lib" "$T/ofi_named/lib"
+touch "$T/ofi/lib/libnccl-net.so" "$T/ofi_named/lib/libnccl-net-ofi.so"
+resources '{"current_host": "algo-1", "hosts": ["algo-1", "algo-2"], "current_instance_type": "ml.p5.48xlarge", "network_interface_name": "eth0"}'
+hyperparameters '{"sagemaker_mpi_num_of_processes_per_host": "8"}'
+ep env LD_LIBRARY_PATH="$T/ofi/lib" "$EP" --dry-run train >"$T/efa.txt" 2>"$T/efa.err"
+rc=$?
+ep env LD_LIBRARY_PATH="$T/ofi/lib" FI_PROVIDER=efa-direct RDMAV_FORK_SAFE=0 "$EP" --dry-run train >"$T/efa_own.txt" 2>&1
+if [ "$rc" -eq 0 ] && grep -q 'environment: FI_EFA_USE_DEVICE_RDMA=1 FI_PROVIDER=efa .*RDMAV_FORK_SAFE=1' "$T/efa.txt" &&
+   grep -q -- '-x FI_EFA_USE_DEVICE_RDMA -x FI_PROVIDER .*-x RDMAV_FORK_SAFE ' "$T/efa.txt" &&
+   grep -q "NCCL's network plugin $T/ofi/lib/libnccl-net.so" "$T/efa.err" &&
+   grep -q 'environment: FI_EFA_USE_DEVICE_RDMA=1 FI_PROVIDER=efa-direct .*RDMAV_FORK_SAFE=0' "$T/efa_own.txt"; then
+  ok efa_environment
+else
+  fail efa_environment "exit $rc: $(cat "$T/efa.txt" "$T/efa.err" | head -n 4)"
+fi
+ep "$EP" --dry-run train >/dev/null 2>"$T/efa_none.err"
+rc=$?
+if [ "$rc" -eq 1 ] && grep -q "error: EFA instance ml.p5.48xlarge: NCCL looks for its network plugin as libnccl-net.so, which is not on LD_LIBRARY_PATH" "$T/efa_none.err"; then
+  ok efa_plugin_missing_fails
+else
+  fail efa_plugin_missing_fails "exit $rc: $(cat "$T/efa_none.err")"
+fi
+ep env LD_LIBRARY_PATH="$T/ofi_named/lib" "$EP" --dry-run train >/dev/null 2>"$T/efa_named.err"
+rc1=$?
+ep env LD_LIBRARY_PATH="$T/ofi_named/lib" NCCL_NET_PLUGIN=ofi "$EP" --dry-run train >/dev/null 2>"$T/efa_named2.err"
+rc2=$?
+hyperparameters '{"sagemaker_mpi_num_of_processes_per_host": "8", "allow-nccl-sockets": "1"}'
+ep "$EP" --dry-run train >/dev/null 2>"$T/efa_allowed.err"
+rc3=$?
+if [ "$rc1" -eq 1 ] && grep -q "as libnccl-net.so, .*(found: $T/ofi_named/lib/libnccl-net-ofi.so; set NCCL_NET_PLUGIN" "$T/efa_named.err" &&
+   [ "$rc2" -eq 0 ] && grep -q "plugin $T/ofi_named/lib/libnccl-net-ofi.so" "$T/efa_named2.err" &&
+   [ "$rc3" -eq 0 ] && grep -q 'warning: .*allow-nccl-sockets=1: going on' "$T/efa_allowed.err"; then
+  ok efa_plugin_name_and_override
+else
+  fail efa_plugin_name_and_override "exits $rc1 $rc2 $rc3: $(cat "$T/efa_named.err" "$T/efa_named2.err" "$T/efa_allowed.err")"
+fi
+resources '{"current_host": "algo-1", "hosts": ["algo-1", "algo-2"], "current_instance_type": "ml.g5.48xlarge", "network_interface_name": "eth0"}'
+hyperparameters '{"sagemaker_mpi_num_of_processes_per_host": "8"}'
+if ep "$EP" --dry-run train 2>&1 | grep -q 'environment: NCCL_SOCKET_IFNAME=eth0 OMP_NUM_THREADS=[0-9]*$'; then ok efa_not_on_other_types
+else fail efa_not_on_other_types "$(ep "$EP" --dry-run train 2>&1 | head -n 3)"; fi
 
 # 3. Another host runs no mpirun: it waits for host 0's.
 resources '{"current_host": "algo-2", "hosts": ["algo-1", "algo-2"], "network_interface_name": "eth0"}'
@@ -178,6 +222,7 @@ if [ "$rc" -eq 1 ] && grep -q 'host nohost.invalid did not answer on port 22' "$
 mkdir -p "$T/bin"
 rank_bin=$T/bin/train_gpt
 cat >"$T/fake_rank.c" <<'EOF'
+#include <fcntl.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -186,6 +231,13 @@ static volatile sig_atomic_t stop;
 static void on_term(int sig) {
     (void)sig;
     stop = 1;
+    // FAKE_WRITE_STOP: rank 0 reports a complete checkpoint, as train_gpt does.
+    const char* rank = getenv("OMPI_COMM_WORLD_RANK");
+    const char* stop_file = getenv("TRAIN_GPT_STOP_FILE");
+    if (getenv("FAKE_WRITE_STOP") && stop_file && rank && rank[0] == '0' && !rank[1]) {
+        int fd = open(stop_file, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+        if (fd >= 0 && write(fd, "step 7 /ckpt/step_00000007\n", 27) == 27) close(fd);
+    }
     const char* status = getenv("FAKE_TERM_EXIT");  // exit at once, with this status
     if (status) _exit(atoi(status));
 }
@@ -241,7 +293,22 @@ else
   fail sigterm_failing_ranks_status "exit $rc: $(grep -E 'error' "$T/term3.log" | tail -n 2)"
 fi
 
-# 9b. A worker host: host 0's mpirun starts the ranks through this host's
+# 9b. The same, but rank 0 reported a stop with a complete checkpoint: the
+# job did what a stop asks, so the entrypoint exits 0 whatever mpirun's status.
+env TRAIN_GPT_SM_ROOT="$T/not_sagemaker" TRAIN_GPT_BIN="$rank_bin" TRAIN_GPT_GPUS_PER_HOST=2 FAKE_TERM_EXIT=1 \
+  FAKE_WRITE_STOP=1 TRAIN_GPT_STOP_FILE="$T/stopped" "$EP" train "$T/ranks_s.log" >"$T/term_s.log" 2>&1 &
+ep_pid=$!
+wait_for 2 start "$T/ranks_s.log"
+kill -TERM "$ep_pid"
+wait "$ep_pid"
+rc=$?
+if [ "$rc" -eq 0 ] && grep -q 'SIGTERM: the job stopped with a complete checkpoint (step 7 /ckpt/step_00000007); mpirun.s status 1 after the stop is not a failure: exit 0' "$T/term_s.log"; then
+  ok sigterm_clean_stop_exit_0
+else
+  fail sigterm_clean_stop_exit_0 "exit $rc: $(tail -n 3 "$T/term_s.log")"
+fi
+
+# 9c. A worker host: host 0's mpirun starts the ranks through this host's
 # sshd, here a stand-in that starts them as orted would, in a shell below it.
 # SIGTERM reaches them; the worker then waits for host 0's word as before.
 cat >"$T/fake_sshd" <<'EOF'

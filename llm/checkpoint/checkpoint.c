@@ -13,6 +13,7 @@
 
 #include "llm/checkpoint/ckpt_comm.h"
 #include "llm/checkpoint/ckpt_files.h"
+#include "llm/checkpoint/ckpt_lock.h"
 #include "llm/checkpoint/ckpt_manifest.h"
 #include "llm/checkpoint/ckpt_state.h"
 #include "llm/checkpoint/fault_inject.h"
@@ -25,6 +26,7 @@ struct Checkpointer {
     const CkptComm* comm;   // points at comm_table, or the single-process table
     CkptComm comm_table;
     char* dir;              // NULL: checkpoints are off
+    CkptLock lock;          // rank 0's lock of dir
     char* model_dir;        // NULL: no final weights
     int steps_done;         // optimizer steps completed so far
     int last_saved_step;    // newest complete checkpoint of this lineage in dir, or -1
@@ -67,6 +69,61 @@ static char* resolve_model_dir(const char* flag) {
     return NULL;
 }
 
+static int list_steps(Checkpointer* ck, int** steps);
+static int step_complete(const Checkpointer* ck, int step);
+
+// Before any training: every rank can write to the directory, and rank 0
+// holds its lock (one run per directory).
+static void claim_dir(Checkpointer* ck) {
+    char msg[CKPT_MSG_SIZE];
+    if (ckpt_probe_writable(ck->dir, msg, sizeof msg))
+        fatal("--checkpoint-dir %s is not writable (%s); checked before training, so that no step is lost at the "
+              "first save",
+              ck->dir, msg);
+    if (ck->comm->rank == 0) {
+        int e = ckpt_lock_take(&ck->lock, ck->dir, msg, sizeof msg);
+        if (e == EWOULDBLOCK)
+            fatal("--checkpoint-dir %s is in use by another run (%s, holding %s/%s): two runs in one directory "
+                  "would delete each other's checkpoints; wait for it, stop it, or pass another --checkpoint-dir",
+                  ck->dir, msg, ck->dir, CKPT_LOCK_NAME);
+        if (e) fatal("--checkpoint-dir %s: cannot take its lock: %s", ck->dir, msg);
+    }
+    ck->comm->barrier(ck->comm->ctx);
+}
+
+// Step directories without a manifest older than the newest complete
+// checkpoint can never be resumed: what a kill left of a prune (manifest
+// deleted, files not yet) or of an old interrupted save. Removed now, under
+// the lock, so that they neither linger nor get uploaded.
+static void remove_dead_steps(Checkpointer* ck) {
+    const CkptComm* comm = ck->comm;
+    int* steps = NULL;
+    int n = list_steps(ck, &steps);
+    int* victims = (int*)xcalloc((size_t)n + 1, sizeof(int));
+    int64_t nv = 0;
+    if (comm->rank == 0) {
+        int newest_complete = -1;
+        for (int i = 0; i < n && newest_complete < 0; i++)
+            if (step_complete(ck, steps[i])) newest_complete = steps[i];
+        for (int i = 0; i < n; i++)
+            if (steps[i] < newest_complete && !step_complete(ck, steps[i])) victims[nv++] = steps[i];
+    }
+    comm->broadcast(comm->ctx, &nv, sizeof nv);
+    if (nv) comm->broadcast(comm->ctx, victims, (size_t)nv * sizeof(int));
+    for (int i = 0; i < nv; i++) {
+        char* d = ckpt_step_dir(ck->dir, victims[i]);
+        int e = ckpt_remove_dir(d);
+        if (comm->rank == 0) {
+            if (e) warn("cannot delete %s (no manifest: an interrupted save or prune): %s", d, strerror(e));
+            else printf("ckpt      | removed %s: no manifest, left by an interrupted save or prune\n", d);
+        }
+        free(d);
+    }
+    comm->barrier(comm->ctx);
+    free(victims);
+    free(steps);
+}
+
 Checkpointer* checkpointer_create(const TrainConfig* cfg, Trainer* tr) {
     fault_inject_init();
 
@@ -94,6 +151,11 @@ Checkpointer* checkpointer_create(const TrainConfig* cfg, Trainer* tr) {
         ck->model_dir = NULL;
     } else if (!ck->model_dir) {
         ck->model_dir = xstrdup("(rank 0's)");  // this rank takes part in gathering the weights only
+    }
+    ck->lock.fd = -1;
+    if (ck->dir) {
+        claim_dir(ck);
+        remove_dead_steps(ck);
     }
     ck->steps_done = tr->first_step;
     ck->last_saved_step = ck->last_started_step = -1;
@@ -307,7 +369,10 @@ void checkpoint_resume(Checkpointer* ck) {
         return;
     }
     if (mode == RESUME_DIR) {
-        if (!check_checkpoint(ck, dir, -1, &man, &had_manifest, why, sizeof why)) fatal("--resume %s: %s", dir, why);
+        // A directory named for a step must hold that step's checkpoint.
+        int named_step = -1;
+        ckpt_step_of_dir(dir, &named_step);
+        if (!check_checkpoint(ck, dir, named_step, &man, &had_manifest, why, sizeof why)) fatal("--resume %s: %s", dir, why);
         load_checkpoint(ck, dir, &man);
         manifest_free(&man);
         return;
@@ -407,6 +472,17 @@ static void prune(Checkpointer* ck, int newest) {
     free(steps);
 }
 
+// The end of a failed save's message: whether there is an older complete
+// checkpoint to resume from (on this rank's disk; no collective, since the
+// run is about to stop).
+static const char* older_checkpoints(const Checkpointer* ck, int failed_step) {
+    int* steps = NULL;
+    int n = ckpt_list_steps(ck->dir, &steps), some = 0;
+    for (int i = 0; i < n && !some; i++) some = steps[i] != failed_step && step_complete(ck, steps[i]);
+    free(steps);
+    return some ? "older checkpoints are intact" : "there is no older checkpoint (none was complete before this save)";
+}
+
 // Completes the save in flight: waits for this rank's files, agrees with the
 // other ranks that every file is in place, writes the manifest, prunes.
 static void commit_save(Checkpointer* ck) {
@@ -420,12 +496,13 @@ static void commit_save(Checkpointer* ck) {
     comm->allreduce_max(comm->ctx, &failed, 1);
     if (failed) {
         ckpt_remove_dir(ck->pending_dir);  // an abandoned save leaves nothing to upload
+        const char* older = older_checkpoints(ck, step);
         if (ck->err == ENOSPC)
-            fatal("checkpoint of step %d: %s; older checkpoints are intact (a save needs room for one checkpoint "
-                  "more than --keep-last %d keeps)",
-                  step, ck->msg, ck->cfg->keep_last);
-        if (ck->err) fatal("checkpoint of step %d: %s; older checkpoints are intact", step, ck->msg);
-        fatal("checkpoint of step %d: writing failed on another rank; older checkpoints are intact", step);
+            fatal("checkpoint of step %d: %s; %s (a save needs room for one checkpoint more than --keep-last %d "
+                  "keeps)",
+                  step, ck->msg, older, ck->cfg->keep_last);
+        if (ck->err) fatal("checkpoint of step %d: %s; %s", step, ck->msg, older);
+        fatal("checkpoint of step %d: writing failed on another rank; %s", step, older);
     }
     fault_crash_point(CRASH_BEFORE_MANIFEST, step);
 
@@ -479,7 +556,7 @@ static void commit_save(Checkpointer* ck) {
     comm->broadcast(comm->ctx, &status, sizeof status);
     if (status) {
         ckpt_remove_dir(ck->pending_dir);
-        if (comm->rank == 0) fatal("checkpoint of step %d: %s; older checkpoints are intact", step, ck->msg);
+        if (comm->rank == 0) fatal("checkpoint of step %d: %s; %s", step, ck->msg, older_checkpoints(ck, step));
         fatal("checkpoint of step %d: rank 0 could not write the manifest", step);
     }
     fault_crash_point(CRASH_AFTER_MANIFEST, step);
@@ -557,6 +634,21 @@ static void start_save(Checkpointer* ck, int step, int background) {
 
 static const char* signal_name(int sig) { return sig == SIGTERM ? "SIGTERM" : sig == SIGINT ? "SIGINT" : strsignal(sig); }
 
+// $TRAIN_GPT_STOP_FILE: where a launcher learns that a stop signal ended the
+// run with a complete checkpoint (scripts/sagemaker/entrypoint.sh makes its
+// exit status 0 then, whatever mpirun says). One line: "step N DIR".
+static void report_stop_file(const Checkpointer* ck) {
+    const char* path = getenv("TRAIN_GPT_STOP_FILE");
+    if (!path || !path[0]) return;
+    char line[4200];
+    int n = snprintf(line, sizeof line, "step %d %s/step_%08d\n", ck->last_saved_step, ck->dir, ck->last_saved_step);
+    AtomicFile af;
+    int e = atomic_file_try_open(&af, path);
+    if (!e) e = atomic_file_try_write(&af, line, (size_t)n);
+    if (!e) e = atomic_file_try_commit(&af);
+    if (e) warn("TRAIN_GPT_STOP_FILE %s: %s (the launcher will not know that the stop was clean)", path, strerror(e));
+}
+
 int checkpoint_after_step(Checkpointer* ck, int steps_done) {
     const CkptComm* comm = ck->comm;
     ck->steps_done = steps_done;
@@ -572,6 +664,7 @@ int checkpoint_after_step(Checkpointer* ck, int steps_done) {
     ck->stop_signal = (int)v[0];
     wait_for_save(ck);
     if (comm->rank == 0) {
+        if (ck->dir && ck->last_saved_step == steps_done) report_stop_file(ck);
         if (ck->dir) printf("stop      | %s after step %d: checkpoint in %s/step_%08d; exiting\n", signal_name(ck->stop_signal),
                             steps_done, ck->dir, ck->last_saved_step);
         else printf("stop      | %s after step %d: checkpoints are off (--checkpoint-dir ''); exiting without one\n",
@@ -610,6 +703,7 @@ void checkpointer_free(Checkpointer* ck) {
     wait_for_save(ck);
     ckpt_snapshot_free(&ck->snap);
     manifest_free(&ck->layout);
+    ckpt_lock_release(&ck->lock);
     free(ck->dir);
     free(ck->model_dir);
     free(ck);

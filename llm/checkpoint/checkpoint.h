@@ -41,7 +41,8 @@ void checkpoint_resume(Checkpointer* ck);
 // Call after each optimizer step with the number of steps completed. Saves
 // on schedule (--checkpoint-every), finishes background saves, and returns
 // 1 when a stop signal arrived: the checkpoint of this step is then written
-// and the run should end (exit status 0).
+// and the run should end (exit status 0); rank 0 then writes "step N DIR" to
+// $TRAIN_GPT_STOP_FILE when it is set, for the launcher.
 int checkpoint_after_step(Checkpointer* ck, int steps_done);
 // Writes the checkpoint of the last step if it has none yet, and waits for
 // background writes. Call once after the loop.

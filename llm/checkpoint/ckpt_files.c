@@ -29,6 +29,18 @@ static int parse_step_name(const char* name, int* step) {
     return 1;
 }
 
+int ckpt_step_of_dir(const char* dir, int* step) {
+    size_t n = strlen(dir);
+    while (n > 1 && dir[n - 1] == '/') n--;  // "step_00000010/" names the same directory
+    size_t b = n;
+    while (b > 0 && dir[b - 1] != '/') b--;
+    char name[64];
+    if (n - b >= sizeof name) return 0;
+    memcpy(name, dir + b, n - b);
+    name[n - b] = 0;
+    return parse_step_name(name, step);
+}
+
 static int by_step_descending(const void* a, const void* b) {
     int x = *(const int*)a, y = *(const int*)b;
     return (x < y) - (x > y);

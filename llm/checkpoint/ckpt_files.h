@@ -21,6 +21,9 @@ char* ckpt_step_dir(const char* root, int step);
 // The steps of the step_NNNNNNNN directories under root, newest first
 // (malloc'ed into *steps; 0 when root does not exist).
 int ckpt_list_steps(const char* root, int** steps);
+// The step a directory's name says (its last component is step_NNNNNNNN);
+// 0 when it is named otherwise.
+int ckpt_step_of_dir(const char* dir, int* step);
 // Whether dir holds a manifest (the mark of a complete checkpoint).
 int ckpt_has_manifest(const char* dir);
 // mkdir -p; 0 or an errno value.

@@ -5,6 +5,7 @@
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
+#include <xxhash.h>
 
 #include "llm/util/json_read.h"
 #include "llm/util/strbuf.h"
@@ -220,8 +221,14 @@ char* manifest_to_json(const Manifest* man) {
               "data order (seed, epoch) and (seed, epoch, shard); AdamW rounding (seed, 0xADA3, step); "
               "samples (seed, 0x5A3F1E, step)\"},\n",
               (unsigned long long)man->seed, man->step);
-    sb_printf(&sb, "  \"data\": {\"train_position\": %llu, \"windows_per_epoch\": %llu, \"tokens_per_step\": %lld},\n",
-              (unsigned long long)man->data_position, (unsigned long long)man->windows_per_epoch,
+    // epoch and window_in_epoch repeat train_position in the terms of the
+    // data, so that a reader can check one against the other.
+    uint64_t W = man->windows_per_epoch;
+    sb_printf(&sb,
+              "  \"data\": {\"train_position\": %llu, \"windows_per_epoch\": %llu, \"epoch\": %llu, "
+              "\"window_in_epoch\": %llu, \"tokens_per_step\": %lld},\n",
+              (unsigned long long)man->data_position, (unsigned long long)W,
+              (unsigned long long)(W ? man->data_position / W : 0), (unsigned long long)(W ? man->data_position % W : 0),
               (long long)man->tokens_per_step);
     sb_printf(&sb,
               "  \"model\": {\"layers\": %d, \"channels\": %d, \"heads\": %d, \"vocab_size\": %d, "
@@ -272,8 +279,33 @@ char* manifest_to_json(const Manifest* man) {
         if (man->flag_is_string[i]) sb_json_string(&sb, man->flag_values[i]);
         else sb_printf(&sb, "%s", man->flag_values[i]);
     }
-    sb_printf(&sb, "\n  }\n}\n");
-    return sb.data;
+    sb_printf(&sb, "\n  },\n");
+    char* sealed = manifest_seal(sb.data, sb.len);
+    sb_free(&sb);
+    return sealed;
+}
+
+// The seal is the manifest's last member, on a line of its own: the XXH3 of
+// every byte before that line. A write torn anywhere loses it (a manifest
+// without its seal is refused), and an edit anywhere changes the hash.
+#define SEAL_KEY "  \"manifest_xxh3\": \""
+#define SEAL_END "\"\n}\n"
+#define SEAL_BYTES (sizeof SEAL_KEY - 1 + 16 + sizeof SEAL_END - 1)
+
+char* manifest_seal(const char* body, size_t len) {
+    char* out = (char*)xmalloc(len + SEAL_BYTES + 1);
+    memcpy(out, body, len);
+    snprintf(out + len, SEAL_BYTES + 1, "%s%016llx%s", SEAL_KEY, (unsigned long long)XXH3_64bits(body, len), SEAL_END);
+    return out;
+}
+
+size_t manifest_seal_offset(const char* text, size_t len) {
+    if (len < SEAL_BYTES) return len;
+    size_t at = len - SEAL_BYTES;
+    if (memcmp(text + at, SEAL_KEY, sizeof SEAL_KEY - 1) != 0 ||
+        memcmp(text + len - (sizeof SEAL_END - 1), SEAL_END, sizeof SEAL_END - 1) != 0)
+        return len;
+    return at;
 }
 
 // ---------------------------------------------------------------------------
@@ -509,6 +541,97 @@ static int parse_fp8(Problem* p, const JsonValue* root, Manifest* man) {
     return 1;
 }
 
+// Version 2 on: the seal must be there and match.
+static int check_seal(Problem* p, const char* text, size_t len, int version) {
+    size_t at = manifest_seal_offset(text, len);
+    if (at == len) {
+        if (version < 2) return 1;  // written before manifests were sealed
+        return problem(p, "its seal (the last line, \"manifest_xxh3\") is missing or malformed: the file was cut short "
+                          "or edited");
+    }
+    char hex[17];
+    memcpy(hex, text + at + sizeof SEAL_KEY - 1, 16);
+    hex[16] = 0;
+    char* end = NULL;
+    unsigned long long want = strtoull(hex, &end, 16);
+    unsigned long long got = (unsigned long long)XXH3_64bits(text, at);
+    if (*end || want != got)
+        return problem(p, "seal mismatch: its bytes hash to %016llx, its seal says %s: the manifest was edited or "
+                          "damaged after it was written",
+                       got, hex);
+    return 1;
+}
+
+// The facts a manifest states twice, or that follow from others: a manifest
+// that passes its seal but disagrees with itself was written wrong.
+static int check_step_and_data(Problem* p, const JsonValue* root, const Manifest* man) {
+    if (man->adam_step > man->step)
+        return problem(p, "'adam_step' %d is more than 'step' %d (AdamW updates at most once per step)", man->adam_step,
+                       man->step);
+    // Every step that did not update was counted by the guard as skipped
+    // (a rollback keeps counting, so the count can only be larger).
+    if (man->guard.present && (long)(man->step - man->adam_step) > man->guard.skipped)
+        return problem(p, "'step' %d minus 'adam_step' %d is more than the %ld steps the guard skipped", man->step,
+                       man->adam_step, man->guard.skipped);
+    const JsonValue* data = json_get(root, "data");
+    uint64_t epoch, within, W = man->windows_per_epoch;
+    int has_epoch = json_get_u64(data, "epoch", &epoch), has_within = json_get_u64(data, "window_in_epoch", &within);
+    if (man->version >= 2 && (!has_epoch || !has_within)) return problem(p, "'data' lacks epoch or window_in_epoch");
+    if (has_epoch && has_within && W && (epoch != man->data_position / W || within != man->data_position % W))
+        return problem(p, "'data': train_position %llu is epoch %llu window %llu of %llu windows, but it records epoch "
+                          "%llu window %llu",
+                       (unsigned long long)man->data_position, (unsigned long long)(man->data_position / W),
+                       (unsigned long long)(man->data_position % W), (unsigned long long)W, (unsigned long long)epoch,
+                       (unsigned long long)within);
+    if (man->data_position > 0 && W == 0) return problem(p, "'data': a position in data of 0 windows");
+    return 1;
+}
+
+// The layout, unit by unit and tensor by tensor, against the one this
+// program builds from the manifest's model and layout_world; the sections
+// one after the other from the end of the header.
+static int check_layout(Problem* p, Manifest* man) {
+    GPTConfig c = man->model;
+    if (c.channels % c.num_heads != 0)
+        return problem(p, "'model': channels %d are not divisible by heads %d", c.channels, c.num_heads);
+    int padded = c.padded_vocab_size;
+    gpt_config_finish(&c);
+    if (c.padded_vocab_size != padded)
+        return problem(p, "'model': padded_vocab_size %d, but vocab_size %d pads to %d", padded, c.vocab_size,
+                       c.padded_vocab_size);
+    if (man->num_tensors != 4 + 12 * (int64_t)c.num_layers || man->num_units != c.num_layers + 2)
+        return problem(p, "'layout' has %d tensors in %d units; %d layers have %lld in %d", man->num_tensors,
+                       man->num_units, c.num_layers, 4 + 12 * (long long)c.num_layers, c.num_layers + 2);
+    ParamLayout pl;
+    param_layout_build(&pl, &c, man->layout_world);
+    int ok = 1;
+    for (int u = 0; ok && u <= pl.num_units; u++)
+        if (man->unit_begin[u] != (int64_t)pl.unit_begin[u])
+            ok = problem(p, "'layout.unit_begin'[%d] is %lld; the model's layout for %d shards has %zu", u,
+                         (long long)man->unit_begin[u], man->layout_world, pl.unit_begin[u]);
+    for (int i = 0; ok && i < pl.num_tensors; i++) {
+        const ParamTensor* t = &pl.tensors[i];
+        const CkptTensor* m = &man->tensors[i];
+        int64_t offset = (int64_t)(t->offset - pl.unit_begin[t->unit]);
+        if (m->kind != t->kind || m->layer != t->layer || m->unit != t->unit || m->offset != offset ||
+            m->elements != (int64_t)t->count)
+            ok = problem(p, "tensor %d is %s (layer %d) in unit %d at offset %lld with %lld values; the model's layout "
+                            "has %s (layer %d) in unit %d at offset %lld with %zu",
+                         i, param_kind_name(m->kind), m->layer, m->unit, (long long)m->offset, (long long)m->elements,
+                         param_kind_name(t->kind), t->layer, t->unit, (long long)offset, t->count);
+    }
+    param_layout_free(&pl);
+    int64_t off = CKPT_SHARD_HEADER_BYTES;
+    for (int i = 0; ok && i < man->num_sections; i++) {
+        const CkptSection* s = &man->sections[i];
+        if (s->offset != off)
+            ok = problem(p, "section %s is at offset %lld; after the header and the sections before it it starts at %lld",
+                         s->name, (long long)s->offset, (long long)off);
+        off += man->shard_elements * (int64_t)dtype_size(s->dtype);
+    }
+    return ok;
+}
+
 int manifest_parse(const char* text, size_t len, Manifest* man, char* why, size_t whysize) {
     memset(man, 0, sizeof *man);
     Problem p = {why, whysize, 0};
@@ -528,6 +651,8 @@ int manifest_parse(const char* text, size_t len, Manifest* man, char* why, size_
         problem(&p, "not a train_gpt checkpoint manifest ('format' is not \"%s\")", CKPT_FORMAT);
     } else if (get_int(&p, root, "version", &man->version, 1) && man->version > CKPT_VERSION) {
         problem(&p, "format version %d is newer than this program's %d", man->version, CKPT_VERSION);
+    } else if (!check_seal(&p, text, len, man->version)) {
+        // (the problem is recorded)
     } else if (get_int(&p, root, "step", &man->step, 0) && get_int(&p, root, "adam_step", &man->adam_step, 0) &&
                get_int(&p, root, "world", &man->world, 1) && get_int(&p, root, "layout_world", &man->layout_world, 1) &&
                get_int(&p, root, "zero_stage", &man->zero_stage, 0)) {
@@ -545,8 +670,9 @@ int manifest_parse(const char* text, size_t len, Manifest* man, char* why, size_
                         get_int(&p, model, "max_seq_len", &c->max_seq_len, 1)))
             problem(&p, "'model' is incomplete");
         if (!p.bad && parse_layout(&p, root, man) && parse_sections_and_files(&p, root, man) &&
-            parse_config(&p, root, man) && parse_guard(&p, root, man))
-            parse_fp8(&p, root, man);
+            parse_config(&p, root, man) && parse_guard(&p, root, man) && parse_fp8(&p, root, man) &&
+            check_step_and_data(&p, root, man))
+            check_layout(&p, man);
     }
     json_value_free(root);
     if (p.bad) manifest_free(man);

@@ -39,7 +39,10 @@
 EXTERN_C_BEGIN
 
 #define CKPT_FORMAT "train_gpt checkpoint"
-#define CKPT_VERSION 1
+// Version 2: the manifest is sealed (manifest_seal) and its data object
+// repeats the position as epoch and window_in_epoch. Version 1 manifests
+// (unsealed) are still read.
+#define CKPT_VERSION 2
 #define CKPT_MANIFEST_NAME "manifest.json"
 #define CKPT_WEIGHTS_NAME "model.bin"
 #define CKPT_MAX_SECTIONS 8
@@ -142,9 +145,18 @@ void manifest_free(Manifest* man);
 
 // The manifest as JSON (malloc'ed).
 char* manifest_to_json(const Manifest* man);
-// Parses and checks a manifest (types, ranges, consistency of units,
-// tensors, sections and files); 0 with the problem in `why` otherwise.
+// Parses and checks a manifest: its seal, types and ranges, and every fact
+// it states twice or that follows from others (adam_step against step and
+// the guard's skipped steps, the data position against epoch and window,
+// units, tensors and sections against the layout rebuilt from its model and
+// layout_world, files against the shards); 0 with the problem in `why`.
 int manifest_parse(const char* text, size_t len, Manifest* man, char* why, size_t whysize);
+
+// The seal: body (JSON up to its last member, "...},\n") followed by the
+// line  "manifest_xxh3": "<XXH3 of body>"  and the closing brace (malloc'ed).
+char* manifest_seal(const char* body, size_t len);
+// Where the seal line of text starts, or len when it has none.
+size_t manifest_seal_offset(const char* text, size_t len);
 
 // Whether a checkpoint with this manifest can be loaded into model m (same
 // shape, the same tensors with the same sizes); 0 with the reason otherwise.

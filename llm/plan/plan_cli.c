@@ -21,6 +21,7 @@ typedef struct {
     PlanConfig request;
     PlanFixed fixed;
     char model_name[64];
+    char vocab_note[160];   // where the vocabulary size comes from
 } PlanRequest;
 
 // ---------------------------------------------------------------------------
@@ -122,8 +123,26 @@ static Precision plan_precision(PrecisionChoice choice, const PlanDevice* dev) {
 static void build_request(const TrainConfig* cfg, int for_auto, PlanRequest* rq) {
     memset(rq, 0, sizeof *rq);
 
-    // The vocabulary from the tokenizer when it is there; no data files.
-    int vocab = tokenizer_vocab_if_present(cfg->tokenizer);
+    // The vocabulary: --vocab-size; else for --plan of a preset the
+    // preset's own (the default --tokenizer is the bundled demo's, which
+    // says nothing about a 7B run); else the tokenizer's when it is there.
+    // No data files.
+    const char* preset_vocab = NULL;
+    int vocab = 0;
+    if (config_is_set(cfg, "vocab-size")) {
+        // (checked against the tokenizer's when there is one to check with)
+        if (for_auto || config_is_set(cfg, "tokenizer")) vocab = tokenizer_vocab_if_present(cfg->tokenizer);
+        snprintf(rq->vocab_note, sizeof rq->vocab_note, "--vocab-size");
+    } else if (!for_auto && !config_is_set(cfg, "tokenizer") && preset_vocab_size(cfg->model, &preset_vocab)) {
+        snprintf(rq->vocab_note, sizeof rq->vocab_note, "%s, the preset's; --vocab-size or --tokenizer to change",
+                 preset_vocab);
+    } else if ((vocab = tokenizer_vocab_if_present(cfg->tokenizer)) > 0) {
+        snprintf(rq->vocab_note, sizeof rq->vocab_note, "from --tokenizer %s", cfg->tokenizer);
+    } else if (!cfg->init_from[0]) {
+        snprintf(rq->vocab_note, sizeof rq->vocab_note, "GPT-2's, without a tokenizer");
+    } else {
+        snprintf(rq->vocab_note, sizeof rq->vocab_note, "from --init-from");
+    }
     PlanConfig* pc = &rq->request;
     pc->model = model_config_from_flags(cfg, vocab);
     if (cfg->model[0]) snprintf(rq->model_name, sizeof rq->model_name, "%s", cfg->model);
@@ -247,15 +266,19 @@ void plan_print_bill(FILE* f, const PlanConfig* pc, const MemoryBill* b, const P
     if (dev->is_gpu) line(f, "reserve", "1 GiB CUDA context/NCCL + 5% fragmentation", (double)b->reserve, u);
     fprintf(f, "  %-17s %-54s %10.3f of %.3f (%.0f%%)\n", "= total", "", (double)b->total / u, dev->memory / u,
             100.0 * (double)b->total / dev->memory);
+    if (dev->is_gpu) {
+        snprintf(how, sizeof how, "left unplanned: plans use at most %d%% of memory", 100 - PLAN_GPU_HEADROOM_PERCENT);
+        line(f, "headroom", how, dev->memory - plan_usable_memory(dev), u);
+    }
 }
 
 static void print_header(FILE* f, const PlanRequest* rq) {
     const PlanConfig* pc = &rq->request;
     const GPTConfig* c = &pc->model;
     double n = (double)gpt_num_params(c);
-    fprintf(f, "plan      | model %s: %.3g%s parameters | %d layers, %d channels, %d heads | vocab %d (padded %d) | max seq %d\n",
+    fprintf(f, "plan      | model %s: %.3g%s parameters | %d layers, %d channels, %d heads | vocab %d (%s; padded %d) | max seq %d\n",
             rq->model_name, n >= 1e9 ? n / 1e9 : n / 1e6, n >= 1e9 ? "B" : "M", c->num_layers, c->channels, c->num_heads, c->vocab_size,
-            c->padded_vocab_size, c->max_seq_len);
+            rq->vocab_note, c->padded_vocab_size, c->max_seq_len);
     const PlanDevice* d = &rq->dev;
     double u = unit_bytes(d);
     fprintf(f, "plan      | device %d x %s, %d per node | %.2f %s each (%s)", pc->world, d->name,

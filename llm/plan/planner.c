@@ -133,7 +133,11 @@ MemoryBill plan_bill(const PlanConfig* pc, const PlanDevice* dev) {
     return b;
 }
 
-int plan_fits(const MemoryBill* b, const PlanDevice* dev) { return (double)b->total <= dev->memory; }
+int plan_fits(const MemoryBill* b, const PlanDevice* dev) { return (double)b->total <= plan_usable_memory(dev); }
+
+double plan_usable_memory(const PlanDevice* dev) {
+    return dev->is_gpu ? dev->memory * (100 - PLAN_GPU_HEADROOM_PERCENT) / 100.0 : dev->memory;
+}
 
 // ---------------------------------------------------------------------------
 // throughput
@@ -222,7 +226,15 @@ static int search(const PlanConfig* req, const PlanFixed* fx, const PlanDevice* 
     PlanConfig base = *req;
     if (!fx->precision) base.precision = plan_default_precision(&req->model, dev);
     int min_b = fx->micro_batch ? req->B : 1;
-    for (int z = 0; z <= 3; z++) {
+    // ZeRO-1 moves the bytes of ZeRO-0 (a reduce-scatter and an all-gather
+    // are one all-reduce) and keeps only a shard of the optimizer state, so
+    // on more than one rank it comes first; ZeRO-2 and 3 communicate more.
+    PlanConfig one = base;
+    one.zero_stage = 1;
+    int order[4] = {0, 1, 2, 3};
+    if (plan_shard_world(&one) > 1) order[0] = 1, order[1] = 0;
+    for (int i = 0; i < 4; i++) {
+        int z = order[i];
         if (fx->zero_stage && z != req->zero_stage) continue;
         int spans_nodes = req->world > req->ranks_per_node && z > 0;
         for (int h = spans_nodes ? 1 : 0; h >= 0; h--) {  // hybrid first: less traffic across nodes

@@ -87,8 +87,17 @@ typedef struct {
 #define PLAN_GPU_RUNTIME_RESERVE ((size_t)1 << 30)
 #define PLAN_FRAGMENTATION_PERCENT 5
 
+// A plan for a GPU leaves this share of its memory unplanned, beyond the
+// reserve: allocator growth, NCCL's buffers on more peers, a longer batch of
+// the data than the average, a library update; a plan at 98% is a plan to
+// run out of memory.
+#define PLAN_GPU_HEADROOM_PERCENT 10
+
 MemoryBill plan_bill(const PlanConfig* pc, const PlanDevice* dev);
+// Whether the bill's total fits in plan_usable_memory.
 int plan_fits(const MemoryBill* b, const PlanDevice* dev);
+// The memory a plan may use: all of the CPU's; a GPU's less the headroom.
+double plan_usable_memory(const PlanDevice* dev);
 
 // Throughput estimate from FLOPs per token and an assumed utilization.
 #define PLAN_ASSUMED_MFU 0.40
@@ -135,8 +144,10 @@ Precision precision_for_model(double params, int is_gpu, int gpu_has_fp8);
 // The same for a model on a planned device.
 Precision plan_default_precision(const GPTConfig* c, const PlanDevice* dev);
 
-// Searches, in this order, the lowest ZeRO stage (hybrid sharding first
-// when the world spans nodes), then the cheapest recompute at micro-batch 1
+// Searches, in this order, the ZeRO stage that communicates least and of
+// those the one with the least memory (1, then 0 on more than one rank of
+// the shard group; then 2 and 3; hybrid sharding first when the world spans
+// nodes), then the cheapest recompute at micro-batch 1
 // (none, selective, selective + full for the fewest layers, full), then the
 // largest micro-batch at that stage and policy. Knobs in `fixed` keep the
 // request's value.

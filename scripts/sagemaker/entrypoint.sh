@@ -21,6 +21,23 @@
 # hyperparameters sagemaker_mpi_num_of_processes_per_host and
 # sagemaker_mpi_custom_mpi_options; both are honoured here.
 #
+# EFA: on instance types with EFA (current_instance_type p4d, p4de, p5, p5e,
+# p5en, p6-*) every rank gets FI_PROVIDER=efa, FI_EFA_USE_DEVICE_RDMA=1 and
+# RDMAV_FORK_SAFE=1 unless they are set, and a job of more than one host
+# fails before it starts when the aws-ofi-nccl plugin is not where NCCL
+# looks for it (libnccl-net.so, or libnccl-net-$NCCL_NET_PLUGIN.so, on
+# LD_LIBRARY_PATH or in the linker's cache): NCCL would fall back to TCP
+# sockets. train_gpt then checks the network NCCL chose (llm/platform/efa.h).
+# The hyperparameter allow-nccl-sockets=1 (or TRAIN_GPT_ALLOW_NCCL_SOCKETS=1)
+# turns both checks into warnings.
+#
+# Exit status: 0 when the job finished; 0 also when SIGTERM (a stop, a spot
+# interruption, the runtime limit) ended it with a complete checkpoint, which
+# rank 0 reports in $TRAIN_GPT_STOP_FILE, whatever mpirun's own status after
+# the stop (it can be 1 when mpirun itself was signalled or lost a host in the
+# shutdown): the job did what a stop asks, and SageMaker resumes it from that
+# checkpoint. Otherwise 1, with the reason in output/failure.
+#
 # Environment:
 #   TRAIN_GPT_DRY_RUN=1        print the command that would run, run nothing (also: --dry-run)
 #   TRAIN_GPT_SM_ROOT          replaces /opt/ml (tests)
@@ -30,7 +47,9 @@
 #   TRAIN_GPT_DONE_FILE        where host 0 leaves the job's exit status on the others (default /tmp/train_gpt.done)
 #   TRAIN_GPT_SSHD             the ssh daemon to start (default /usr/sbin/sshd)
 #   MPI_HOME                   Open MPI's prefix on every host (default: from mpirun on PATH)
-#   NCCL_*, FI_*, SM_*, OMP_*  passed on to every rank, as are PATH and LD_LIBRARY_PATH
+#   TRAIN_GPT_INSTANCE_TYPE    the instance type when resourceconfig.json has none (tests, other clusters)
+#   TRAIN_GPT_STOP_FILE        where rank 0 reports a stop with a complete checkpoint (default /tmp/train_gpt.stopped.PID)
+#   NCCL_*, FI_*, RDMAV_*, SM_*, OMP_*  passed on to every rank, as are PATH and LD_LIBRARY_PATH
 set -euo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -75,6 +94,7 @@ if [ -f "$resources" ]; then
   mapfile -t hosts < <(jq -r '.hosts | sort | .[]' "$resources")
   current_host=$(jq -r '.current_host // empty' "$resources")
   interface=$(jq -r '.network_interface_name // "eth0"' "$resources")
+  instance_type=$(jq -r '.current_instance_type // empty' "$resources")
   if [ "${#hosts[@]}" -eq 0 ] || [ -z "$current_host" ]; then fail "$resources: needs \"hosts\" and \"current_host\""; fi
   printf '%s\n' "${hosts[@]}" | grep -qxF -- "$current_host" || fail "$resources: current_host '$current_host' is not in \"hosts\""
 else
@@ -83,6 +103,7 @@ else
   interface=${NCCL_SOCKET_IFNAME:-eth0}
 fi
 master=${hosts[0]}
+instance_type=${instance_type:-${TRAIN_GPT_INSTANCE_TYPE:-}}
 
 gpus=${TRAIN_GPT_GPUS_PER_HOST:-$(hyperparameter sagemaker_mpi_num_of_processes_per_host)}
 if [ -z "$gpus" ]; then
@@ -95,21 +116,56 @@ read -r -a custom_mpi_options <<<"$(hyperparameter sagemaker_mpi_custom_mpi_opti
 world=$(( ${#hosts[@]} * gpus ))
 
 # ---- the EFA / NCCL environment of every rank -------------------------------------------------
-# With libfabric >= 1.18 and aws-ofi-nccl >= 1.7 (the image has newer) NCCL
-# finds EFA by itself: FI_PROVIDER, FI_EFA_USE_DEVICE_RDMA and
-# NCCL_PROTO=simple are legacy settings and are not set. The bootstrap goes
-# over TCP on SageMaker's interface.
+# The bootstrap goes over TCP on SageMaker's interface.
+export NCCL_SOCKET_IFNAME=${NCCL_SOCKET_IFNAME:-$interface}
+# EFA: libfabric's EFA provider with GPUDirect RDMA, and fork-safe verbs
+# (MPI and NCCL share the process); a user's own values stand. Recent
+# libfabric finds EFA without FI_PROVIDER, but an image with more than one
+# provider, or an older stack, does not: set it, as AWS's guides do.
 # (FI_EFA_USE_HUGE_PAGE=0 is the remedy if fork() fails with ENOMEM; train_gpt
 # does not fork, so huge pages stay on.)
-export NCCL_SOCKET_IFNAME=${NCCL_SOCKET_IFNAME:-$interface}
+has_efa() { [[ "${1#ml.}" =~ ^(p4d|p4de|p5|p5e|p5en|p6-b200|p6-b300|p6e-gb200)\. ]]; }
+allow_sockets=${TRAIN_GPT_ALLOW_NCCL_SOCKETS:-$(hyperparameter allow-nccl-sockets)}
+# nccl_net_plugin: the library name NCCL dlopen()s for its network plugin.
+nccl_net_plugin() {
+  case ${NCCL_NET_PLUGIN:-} in
+    "") echo libnccl-net.so ;;
+    *.so | */*) echo "$NCCL_NET_PLUGIN" ;;
+    *) echo "libnccl-net-$NCCL_NET_PLUGIN.so" ;;
+  esac
+}
+# findable NAME: where dlopen would find NAME (LD_LIBRARY_PATH, the linker's cache, /lib, /usr/lib).
+findable() {
+  local dir
+  if [[ "$1" == */* ]]; then [ -e "$1" ] && echo "$1"; return; fi
+  IFS=: read -r -a dirs <<<"${LD_LIBRARY_PATH:-}"
+  for dir in "${dirs[@]}" /lib /usr/lib /lib64 /usr/lib64 /usr/lib/x86_64-linux-gnu; do
+    if [ -n "$dir" ] && [ -e "$dir/$1" ]; then echo "$dir/$1"; return; fi
+  done
+  if command -v ldconfig >/dev/null; then ldconfig -p 2>/dev/null | awk -v n="$1" '$1 == n { print $NF; exit }'; fi
+}
+if [ -n "$instance_type" ] && has_efa "$instance_type"; then
+  export FI_PROVIDER=${FI_PROVIDER:-efa} FI_EFA_USE_DEVICE_RDMA=${FI_EFA_USE_DEVICE_RDMA:-1} RDMAV_FORK_SAFE=${RDMAV_FORK_SAFE:-1}
+  plugin=$(nccl_net_plugin)
+  found=$(findable "$plugin")
+  if [ -n "$found" ]; then
+    log "EFA instance $instance_type: FI_PROVIDER=$FI_PROVIDER FI_EFA_USE_DEVICE_RDMA=$FI_EFA_USE_DEVICE_RDMA RDMAV_FORK_SAFE=$RDMAV_FORK_SAFE; NCCL's network plugin $found"
+  elif [ "${#hosts[@]}" -gt 1 ]; then
+    others=$(find /opt/amazon/ofi-nccl /opt/aws-ofi-nccl /usr/local/lib ${LD_LIBRARY_PATH:+${LD_LIBRARY_PATH//:/ }} \
+      -maxdepth 2 -name 'libnccl-net*.so' 2>/dev/null | head -n 3 | tr '\n' ' ' || true)
+    why="EFA instance $instance_type: NCCL looks for its network plugin as $plugin, which is not on LD_LIBRARY_PATH or in the linker's cache, so NCCL would use TCP sockets between the ${#hosts[@]} hosts${others:+ (found: ${others% }; set NCCL_NET_PLUGIN or LD_LIBRARY_PATH to match)}"
+    if [ "$allow_sockets" = 1 ]; then log "warning: $why; allow-nccl-sockets=1: going on"; else fail "$why; pass the hyperparameter allow-nccl-sockets=1 to run anyway"; fi
+  fi
+fi
 # The ranks of a host share its cores (the CPU backend's and the data loader's threads).
 if [ "$gpus" -gt 1 ]; then
   cores=$(nproc)
   export OMP_NUM_THREADS=${OMP_NUM_THREADS:-$((cores / gpus > 0 ? cores / gpus : 1))}
 fi
-for legacy in FI_PROVIDER FI_EFA_USE_DEVICE_RDMA NCCL_PROTO; do
-  if [ -n "${!legacy:-}" ]; then log "warning: $legacy=${!legacy} is a setting for old EFA stacks; the image's does not need it"; fi
-done
+
+# Rank 0 reports a stop with a complete checkpoint here (llm/checkpoint/checkpoint.h).
+export TRAIN_GPT_STOP_FILE=${TRAIN_GPT_STOP_FILE:-/tmp/train_gpt.stopped.$$}
+rm -f "$TRAIN_GPT_STOP_FILE"
 
 # ---- the command ------------------------------------------------------------------------------
 if [ "$world" -eq 1 ]; then
@@ -134,7 +190,7 @@ else
   cmd+=(--map-by slot --bind-to none
     --mca pml ob1 --mca btl '^openib' --mca btl_vader_single_copy_mechanism none
     --mca orte_abort_on_non_zero_status 1)
-  mapfile -t passed < <(compgen -e | grep -E '^(NCCL_|FI_|SM_|OMP_|TRAINING_JOB_)|^(TRAIN_GPT_SM_ROOT|PATH|LD_LIBRARY_PATH)$' | LC_ALL=C sort)
+  mapfile -t passed < <(compgen -e | grep -E '^(NCCL_|FI_|RDMAV_|SM_|OMP_|TRAINING_JOB_)|^(TRAIN_GPT_SM_ROOT|TRAIN_GPT_STOP_FILE|TRAIN_GPT_INSTANCE_TYPE|PATH|LD_LIBRARY_PATH)$' | LC_ALL=C sort)
   for var in "${passed[@]}"; do cmd+=(-x "$var"); done
   cmd+=("${custom_mpi_options[@]}" "$bin" "${args[@]}")
 fi
@@ -151,7 +207,7 @@ shell_words() {
 if [ "$dry_run" = 1 ]; then
   echo "host $current_host of ${#hosts[@]} (host 0: $master), $gpus rank(s) per host, $world in all"
   shown=()
-  while read -r var; do shown+=("$var=${!var}"); done < <(compgen -e | grep -E '^(NCCL_|FI_|OMP_)' | LC_ALL=C sort)
+  while read -r var; do shown+=("$var=${!var}"); done < <(compgen -e | grep -E '^(NCCL_|FI_|RDMAV_|OMP_)' | LC_ALL=C sort)
   echo "environment: ${shown[*]}"
   if [ "$current_host" = "$master" ]; then shell_words "${cmd[@]}"; else echo "waits for $master's mpirun"; fi
   exit 0
@@ -188,6 +244,7 @@ job_ranks() {
 # shellcheck disable=SC2317  # invoked by trap
 stop_ranks() {
   interrupted=1
+  stopped=1
   local ranks=()
   [ -n "${1:-}" ] && mapfile -t ranks < <(job_ranks "$1")
   log "SIGTERM: passing it to the job's ${#ranks[@]} rank(s) on this host${ranks[*]:+ (pid ${ranks[*]})}"
@@ -246,6 +303,7 @@ done
 
 log "running: ${cmd[*]}"
 mpirun_pid=
+stopped=0
 trap 'stop_ranks "$mpirun_pid"' TERM
 "${cmd[@]}" &
 mpirun_pid=$!
@@ -259,6 +317,12 @@ while :; do
   [ "$interrupted" = 1 ] || break
 done
 
+# A stop that ended with a complete checkpoint is a success, whatever
+# mpirun says after it (see "Exit status" above).
+if [ "$status" -ne 0 ] && [ "$stopped" = 1 ] && [ -s "$TRAIN_GPT_STOP_FILE" ]; then
+  log "SIGTERM: the job stopped with a complete checkpoint ($(head -n 1 "$TRAIN_GPT_STOP_FILE")); mpirun's status $status after the stop is not a failure: exit 0"
+  status=0
+fi
 for host in "${hosts[@]:1}"; do
   ssh -o ConnectTimeout=10 "$host" "echo $status > '$done_file'" || log "warning: could not tell $host that the job ended"
 done

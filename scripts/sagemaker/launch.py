@@ -8,13 +8,16 @@ SageMaker hands them to the container as strings in hyperparameters.json,
 which train_gpt reads itself. Data channels (train, val, tokenizer) are S3
 prefixes holding llm.c token shards (*.bin / *.bin.zst) and tokenizer.bin.
 
-The job is a generic Estimator (bring-your-own image) with SageMaker's mpi
+The job is a bring-your-own-image training job with SageMaker's mpi
 distribution expressed the way the SDK's framework estimators pass it to a
 container: as the hyperparameters sagemaker_mpi_enabled,
 sagemaker_mpi_num_of_processes_per_host and sagemaker_mpi_custom_mpi_options,
-which the image's entrypoint honours.
+which the image's entrypoint honours. It is created through whichever
+SageMaker Python SDK is installed: v3's ModelTrainer, or v2's generic
+Estimator (v2 now warns that it is deprecated); both send the same
+CreateTrainingJob request (tests/test_sagemaker_sdk.py checks it for each).
 
-    pip install 'sagemaker>=2.200,<3'
+    pip install 'sagemaker>=3'      # or 'sagemaker>=2.200,<3'
     scripts/sagemaker/launch.py --image-uri ACCOUNT.dkr.ecr.REGION.amazonaws.com/train-gpt:latest \\
         --role arn:aws:iam::ACCOUNT:role/SageMakerRole --instance-type ml.p5.48xlarge --instance-count 2 \\
         --train s3://bucket/fineweb/train/ --val s3://bucket/fineweb/val/ \\
@@ -176,15 +179,77 @@ def job_spec(args):
             "hosts": args.instance_count, "ranks": args.instance_count * args.gpus_per_host}
 
 
-def launch(spec, wait):
+def sdk_major():
+    """The installed SageMaker Python SDK's major version, or None."""
+    from importlib import metadata
+    try:
+        return int(metadata.version("sagemaker").split(".")[0])
+    except (metadata.PackageNotFoundError, ValueError):
+        return None
+
+
+def launch(spec, wait, session=None):
+    """Creates the job through the installed SDK (session: a sagemaker Session, for tests)."""
+    major = sdk_major()
+    if major is None:
+        sys.exit("launch.py: the SageMaker Python SDK is not installed: pip install 'sagemaker>=3' (or 'sagemaker>=2.200,<3')")
+    if major >= 3:
+        launch_v3(spec, wait, session)
+    else:
+        launch_v2(spec, wait, session)
+
+
+def launch_v2(spec, wait, session):
     # Imported here so that --dry-run works where the SDK is not installed.
     from sagemaker.estimator import Estimator
     from sagemaker.inputs import TrainingInput
 
-    estimator = Estimator(**spec["estimator"])
+    kwargs = dict(spec["estimator"])
+    if session is not None:
+        kwargs["sagemaker_session"] = session
+    estimator = Estimator(**kwargs)
     inputs = {name: TrainingInput(**channel) for name, channel in spec["inputs"].items()}
     estimator.fit(inputs or None, job_name=spec["job_name"], wait=wait, logs="All" if wait else "None")
     print(f"training job {spec['job_name']}: model artifacts -> {estimator.output_path}")
+
+
+def launch_v3(spec, wait, session):
+    # v3: one ModelTrainer for every kind of job, configured by small objects.
+    from sagemaker.train import ModelTrainer
+    from sagemaker.train.configs import (CheckpointConfig, Compute, InputData, MetricDefinition, Networking,
+                                         OutputDataConfig, RetryStrategy, S3DataSource, StoppingCondition)
+
+    e = spec["estimator"]
+    kwargs = dict(
+        training_image=e["image_uri"],
+        role=e["role"],
+        base_job_name=e["base_job_name"],
+        training_input_mode=e["input_mode"],
+        compute=Compute(instance_type=e["instance_type"], instance_count=e["instance_count"],
+                        volume_size_in_gb=e["volume_size"], enable_managed_spot_training=e["use_spot_instances"]),
+        stopping_condition=StoppingCondition(max_runtime_in_seconds=e["max_run"],
+                                             max_wait_time_in_seconds=e.get("max_wait")),
+        hyperparameters=e["hyperparameters"],
+        environment=e["environment"],
+        checkpoint_config=CheckpointConfig(s3_uri=e.get("checkpoint_s3_uri"), local_path=e["checkpoint_local_path"]),
+    )
+    if e.get("output_path"):
+        kwargs["output_data_config"] = OutputDataConfig(s3_output_path=e["output_path"])
+    if e.get("subnets") or e.get("security_group_ids"):
+        kwargs["networking"] = Networking(subnets=e.get("subnets"), security_group_ids=e.get("security_group_ids"))
+    if session is not None:
+        kwargs["sagemaker_session"] = session
+    trainer = ModelTrainer(**kwargs).with_metric_definitions(
+        [MetricDefinition(name=m["Name"], regex=m["Regex"]) for m in e["metric_definitions"]])
+    if e.get("max_retry_attempts") is not None:
+        trainer = trainer.with_retry_strategy(RetryStrategy(maximum_retry_attempts=e["max_retry_attempts"]))
+    inputs = [InputData(channel_name=name, data_source=S3DataSource(
+        s3_data_type="S3Prefix", s3_uri=c["s3_data"], s3_data_distribution_type=c["distribution"]))
+        for name, c in spec["inputs"].items()]
+    trainer.train(input_data_config=inputs or None, wait=wait, logs=wait)
+    job = getattr(trainer, "_latest_training_job", None)
+    name = getattr(job, "training_job_name", None) or f"{e['base_job_name']}-..."
+    print(f"training job {name}: created with the SageMaker Python SDK v3")
 
 
 def main(argv):
