@@ -557,7 +557,7 @@ static void layer_forward_to_gelu(GPT* m, int l, const LayerTensors* w, const La
     void* proj = act(m, A_PROJ_OUT);
     // attention block: residual2 = input + proj(attention(qkv(ln1)))
     linear_forward(m, l, FP8_QKV, a->qkv, NULL, NULL, a->ln1, w->qkvw, w->qkvb, N, C, 3 * C);
-    be->attention_forward(be, a->atty, a->lse, a->qkv, B, T, C, NH);
+    be->attention_forward(be, a->atty, a->lse, a->qkv, B, T, NH, NH, C / NH);
     float* atty_amax = amax_slot(m, l, FP8_ATTPROJ, FP8_INPUT);
     if (atty_amax) be->amax(be, atty_amax, a->atty, (size_t)N * C);  // the attention kernels measure nothing
     linear_forward(m, l, FP8_ATTPROJ, proj, NULL, NULL, a->atty, w->attprojw, w->attprojb, N, C, C);
@@ -693,7 +693,7 @@ void gpt_backward(GPT* m, const int32_t* inputs, int B, int T) {
                                amax_slot(m, l, FP8_ATTPROJ, FP8_GRAD));
         // attention block; dres becomes the gradient of this layer's input.
         linear_backward(m, l, FP8_ATTPROJ, dbtc, g.attprojw, g.attprojb, dres, a.atty, w.attprojw, N, C, C);
-        be->attention_backward(be, dbt4c, dbtc, a.qkv, a.atty, a.lse, B, T, C, NH);
+        be->attention_backward(be, dbt4c, dbtc, a.qkv, a.atty, a.lse, B, T, NH, NH, C / NH);
         float* dqkv_amax = amax_slot(m, l, FP8_QKV, FP8_GRAD);
         if (dqkv_amax) be->amax(be, dqkv_amax, dbt4c, 3 * BTC);  // the attention kernels measure nothing
         if (mode == RECOMPUTE_NONE) {

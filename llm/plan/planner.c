@@ -123,7 +123,7 @@ MemoryBill plan_bill(const PlanConfig* pc, const PlanDevice* dev) {
         b.workspace = PLAN_CUBLASLT_WORKSPACE;
     } else {
         // One op's scratch at a time: the attention's, or an emulated FP8 GEMM's.
-        size_t att = cpu_attention_scratch_bytes(pc->T, c->channels, c->num_heads, dev->cpu_threads);
+        size_t att = cpu_attention_scratch_bytes(pc->T, c->channels / c->num_heads, dev->cpu_threads);
         b.workspace = att > fp8_gemm_scratch ? att : fp8_gemm_scratch;
     }
     b.allocated = b.state.params + b.state.grads + b.state.master + b.state.adam + b.fp8_weights + b.fp8_scaling +
