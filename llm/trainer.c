@@ -112,6 +112,12 @@ void trainer_setup(Trainer* tr, const TrainConfig* cfg, Backend* be, Comm* comm)
         fatal("--tokenizer %s has %d tokens but the model's vocabulary is %d", cfg->tokenizer, tr->tok.vocab_size,
               mc.vocab_size);
 
+    if (mc.arch == ARCH_LLAMA && !strcmp(cfg->precision, "fp8"))
+        fatal("--precision fp8 is not available for --arch llama yet (its GEMM shapes are not GPT-2's): use "
+              "--precision bf16");
+    if (mc.arch == ARCH_LLAMA && cfg->export_path[0])
+        fatal("--export writes llm.c's model format, which holds GPT-2 models only (got --arch llama)");
+
     dataloader_init(&tr->train, cfg->train_data, "--train-data", tr->T, mc.vocab_size, cfg->shuffle, (uint64_t)cfg->seed);
     if (cfg->val_data[0] && cfg->val_every > 0) {
         dataloader_init(&tr->val, cfg->val_data, "--val-data", tr->T, mc.vocab_size, 0, (uint64_t)cfg->seed);
