@@ -279,6 +279,10 @@ static void print_header(FILE* f, const PlanRequest* rq) {
     fprintf(f, "plan      | model %s: %.3g%s parameters | %d layers, %d channels, %d heads | vocab %d (padded %d) | max seq %d\n",
             rq->model_name, n >= 1e9 ? n / 1e9 : n / 1e6, n >= 1e9 ? "B" : "M", c->num_layers, c->channels, c->num_heads, c->vocab_size,
             c->padded_vocab_size, c->max_seq_len);
+    if (c->arch == ARCH_LLAMA)
+        fprintf(f, "plan      | llama: %d kv heads (K and V %d of the %d qkv channels) | MLP %d (SwiGLU) | LM head %s\n",
+                c->num_kv_heads, 2 * c->num_kv_heads * gpt_head_size(c), gpt_qkv_width(c), c->mlp_hidden,
+                c->tie_embeddings ? "tied" : "untied");
     const PlanDevice* d = &rq->dev;
     double u = unit_bytes(d);
     fprintf(f, "plan      | device %d x %s, %d per node | %.2f %s each (%s)", pc->world, d->name,

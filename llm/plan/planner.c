@@ -88,8 +88,9 @@ Precision precision_for_model(double params, int is_gpu, int gpu_has_fp8) {
     return params >= PLAN_FP8_FROM_PARAMS && gpu_has_fp8 ? PREC_FP8 : PREC_BF16;
 }
 
+// Llama has no FP8 path yet (the trainer refuses it), so it plans in BF16.
 Precision plan_default_precision(const GPTConfig* c, const PlanDevice* dev) {
-    return precision_for_model((double)gpt_num_params(c), dev->is_gpu, dev->peak_fp8 > 0);
+    return precision_for_model((double)gpt_num_params(c), dev->is_gpu, dev->peak_fp8 > 0 && c->arch != ARCH_LLAMA);
 }
 
 // ---------------------------------------------------------------------------
@@ -146,8 +147,11 @@ PlanSpeed plan_speed(const PlanConfig* pc, const PlanDevice* dev) {
     // The same 6N + 12*L*h*s as a run's MFU (llm/plan/mfu.h).
     s.model_flops = flops_per_token(c, pc->T);
     // A fully recomputed layer re-runs its qkv, attention-projection and fc
-    // GEMMs (2 x 8h^2 per token) and its attention forward (4 h T).
-    s.recompute_flops = pc->recompute.full_layers * (16.0 * h * h + 4.0 * h * T);
+    // GEMMs (2 x their weights per token: 16h^2 for GPT-2; Llama's qkv is
+    // narrower with GQA and its fc is gate|up) and its attention forward (4 h T).
+    double fc_out = c->arch == ARCH_LLAMA ? 2.0 * c->mlp_hidden : 4.0 * h;
+    double gemm_weights = h * gpt_qkv_width(c) + h * h + h * fc_out;
+    s.recompute_flops = pc->recompute.full_layers * (2.0 * gemm_weights + 4.0 * h * T);
     if (pc->precision == PREC_FP8) s.peak = dev->peak_fp8 > 0 ? dev->peak_fp8 : dev->peak_bf16;
     else if (pc->precision == PREC_BF16) s.peak = dev->peak_bf16;
     else s.peak = dev->peak_bf16 / 2;  // TF32 runs at half the BF16 rate
