@@ -24,6 +24,8 @@ SIM_GPU_TESTS    := $(patsubst tests/gpu/%,$(SIM)/bin/gpu_%,$(basename $(filter-
 SIM_GPU_RANDOM   := $(SIM_GPU_TESTS:%=%.random)
 SIM_SCRIPTS      := $(filter-out $(SIM_NO_NCCL),tests/cuda_sim/test_sim_train_gpt.sh tests/cuda_sim/test_sim_zero_nccl.sh \
                                tests/cuda_sim/test_sim_checkpoint.sh)
+# Llama (llama17): --arch llama on the simulated GPU against the CPU.
+SIM_SCRIPTS      += tests/cuda_sim/test_sim_llama.sh
 SIM_TESTS        := $(if $(SIM_ENABLED),$(SIM_SELF_TESTS) $(SIM_GPU_TESTS) $(SIM_GPU_RANDOM) $(SIM_SCRIPTS),)
 SIM_LINK_LIBS    := $(SIM)/libkernels.a $(SIM)/libcudasim.a $(BUILD)/libtrain.a
 
