@@ -259,7 +259,9 @@ void plan_print_bill(FILE* f, const PlanConfig* pc, const MemoryBill* b, const P
     if (pc->precision == PREC_FP8)
         line(f, "  fp8 casts", "one GEMM's operands in fp8 (kept inputs stay 16-bit)",
              (double)b->activations - (double)al->bytes, u);
-    line(f, "tokens", "inputs, targets (int32), scalars", (double)b->tokens, u);
+    line(f, "tokens", pc->model.arch == ARCH_LLAMA ? "inputs, targets (int32), scalars, RoPE table"
+                                                    : "inputs, targets (int32), scalars",
+         (double)b->tokens, u);
     if (dev->is_gpu) line(f, "workspace", "cuBLASLt", (double)b->workspace, u);
     else {
         snprintf(how, sizeof how, "attention scratch, %d threads%s", dev->cpu_threads,

@@ -120,6 +120,8 @@ MemoryBill plan_bill(const PlanConfig* pc, const PlanDevice* dev) {
         fp8_gemm_scratch = f.cpu_gemm_scratch;
     }
     b.tokens = 2 * BT * sizeof(int32_t) + 4 * sizeof(float);
+    // Llama's RoPE table (T, HS/2, 2) FP32 (llm/llama.c) is billed with these small buffers.
+    if (c->arch == ARCH_LLAMA) b.tokens += (size_t)pc->T * gpt_head_size(c) * sizeof(float);
     if (dev->is_gpu) {
         b.workspace = PLAN_CUBLASLT_WORKSPACE;
     } else {
