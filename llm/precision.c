@@ -10,12 +10,10 @@
 #include "llm/plan/planner.h"
 #include "llm/presets.h"
 
-// Parameters of the model the flags describe (the tokenizer's vocabulary when
-// it is there), and whether it is a Llama (which has no FP8 path yet).
-static double model_params(const TrainConfig* cfg, int* is_llama) {
+// Parameters of the model the flags describe (the tokenizer's vocabulary when it is there).
+static double model_params(const TrainConfig* cfg) {
     int vocab = tokenizer_vocab_if_present(cfg->tokenizer);
     GPTConfig c = model_config_from_flags(cfg, vocab);
-    *is_llama = c.arch == ARCH_LLAMA;
     return (double)gpt_num_params(&c);
 }
 
@@ -29,22 +27,18 @@ void precision_resolve(TrainConfig* cfg) {
     if (strcmp(p, "fp32") && strcmp(p, "bf16") && strcmp(p, "fp8") && strcmp(p, "auto"))
         fatal("--precision '%s' is not one of fp32, bf16, fp8, auto", p);
     if (!strcmp(p, "auto")) {
-        int is_llama;
-        double params = model_params(cfg, &is_llama);
+        double params = model_params(cfg);
         int gpu = device_wants_cuda(cfg->device);
         int major = 0, minor = 0;
         if (gpu && cuda_current_compute_capability) cuda_current_compute_capability(&major, &minor);
         int has_fp8 = major * 10 + minor >= 89;
-        Precision choice = precision_for_model(params, gpu, has_fp8 && !is_llama);
+        Precision choice = precision_for_model(params, gpu, has_fp8);
         set_precision(cfg, precision_name(choice));
         if (!gpu)
             printf("precision | auto: fp32: the CPU backend computes in FP32 (--precision fp8 emulates FP8 GEMMs)\n");
         else if (choice == PREC_FP8)
             printf("precision | auto: fp8: %.2fB parameters, at least the %.1fB from which FP8 is the default\n",
                    params / 1e9, PLAN_FP8_FROM_PARAMS / 1e9);
-        else if (params >= PLAN_FP8_FROM_PARAMS && is_llama)
-            printf("precision | auto: bf16: %.2fB parameters would take fp8, which --arch llama does not have yet\n",
-                   params / 1e9);
         else if (params >= PLAN_FP8_FROM_PARAMS)
             printf("precision | auto: bf16: %.2fB parameters would take fp8, but this GPU (compute capability %d.%d) "
                    "has no FP8 tensor cores\n",

@@ -288,9 +288,10 @@ static void gpu_bill_formulas(void) {
 }
 
 // Llama's bill: GQA's K and V take 2*NKV of the NH + 2*NKV heads in the
-// kept qkv activation, the MLP activations are 2H (gate|up) and H, the
-// arena is what gpt_create allocates, the default precision is never FP8
-// (no Llama FP8 path yet), and full recompute re-runs qkv, o and gate|up.
+// kept qkv activation, the MLP activations are 2H (gate|up) and H, FP8
+// holds q/k/v, o, gate|up and down per layer (twice on Hopper, with the
+// transposes) and casts 2H-wide activations, the 8B class defaults to FP8
+// as GPT-2 does, and full recompute re-runs qkv, o and gate|up.
 static void llama_bill(void) {
     PlanDevice h100 = gpu("h100");
     GPTConfig c = {.max_seq_len = 2048, .vocab_size = 128256, .num_layers = 4, .num_heads = 32, .channels = 4096,
@@ -311,11 +312,16 @@ static void llama_bill(void) {
     MemoryBill bm = plan_bill(&pm, &h100);
     CHECK(bm.acts.count[A_QKV] - b.acts.count[A_QKV] == L * BT * 2 * 24 * 128 && bm.state.params > b.state.params,
           "GQA saves 2 x 24 heads of K and V");
+    pc.precision = PREC_FP8;
+    b = plan_bill(&pc, &h100);
+    size_t layer = (size_t)(48 * 128) * 4096 + 4096 * 4096 + 2 * 14336 * 4096 + 4096 * 14336;
+    CHECK(b.fp8_weights == L * 2 * layer, "Llama FP8 weights %zu, want %zu", b.fp8_weights, L * 2 * layer);
+    CHECK(b.activations == b.acts.bytes + 3 * BT * 2 * 14336, "Llama FP8 casts (three buffers of 2H on Hopper)");
     CHECK(plan_default_precision(&c, &h100) == PREC_BF16, "small Llama: bf16");
     c.num_layers = 32;
     gpt_config_finish(&c);
-    CHECK(gpt_num_params(&c) > 7e9 && plan_default_precision(&c, &h100) == PREC_BF16,
-          "an 8B Llama plans in bf16 (no FP8 path)");
+    CHECK(gpt_num_params(&c) > 7e9 && plan_default_precision(&c, &h100) == PREC_FP8, "an 8B Llama plans in fp8");
+    pc.precision = PREC_BF16;
     pc.model = c;
     pc.recompute = recompute_policy(RECOMPUTE_FULL, 0, 32);
     PlanSpeed sp = plan_speed(&pc, &h100);

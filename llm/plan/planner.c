@@ -88,9 +88,8 @@ Precision precision_for_model(double params, int is_gpu, int gpu_has_fp8) {
     return params >= PLAN_FP8_FROM_PARAMS && gpu_has_fp8 ? PREC_FP8 : PREC_BF16;
 }
 
-// Llama has no FP8 path yet (the trainer refuses it), so it plans in BF16.
 Precision plan_default_precision(const GPTConfig* c, const PlanDevice* dev) {
-    return precision_for_model((double)gpt_num_params(c), dev->is_gpu, dev->peak_fp8 > 0 && c->arch != ARCH_LLAMA);
+    return precision_for_model((double)gpt_num_params(c), dev->is_gpu, dev->peak_fp8 > 0);
 }
 
 // ---------------------------------------------------------------------------
