@@ -626,7 +626,8 @@ static void layer_forward_to_gelu(GPT* m, int l, const LayerTensors* w, const La
     be->residual_layernorm_forward(be, a->residual2, a->ln2, a->ln2_mean, a->ln2_rstd, a->input, proj, w->ln2w,
                                    w->ln2b, N, C, gpt_amax_slot(m, l, FP8_FC, FP8_INPUT));
     // MLP block, first half: fch = fc(ln2), fch_gelu = gelu(fch)
-    gpt_linear_forward(m, l, FP8_FC, a->fch_gelu, a->fch, gpt_amax_slot(m, l, FP8_FCPROJ, FP8_INPUT), a->ln2, w->fcw, w->fcb,
+    gpt_linear_forward(m, l, FP8_FC, a->fch_gelu, a->fch, gpt_amax_slot(m, l, FP8_FCPROJ, FP8_INPUT), a->ln2, w->fcw,
+                       w->fcb,
                    N, C, 4 * C);
 }
 
@@ -718,12 +719,14 @@ void gpt_backward(GPT* m, const int32_t* inputs, int B, int T) {
     fp8_begin_backward(m->fp8);
 
     // The logits buffer already holds dlogits (cross_entropy with dloss != 0).
-    be->matmul_backward(be, dbtc, gpt_tensor_in_unit(m, dembed, P_WTE, -1), NULL, gpt_act(m, A_LOGITS), gpt_act(m, A_LNF),
+    be->matmul_backward(be, dbtc, gpt_tensor_in_unit(m, dembed, P_WTE, -1), NULL, gpt_act(m, A_LOGITS),
+                        gpt_act(m, A_LNF),
                         gpt_tensor_in_unit(m, embed, P_WTE, -1), N, C, Vp);
     be->zero(be, dres, BTC * es);
     be->layernorm_backward(be, dres, gpt_tensor_in_unit(m, dfin, P_LNFW, -1), gpt_tensor_in_unit(m, dfin, P_LNFB, -1),
                            dbtc, gpt_layer_acts(m, L - 1, (size_t)N).output, gpt_tensor_in_unit(m, fin, P_LNFW, -1),
-                           gpt_act(m, A_LNF_MEAN), gpt_act(m, A_LNF_RSTD), N, C, gpt_amax_slot(m, L - 1, FP8_FCPROJ, FP8_GRAD));
+                           gpt_act(m, A_LNF_MEAN), gpt_act(m, A_LNF_RSTD), N, C,
+                           gpt_amax_slot(m, L - 1, FP8_FCPROJ, FP8_GRAD));
     gpt_unit_backward_done(m, fu);
     gpt_unit_release(m, fu, 1);
 
@@ -745,9 +748,11 @@ void gpt_backward(GPT* m, const int32_t* inputs, int B, int T) {
         // MLP block; dres is the gradient of the layer's output and, by the
         // identity path, of residual2, to which the layernorm adds its branch.
         if (mode == RECOMPUTE_NONE) {
-            gpt_linear_backward(m, l, FP8_FCPROJ, dbt4c, g.fcprojw, g.fcprojb, dres, a.fch_gelu, w.fcprojw, N, 4 * C, C);
+            gpt_linear_backward(m, l, FP8_FCPROJ, dbt4c, g.fcprojw, g.fcprojb, dres, a.fch_gelu, w.fcprojw, N, 4 * C,
+                                C);
         } else {
-            if (mode == RECOMPUTE_SELECTIVE) be->gelu_forward(be, dbt4c, a.fch, 4 * BTC, gpt_amax_slot(m, l, FP8_FCPROJ, FP8_INPUT));
+            if (mode == RECOMPUTE_SELECTIVE)
+                be->gelu_forward(be, dbt4c, a.fch, 4 * BTC, gpt_amax_slot(m, l, FP8_FCPROJ, FP8_INPUT));
             gpt_linear_backward_over_input(m, l, FP8_FCPROJ, dbt4c, g.fcprojw, g.fcprojb, dres, w.fcprojw, N, 4 * C, C);
         }
         be->gelu_backward(be, dbt4c, a.fch, dbt4c, 4 * BTC, gpt_amax_slot(m, l, FP8_FC, FP8_GRAD));
