@@ -2,8 +2,9 @@
 //
 // Measures, in one run: the sgemm ceiling of this machine (OpenBLAS on a
 // large square GEMM), then full training steps (forward, backward, gradient
-// norm, AdamW) of two GPT-2 shapes at micro-batch 4, sequence 64, GPT-2
-// vocabulary. Prints ms/step, tokens/s and effective GFLOP/s (6 * params *
+// norm, AdamW) of two GPT-2 shapes and a Llama of GPT-2 124M's size (its
+// step's time over GPT-2's, measured in the same run) at micro-batch 4,
+// sequence 64, GPT-2 vocabulary. Prints ms/step, tokens/s and effective GFLOP/s (6 * params *
 // tokens), and that figure as a fraction of the sgemm ceiling measured here.
 // Then FP8 against the 16/32-bit path at hidden 2048, 4096 and 8192 (128
 // tokens, H -> H): the CPU has no BF16 or FP8 arithmetic, so --precision
@@ -49,9 +50,7 @@ static double sgemm_ceiling_gflops(Backend* be) {
 
 typedef struct { double ms, tok_s, gflops; } BenchResult;
 
-static BenchResult bench_model(Backend* be, const char* name, int L, int C, int NH, int maxT, int B, int T,
-                               int steps) {
-    GPTConfig c = {.max_seq_len = maxT, .vocab_size = 50257, .num_layers = L, .num_heads = NH, .channels = C};
+static BenchResult bench_config(Backend* be, const char* name, GPTConfig c, int B, int T, int steps) {
     gpt_config_finish(&c);
     GPT m;
     gpt_create(&m, &c, be, B, T, 1, 0, 0);
@@ -84,6 +83,12 @@ static BenchResult bench_model(Backend* be, const char* name, int L, int C, int 
     free(tok);
     gpt_free(&m);
     return r;
+}
+
+static BenchResult bench_model(Backend* be, const char* name, int L, int C, int NH, int maxT, int B, int T,
+                               int steps) {
+    GPTConfig c = {.max_seq_len = maxT, .vocab_size = 50257, .num_layers = L, .num_heads = NH, .channels = C};
+    return bench_config(be, name, c, B, T, steps);
 }
 
 // FP32 GEMM against the emulated FP8 one (input cast with current scaling
@@ -138,8 +143,15 @@ int main(void) {
     printf("%-26s %.1f GFLOP/s (the backend's GEMM at 1536^3, best of 5)\n", "sgemm ceiling", ceiling);
     BenchResult small = bench_model(be, "4 layers x 256 channels", 4, 256, 4, 256, 4, 64, 20);
     BenchResult gpt2 = bench_model(be, "GPT-2 124M", 12, 768, 12, 1024, 4, 64, 5);
-    printf("\nfraction of the sgemm ceiling: 4x256 %.0f%% | GPT-2 124M %.0f%%\n", 100 * small.gflops / ceiling,
-           100 * gpt2.gflops / ceiling);
+    // Llama at GPT-2 124M's size: 12 x 768, 12 query heads sharing 4 kv heads,
+    // tied head, an MLP of 2432 (124.7M parameters, 0.2% more).
+    GPTConfig lc = {.max_seq_len = 1024, .vocab_size = 50257, .num_layers = 12, .num_heads = 12, .channels = 768,
+                    .arch = ARCH_LLAMA, .num_kv_heads = 4, .mlp_hidden = 2432, .tie_embeddings = 1,
+                    .rope_theta = 500000.0f};
+    BenchResult llama = bench_config(be, "Llama 124M (GQA 12/4)", lc, 4, 64, 5);
+    printf("\nfraction of the sgemm ceiling: 4x256 %.0f%% | GPT-2 124M %.0f%% | Llama 124M %.0f%%\n",
+           100 * small.gflops / ceiling, 100 * gpt2.gflops / ceiling, 100 * llama.gflops / ceiling);
+    printf("Llama 124M step / GPT-2 124M step, this run: %.2fx the time\n", llama.ms / gpt2.ms);
     printf("llm.c's train_gpt2.c on a 2-core machine of this kind (notes, not measured here): ~500 ms/step and\n"
            "~3000 ms/step for these two shapes; here: %.0f ms and %.0f ms (%.1fx and %.1fx faster)\n",
            small.ms, gpt2.ms, 500.0 / small.ms, 3000.0 / gpt2.ms);

@@ -196,11 +196,11 @@ typedef struct {
 
 static void at_fwd(void* p) {
     AttnCtx* c = (AttnCtx*)p;
-    be->attention_forward(be, c->out, c->lse, c->qkv, c->B, c->T, c->C, c->NH);
+    be->attention_forward(be, c->out, c->lse, c->qkv, c->B, c->T, c->NH, c->NH, c->C / c->NH);
 }
 static void at_bwd(void* p) {
     AttnCtx* c = (AttnCtx*)p;
-    be->attention_backward(be, c->dqkv, c->dout, c->qkv, c->out, c->lse, c->B, c->T, c->C, c->NH);
+    be->attention_backward(be, c->dqkv, c->dout, c->qkv, c->out, c->lse, c->B, c->T, c->NH, c->NH, c->C / c->NH);
 }
 
 static void bench_attention(int B, int T, int NH, int HS) {

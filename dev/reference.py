@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""PyTorch reference for train_gpt's GPT-2: the same model, written plainly.
+"""PyTorch reference for train_gpt's GPT-2 and Llama: the same models, written plainly.
 
 Given weights in llm.c's model format (version 3, float32) and a batch, it
 writes what train_gpt must reproduce: the logits and loss of one forward, the
@@ -34,6 +34,13 @@ With --train-data GLOB it trains instead on llm.c's batches, in llm.c's order
 and with llm.c's cosine schedule (what train_gpt --llmc-compat 1 must
 reproduce; one rank): --micro-batch B rows of --seq-len T per micro-step,
 --accum micro-steps per step, and writes one loss per step, as text, to --out.
+
+--arch llama: the weights are raw float32 in train_gpt's kind-major order
+(LLAMA_ORDER below, each tensor stacked over layers, wte and lm_head with Vp
+rows), with the shape from --layers, --channels, --heads, --kv-heads,
+--mlp-hidden, --vocab, --rope-theta and --tied. The block: RMSNorm (eps 1e-5),
+RoPE on q and k (Hugging Face's rotate_half pairs (i, i + HS/2)), grouped-query
+attention, SwiGLU MLP with gate and up stacked in fcw, no biases.
 """
 import argparse
 import math
@@ -51,6 +58,77 @@ ORDER = ["wte", "wpe", "ln1w", "ln1b", "qkvw", "qkvb", "attprojw", "attprojb",
          "ln2w", "ln2b", "fcw", "fcb", "fcprojw", "fcprojb", "lnfw", "lnfb"]
 GLOBAL = {"wte", "wpe", "lnfw", "lnfb"}
 DECAYED = {"wte", "wpe", "qkvw", "attprojw", "fcw", "fcprojw"}
+
+
+LLAMA_ORDER = ["wte", "ln1w", "qkvw", "attprojw", "ln2w", "fcw", "fcprojw", "lnfw", "lm_head"]
+LLAMA_DECAYED = {"wte", "qkvw", "attprojw", "fcw", "fcprojw", "lm_head"}
+
+
+def llama_shapes(L, C, NH, NKV, H, Vp):
+    hs = C // NH
+    return {
+        "wte": (Vp, C), "ln1w": (L, C), "qkvw": (L, (NH + 2 * NKV) * hs, C), "attprojw": (L, C, NH * hs),
+        "ln2w": (L, C), "fcw": (L, 2 * H, C), "fcprojw": (L, C, H), "lnfw": (C,), "lm_head": (Vp, C),
+    }
+
+
+def load_llama(args, dtype):
+    L, C, NH, NKV, H, V = args.layers, args.channels, args.heads, args.kv_heads, args.mlp_hidden, args.vocab
+    Vp = (V + 127) // 128 * 128
+    order = [n for n in LLAMA_ORDER if n != "lm_head" or not args.tied]
+    data = np.fromfile(args.model, dtype=np.float32)
+    params, off = {}, 0
+    for name in order:
+        shape = llama_shapes(L, C, NH, NKV, H, Vp)[name]
+        n = int(np.prod(shape))
+        params[name] = torch.tensor(data[off:off + n].reshape(shape), dtype=dtype, requires_grad=True)
+        off += n
+    if off != data.size:
+        sys.exit(f"{args.model}: {data.size} values, expected {off}")
+    cfg = dict(arch="llama", V=V, L=L, NH=NH, NKV=NKV, C=C, H=H, Vp=Vp, theta=args.rope_theta, order=order,
+               decayed=LLAMA_DECAYED)
+    return cfg, params
+
+
+def rms_norm(x, w):
+    return x * torch.rsqrt((x * x).mean(dim=-1, keepdim=True) + 1e-5) * w
+
+
+def rope(x, theta):
+    # x (B, heads, T, hs): pairs (i, i + hs/2) rotated by t * theta^(-2i/hs).
+    T, hs = x.shape[2], x.shape[3]
+    inv = theta ** (-torch.arange(0, hs, 2, dtype=torch.float64) / hs)
+    ang = torch.arange(T, dtype=torch.float64)[:, None] * inv[None, :]
+    cos = torch.cat([ang.cos(), ang.cos()], dim=-1).to(x.dtype)
+    sin = torch.cat([ang.sin(), ang.sin()], dim=-1).to(x.dtype)
+    x1, x2 = x[..., : hs // 2], x[..., hs // 2:]
+    return x * cos + torch.cat([-x2, x1], dim=-1) * sin
+
+
+def llama_forward(cfg, p, idx):
+    B, T = idx.shape
+    C, NH, NKV, L, H = cfg["C"], cfg["NH"], cfg["NKV"], cfg["L"], cfg["H"]
+    hs = C // NH
+    x = p["wte"][idx]
+    mask = torch.ones(T, T, dtype=torch.bool).tril()
+    for l in range(L):
+        h = rms_norm(x, p["ln1w"][l])
+        qkv = h @ p["qkvw"][l].T
+        q, k, v = qkv.split([NH * hs, NKV * hs, NKV * hs], dim=2)
+        q = rope(q.view(B, T, NH, hs).transpose(1, 2), cfg["theta"])
+        k = rope(k.view(B, T, NKV, hs).transpose(1, 2), cfg["theta"])
+        v = v.view(B, T, NKV, hs).transpose(1, 2)
+        k = k.repeat_interleave(NH // NKV, dim=1)  # query head h reads kv head h // (NH / NKV)
+        v = v.repeat_interleave(NH // NKV, dim=1)
+        att = (q @ k.transpose(-2, -1)) / math.sqrt(hs)
+        att = att.masked_fill(~mask, float("-inf")).softmax(dim=-1)
+        y = (att @ v).transpose(1, 2).reshape(B, T, NH * hs)
+        x = x + y @ p["attprojw"][l].T
+        h = rms_norm(x, p["ln2w"][l])
+        gate, up = (h @ p["fcw"][l].T).split(H, dim=2)
+        x = x + (F.silu(gate) * up) @ p["fcprojw"][l].T
+    x = rms_norm(x, p["lnfw"])
+    return x @ p["lm_head" if "lm_head" in p else "wte"].T  # (B, T, Vp)
 
 
 def shapes(L, C, maxT, Vp):
@@ -78,11 +156,13 @@ def load_model(path, dtype):
         off += n
     if off != data.size:
         sys.exit(f"{path}: {data.size} values, expected {off}")
-    return dict(maxT=maxT, V=V, L=L, NH=NH, C=C, Vp=Vp), params
+    return dict(arch="gpt2", maxT=maxT, V=V, L=L, NH=NH, C=C, Vp=Vp, order=ORDER, decayed=DECAYED), params
 
 
 def forward(cfg, p, idx, sdpa=False):
     """The logits; sdpa: attention by F.scaled_dot_product_attention (the fast path on GPUs)."""
+    if cfg.get("arch") == "llama":
+        return llama_forward(cfg, p, idx)
     B, T = idx.shape
     C, NH, L = cfg["C"], cfg["NH"], cfg["L"]
     hs = C // NH
@@ -222,8 +302,8 @@ def train_llmc(args, cfg, p):
     print(f"reference (llm.c order): {args.steps} steps, loss {losses[0]:.6f} -> {losses[-1]:.6f}")
 
 
-def flat(p, getter):
-    return np.concatenate([getter(p[name]).detach().cpu().numpy().astype(np.float32).ravel() for name in ORDER])
+def flat(p, getter, order):
+    return np.concatenate([getter(p[name]).detach().cpu().numpy().astype(np.float32).ravel() for name in order])
 
 
 # ---- --cuda-bench ---------------------------------------------------------------------------
@@ -343,15 +423,21 @@ def main():
     ap.add_argument("--beta2", type=float, default=0.95)
     ap.add_argument("--eps", type=float, default=1e-8)
     ap.add_argument("--dtype", choices=["float64", "float32"], default="float64")
+    ap.add_argument("--arch", choices=["gpt2", "llama"], default="gpt2")
+    for name in ["layers", "channels", "heads", "kv-heads", "mlp-hidden", "vocab"]:
+        ap.add_argument("--" + name, type=int, default=0, help="--arch llama: the shape")
+    ap.add_argument("--rope-theta", type=float, default=500000.0)
+    ap.add_argument("--tied", type=int, default=0, help="--arch llama: LM head tied to wte")
     args = ap.parse_args()
     dtype = torch.float64 if args.dtype == "float64" else torch.float32
     torch.manual_seed(0)
 
-    cfg, p = load_model(args.model, dtype)
+    cfg, p = load_llama(args, dtype) if args.arch == "llama" else load_model(args.model, dtype)
     if args.train_data:
         return train_llmc(args, cfg, p)
     if not args.batch:
         sys.exit("reference.py: --batch or --train-data is needed")
+    order, decayed = cfg["order"], cfg["decayed"]
     with open(args.batch, "rb") as f:
         B, T = struct.unpack("<ii", f.read(8))
         ids = np.frombuffer(f.read(), dtype=np.int32)
@@ -363,15 +449,15 @@ def main():
     loss.backward()
     first_logits = logits[..., :cfg["V"]].detach().cpu().numpy().astype(np.float32)
     first_loss = float(loss)
-    first_grads = flat(p, lambda t: t.grad)
+    first_grads = flat(p, lambda t: t.grad, order)
 
-    decay = [p[n] for n in ORDER if n in DECAYED]
-    no_decay = [p[n] for n in ORDER if n not in DECAYED]
+    decay = [p[n] for n in order if n in decayed]
+    no_decay = [p[n] for n in order if n not in decayed]
     opt = torch.optim.AdamW([{"params": decay, "weight_decay": args.weight_decay},
                              {"params": no_decay, "weight_decay": 0.0}],
                             lr=args.lr, betas=(args.beta1, args.beta2), eps=args.eps, foreach=False)
     losses, norms = [], []
-    all_params = [p[n] for n in ORDER]
+    all_params = [p[n] for n in order]
     for step in range(args.steps):
         opt.zero_grad(set_to_none=False)
         loss = loss_of(cfg, forward(cfg, p, inputs), targets)
@@ -393,7 +479,7 @@ def main():
         f.write(first_grads.tobytes())
         f.write(np.asarray(losses, dtype=np.float32).tobytes())
         f.write(np.asarray(norms, dtype=np.float32).tobytes())
-        f.write(flat(p, lambda t: t).tobytes())
+        f.write(flat(p, lambda t: t, order).tobytes())
     print(f"reference: B={B} T={T} V={cfg['V']} L={cfg['L']} C={cfg['C']} loss {first_loss:.6f} "
           f"-> {losses[-1] if losses else first_loss:.6f} after {args.steps} steps ({args.dtype})")
 

@@ -11,7 +11,8 @@
 //   (be->dtype: FP32 or BF16); `float*` buffers are always FP32; token ids
 //   are int32.
 // - Shapes: N = B*T rows; C channels; OC output channels; NH heads;
-//   HS = C/NH head size; V real vocabulary; Vp padded vocabulary (V <= Vp).
+//   NKV key/value heads; HS head size (C/NH for GPT-2); V real vocabulary;
+//   Vp padded vocabulary (V <= Vp).
 // - "+=" in a comment means the op accumulates into that output (gradient
 //   accumulation); otherwise the output is overwritten.
 // - Results are deterministic: the same inputs give the same bits on every
@@ -108,10 +109,11 @@ struct Backend {
     void (*convert)(Backend* be, void* dst, DType dst_type, const void* src, DType src_type, size_t n);
 
     // ---- embedding ------------------------------------------------------------
-    // out[b,t,:] = wte[tokens[b,t],:] + wpe[t,:]
+    // out[b,t,:] = wte[tokens[b,t],:] + wpe[t,:] (wpe NULL: no position
+    // embeddings, as in Llama, whose positions are RoPE's)
     void (*encoder_forward)(Backend* be, void* out, const int32_t* tokens, const void* wte,
                             const void* wpe, int B, int T, int C);
-    // dwte[tokens[b,t],:] += dout[b,t,:]; dwpe[t,:] += dout[b,t,:]
+    // dwte[tokens[b,t],:] += dout[b,t,:]; dwpe[t,:] += dout[b,t,:] (skipped if NULL)
     void (*encoder_backward)(Backend* be, void* dwte, void* dwpe, const void* dout,
                              const int32_t* tokens, int B, int T, int C);
 
@@ -151,15 +153,55 @@ struct Backend {
     // dinp = dout * gelu'(inp); dinp may alias dout.
     void (*gelu_backward)(Backend* be, void* dinp, const void* inp, const void* dout, size_t n, float* amax);
 
-    // ---- causal self-attention ---------------------------------------------------------
-    // qkv (B,T,3,NH,HS) -> out (B,T,NH,HS); lse (B,NH,T) = log-sum-exp of each
-    // query's scaled scores, the only softmax state kept for backward. No T x T
-    // matrix is ever stored.
+    // ---- causal self-attention (multi-head or grouped-query) ----------------------------
+    // NH query heads share NKV key/value heads (NH % NKV == 0): query head h
+    // reads kv head h / (NH / NKV). GPT-2 has NKV = NH. HS is the head size.
+    // qkv (B, T, NH + 2*NKV, HS): each token's NH query heads, then its NKV
+    // key heads, then its NKV value heads -> out (B, T, NH, HS); lse (B, NH, T)
+    // = natural-log log-sum-exp of each query's scores scaled by 1/sqrt(HS),
+    // the only softmax state kept for backward. No T x T matrix is ever stored.
     void (*attention_forward)(Backend* be, void* out, float* lse, const void* qkv, int B, int T,
-                              int C, int NH);
-    // dqkv (B,T,3,NH,HS) from dout (B,T,C), recomputing the scores from qkv and lse.
+                              int NH, int NKV, int HS);
+    // dqkv (qkv's layout) from dout (B, T, NH, HS), recomputing the scores from
+    // qkv and lse. A key head's gradient sums over the NH / NKV query heads
+    // that read it, in a fixed order.
     void (*attention_backward)(Backend* be, void* dqkv, const void* dout, const void* qkv,
-                               const void* out, const float* lse, int B, int T, int C, int NH);
+                               const void* out, const float* lse, int B, int T, int NH, int NKV,
+                               int HS);
+
+    // ---- Llama block ops ------------------------------------------------------------------
+    // RMSNorm: out = inp * rstd * w over the last dimension, rstd (N) =
+    // 1 / sqrt(mean(inp^2) + eps) saved for backward. amax: of out.
+    void (*rmsnorm_forward)(Backend* be, void* out, float* rstd, const void* inp, const void* w,
+                            int N, int C, float eps, float* amax);
+    // residual = a + b; out = rmsnorm(residual), bit for bit what
+    // rmsnorm_forward gives for `residual` (recompute redoes it that way).
+    // residual may alias a. amax: of out.
+    void (*residual_rmsnorm_forward)(Backend* be, void* residual, void* out, float* rstd,
+                                     const void* a, const void* b, const void* w, int N, int C,
+                                     float eps, float* amax);
+    // dinp += ..., dw += ... (dinp accumulates: it is the residual gradient).
+    // amax: of dinp after the accumulation.
+    void (*rmsnorm_backward)(Backend* be, void* dinp, void* dw, const void* dout, const void* inp,
+                             const void* w, const float* rstd, int N, int C, float* amax);
+    // Rotary position embedding, in place on the NH query and NKV key heads
+    // of qkv (B, T, NH + 2*NKV, HS) (value heads untouched). freqs (T, HS/2, 2)
+    // FP32 holds cos and sin of the angle of token t and pair i (rope_table);
+    // pair i of a head is (x[i], x[i + HS/2]) (Hugging Face's rotate_half
+    // convention): x[i] <- x[i] cos - x[i+HS/2] sin, x[i+HS/2] <- x[i] sin +
+    // x[i+HS/2] cos. HS must be even.
+    void (*rope_forward)(Backend* be, void* qkv, const float* freqs, int B, int T, int NH, int NKV,
+                         int HS);
+    // The transpose (rotation by minus the angle), in place on dqkv's q and k heads.
+    void (*rope_backward)(Backend* be, void* dqkv, const float* freqs, int B, int T, int NH,
+                          int NKV, int HS);
+    // SwiGLU: inp (N, 2H) holds the gate in columns 0..H-1 and the up
+    // projection in H..2H-1; out (N, H) = silu(gate) * up, silu(x) = x * sigmoid(x).
+    // amax: of out.
+    void (*swiglu_forward)(Backend* be, void* out, const void* inp, int N, int H, float* amax);
+    // dinp (N, 2H) = the gradients of gate and up from dout (N, H). amax: of dinp.
+    void (*swiglu_backward)(Backend* be, void* dinp, const void* inp, const void* dout, int N, int H,
+                            float* amax);
 
     // ---- classifier -------------------------------------------------------------------
     // losses[i] = -log softmax(logits[i, :V])[targets[i]] for each of the N rows.
@@ -226,9 +268,20 @@ struct Backend {
 Backend* cpu_backend_create(DType dtype, int num_threads);
 // The most scratch one CPU attention call allocates (backward's, which is
 // larger than forward's) with `threads` OpenMP threads: the planner bills it.
-size_t cpu_attention_scratch_bytes(int T, int C, int NH, int threads);
+size_t cpu_attention_scratch_bytes(int T, int HS, int threads);
 // The most scratch one CPU FP8 GEMM call of a (N, C) -> (N, OC) linear layer
 // allocates (its operands decoded to FP32): the planner bills it.
 size_t cpu_fp8_matmul_scratch_bytes(int N, int C, int OC);
+// Llama 3.1's long-context frequency scaling of RoPE (factor 0: none).
+typedef struct {
+    float factor;            // 8 in Llama 3.1
+    float low_freq_factor;   // 1
+    float high_freq_factor;  // 4
+    int original_max_pos;    // 8192
+} RopeScaling;
+// freqs (T, HS/2, 2) = cos and sin of t * theta^(-2i/HS) (scaled as `scaling`
+// says, may be NULL), computed in double on the host: the table rope_forward
+// takes, the same bits for every backend. Defined in kernels/cpu/rope.c.
+void rope_table(float* freqs, int T, int HS, double theta, const RopeScaling* scaling);
 
 EXTERN_C_END

@@ -59,6 +59,13 @@ static const Flag FLAGS[] = {
     {"vocab-size", F_INT, OFF(vocab_size), "0", "V", "vocabulary size; 0 takes it from --tokenizer (GPT-2's 50257 without one)", NULL, "[0, 16777216]"},
     {"max-seq-len", F_INT, OFF(max_seq_len), "0", "T", "rows of the position embedding; 0 = --seq-len (1024 for GPT-2 presets)", NULL, "[0, 131072]"},
     {"init-from", F_STRING, OFF(init_from), "", "FILE", "start from weights in llm.c's model format (version 3 fp32 or 5 bf16); the model shape comes from the file", NULL, NULL},
+    // Llama 3 (llm/llama.c): presets llama3-1B, llama3-3B, llama3-8B, llama3-70B, or --arch llama with --depth or sizes.
+    {"arch", F_ENUM, OFF(arch), "gpt2", NULL, "architecture: GPT-2, or Llama 3 (RMSNorm, RoPE, grouped-query attention, SwiGLU, no biases); llama3-* presets set llama", NULL, "gpt2|llama"},
+    {"kv-heads", F_INT, OFF(kv_heads), "0", "NKV", "Llama: key/value heads (divides --heads); 0: the preset's, or heads/4 rounded down to a divisor for --depth", NULL, "[0, 4096]"},
+    {"mlp-hidden", F_INT, OFF(mlp_hidden), "0", "H", "Llama: MLP width of gate, up and down; 0: the preset's, or 8C/3 rounded up to 64 for --depth", NULL, "[0, 1048576]"},
+    {"rope-theta", F_DOUBLE, OFF(rope_theta), "500000", "X", "Llama: RoPE base frequency", NULL, "(0, inf)"},
+    {"rope-scaling", F_BOOL, OFF(rope_scaling), "0", "0|1", "Llama: Llama 3.1's long-context RoPE frequency scaling (factor 8, low 1, high 4, original 8192 positions)", NULL, NULL},
+    {"tie-embeddings", F_BOOL, OFF(tie_embeddings), "0", "0|1", "Llama: LM head tied to the token embedding; default: the preset's (1B and 3B tied), untied otherwise", NULL, NULL},
 
     {"train-data", F_STRING, OFF(train_data), "data/kjv/kjv_train_*.bin", "GLOB", "training shards (llm.c format, .bin or .bin.zst)", "Data", NULL},
     {"val-data", F_STRING, OFF(val_data), "data/kjv/kjv_val_*.bin", "GLOB", "validation shards; empty to skip validation", NULL, NULL},

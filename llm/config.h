@@ -35,6 +35,13 @@ typedef struct {
     int vocab_size;       // 0: from the tokenizer file (else GPT-2's 50257)
     int max_seq_len;      // 0: the sequence length (1024 for GPT-2 presets)
     char* init_from;      // llm.c model file
+    // Llama (the architecture and its own shape flags)
+    int arch;             // --arch: gpt2|llama, the order of Arch (llm/gpt.h)
+    int kv_heads;         // 0: the preset's (depth rule: see presets.c)
+    int mlp_hidden;       // 0: the preset's
+    double rope_theta;
+    int rope_scaling;     // Llama 3.1's long-context frequency scaling
+    int tie_embeddings;   // 1: LM head = wte; default: the preset's (untied otherwise)
     // data
     char* train_data;     // glob
     char* val_data;       // glob, "" to disable validation

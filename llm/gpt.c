@@ -1,5 +1,6 @@
-// gpt.c: the GPT-2 model on top of kernels/ops.h: parameter and activation
-// layouts, initialisation, forward, backward and the AdamW update.
+// gpt.c: the models on top of kernels/ops.h: parameter and activation
+// layouts (both architectures), initialisation, GPT-2's forward and
+// backward (Llama's are in llm/llama.c), and the AdamW update.
 #include "llm/gpt.h"
 
 #include <math.h>
@@ -9,10 +10,20 @@
 #include <string.h>
 
 #include "llm/fp8/fp8.h"
+#include "llm/gpt_internal.h"
 #include "llm/util/rng.h"
 
 // ---------------------------------------------------------------------------
 // configuration
+
+const char* arch_name(Arch a) { return a == ARCH_LLAMA ? "llama" : "gpt2"; }
+
+int arch_from_name(const char* name, Arch* out) {
+    if (strcmp(name, "gpt2") == 0) *out = ARCH_GPT2;
+    else if (strcmp(name, "llama") == 0) *out = ARCH_LLAMA;
+    else return 0;
+    return 1;
+}
 
 const char* gpt_config_invalid(const GPTConfig* c, char* why, size_t size) {
     static const struct {
@@ -43,6 +54,20 @@ const char* gpt_config_invalid(const GPTConfig* c, char* why, size_t size) {
 void gpt_config_finish(GPTConfig* c) {
     char why[160];
     if (gpt_config_invalid(c, why, sizeof why)) fatal("model: %s", why);
+    if (c->arch == ARCH_GPT2) {
+        // GPT-2's fixed choices, so that the shared code reads one set of fields.
+        c->num_kv_heads = c->num_heads;
+        c->mlp_hidden = 4 * c->channels;
+        c->tie_embeddings = 1;
+    } else {
+        if (c->num_kv_heads <= 0 || c->num_heads % c->num_kv_heads != 0)
+            fatal("model: heads (%d) must be a multiple of the key/value heads (%d)", c->num_heads, c->num_kv_heads);
+        if (c->mlp_hidden <= 0) fatal("model: the MLP width must be positive (got %d)", c->mlp_hidden);
+        if (gpt_head_size(c) % 2 != 0)
+            fatal("model: RoPE needs an even head size (channels %d / heads %d = %d)", c->channels, c->num_heads,
+                  gpt_head_size(c));
+        if (!(c->rope_theta > 1.0f)) fatal("model: the RoPE theta must be greater than 1 (got %g)", c->rope_theta);
+    }
     // Padding the vocabulary to a multiple of 128 keeps the LM-head GEMM on
     // fast tile sizes; the padded logits are excluded from the loss.
     c->padded_vocab_size = (int)round_up((size_t)c->vocab_size, 128);
@@ -53,7 +78,7 @@ void gpt_config_finish(GPTConfig* c) {
 
 static const char* PARAM_NAMES[NUM_PARAM_KINDS] = {
     "wte", "wpe", "ln1w", "ln1b", "qkvw", "qkvb", "attprojw", "attprojb",
-    "ln2w", "ln2b", "fcw", "fcb", "fcprojw", "fcprojb", "lnfw", "lnfb"};
+    "ln2w", "ln2b", "fcw", "fcb", "fcprojw", "fcprojb", "lnfw", "lnfb", "lm_head"};
 
 const char* param_kind_name(ParamKind k) { return PARAM_NAMES[k]; }
 
@@ -61,6 +86,10 @@ const char* param_kind_name(ParamKind k) { return PARAM_NAMES[k]; }
 // per-layer kinds repeat it L times (ParamKind in gpt.h lists every shape).
 static void param_shape(const GPTConfig* c, ParamKind k, int* rows, int* cols) {
     int C = c->channels;
+    if (c->arch == ARCH_LLAMA) {
+        llama_param_shape(c, k, rows, cols);
+        return;
+    }
     switch (k) {
     case P_WTE: *rows = c->padded_vocab_size; *cols = C; return;
     case P_WPE: *rows = c->max_seq_len; *cols = C; return;
@@ -74,26 +103,56 @@ static void param_shape(const GPTConfig* c, ParamKind k, int* rows, int* cols) {
     }
 }
 
-int param_kind_is_per_layer(ParamKind k) { return k != P_WTE && k != P_WPE && k != P_LNFW && k != P_LNFB; }
+int param_kind_is_per_layer(ParamKind k) {
+    return k != P_WTE && k != P_WPE && k != P_LNFW && k != P_LNFB && k != P_LMHEAD;
+}
 
-// Summed over the tensor shapes, with wte counted at V rather than Vp rows.
+// Each architecture's tensors as three lists, in flat order: the embeddings
+// unit, one layer's unit, the final unit.
+static const ParamKind GPT2_EMBED[] = {P_WTE, P_WPE};
+static const ParamKind GPT2_LAYER[] = {P_LN1W, P_LN1B, P_QKVW, P_QKVB, P_ATTPROJW, P_ATTPROJB,
+                                       P_LN2W, P_LN2B, P_FCW, P_FCB, P_FCPROJW, P_FCPROJB};
+static const ParamKind GPT2_FINAL[] = {P_LNFW, P_LNFB};
+
+#define KIND_LIST(a) ((KindList){(a), (int)(sizeof(a) / sizeof((a)[0]))})
+
+static KindList unit_kinds(const GPTConfig* c, int which) {  // 0 embed, 1 layer, 2 final
+    if (c->arch == ARCH_LLAMA) return llama_unit_kinds(c, which);
+    return which == 0 ? KIND_LIST(GPT2_EMBED) : which == 1 ? KIND_LIST(GPT2_LAYER) : KIND_LIST(GPT2_FINAL);
+}
+
+static int kind_position(KindList list, ParamKind k) {
+    for (int i = 0; i < list.n; i++)
+        if (list.kinds[i] == k) return i;
+    return -1;
+}
+
+int gpt_has_kind(const GPTConfig* c, ParamKind k) {
+    for (int w = 0; w < 3; w++)
+        if (kind_position(unit_kinds(c, w), k) >= 0) return 1;
+    return 0;
+}
+
+// Summed over the tensor shapes, with wte and lm_head counted at V rather than Vp rows.
 size_t gpt_num_params(const GPTConfig* c) {
     size_t n = 0;
     for (int k = 0; k < NUM_PARAM_KINDS; k++) {
+        if (!gpt_has_kind(c, (ParamKind)k)) continue;
         int rows, cols;
         param_shape(c, (ParamKind)k, &rows, &cols);
-        if (k == P_WTE) rows = c->vocab_size;
+        if (k == P_WTE || k == P_LMHEAD) rows = c->vocab_size;
         n += (size_t)rows * cols * (param_kind_is_per_layer((ParamKind)k) ? (size_t)c->num_layers : 1);
     }
     return n;
 }
 
 int param_tensor_index(const GPTConfig* c, ParamKind kind, int layer) {
-    if (kind == P_WTE) return 0;
-    if (kind == P_WPE) return 1;
-    if (kind == P_LNFW) return 2 + 12 * c->num_layers;
-    if (kind == P_LNFB) return 3 + 12 * c->num_layers;
-    return 2 + 12 * layer + (kind - P_LN1W);
+    KindList e = unit_kinds(c, 0), l = unit_kinds(c, 1), f = unit_kinds(c, 2);
+    int i;
+    if ((i = kind_position(e, kind)) >= 0) return i;
+    if ((i = kind_position(l, kind)) >= 0) return e.n + l.n * layer + i;
+    if ((i = kind_position(f, kind)) >= 0) return e.n + l.n * c->num_layers + i;
+    fatal("internal: a %s model has no %s tensor", arch_name(c->arch), param_kind_name(kind));
 }
 
 static void add_tensor(ParamLayout* pl, const GPTConfig* c, ParamKind k, int layer) {
@@ -123,17 +182,16 @@ void param_layout_build(ParamLayout* pl, const GPTConfig* c, int world) {
     pl->num_units = 0;
     pl->total = 0;
     pl->world = world;
-    pl->tensors = (ParamTensor*)xcalloc((size_t)4 + 12 * (size_t)c->num_layers, sizeof(ParamTensor));
+    KindList e = unit_kinds(c, 0), lk = unit_kinds(c, 1), f = unit_kinds(c, 2);
+    pl->tensors = (ParamTensor*)xcalloc((size_t)e.n + f.n + (size_t)lk.n * c->num_layers, sizeof(ParamTensor));
     pl->unit_begin = (size_t*)xcalloc((size_t)c->num_layers + 3, sizeof(size_t));
-    add_tensor(pl, c, P_WTE, -1);
-    add_tensor(pl, c, P_WPE, -1);
+    for (int i = 0; i < e.n; i++) add_tensor(pl, c, e.kinds[i], -1);
     end_unit(pl);
     for (int l = 0; l < c->num_layers; l++) {
-        for (int k = P_LN1W; k <= P_FCPROJB; k++) add_tensor(pl, c, (ParamKind)k, l);
+        for (int i = 0; i < lk.n; i++) add_tensor(pl, c, lk.kinds[i], l);
         end_unit(pl);
     }
-    add_tensor(pl, c, P_LNFW, -1);
-    add_tensor(pl, c, P_LNFB, -1);
+    for (int i = 0; i < f.n; i++) add_tensor(pl, c, f.kinds[i], -1);
     end_unit(pl);
 }
 
@@ -170,34 +228,39 @@ void* gpt_tensor_in_unit(const GPT* m, void* unit_base, ParamKind k, int layer) 
     return (char*)unit_base + (t->offset - m->layout.unit_begin[t->unit]) * dtype_size(m->dtype);
 }
 
+// NULL for a kind the architecture lacks (Llama's biases).
+static void* layer_tensor(const GPT* m, void* unit_base, ParamKind k, int l) {
+    return gpt_has_kind(&m->config, k) ? gpt_tensor_in_unit(m, unit_base, k, l) : NULL;
+}
+
 LayerTensors gpt_layer_tensors(const GPT* m, void* unit_base, int l) {
     LayerTensors w;
-    w.ln1w = gpt_tensor_in_unit(m, unit_base, P_LN1W, l);
-    w.ln1b = gpt_tensor_in_unit(m, unit_base, P_LN1B, l);
-    w.qkvw = gpt_tensor_in_unit(m, unit_base, P_QKVW, l);
-    w.qkvb = gpt_tensor_in_unit(m, unit_base, P_QKVB, l);
-    w.attprojw = gpt_tensor_in_unit(m, unit_base, P_ATTPROJW, l);
-    w.attprojb = gpt_tensor_in_unit(m, unit_base, P_ATTPROJB, l);
-    w.ln2w = gpt_tensor_in_unit(m, unit_base, P_LN2W, l);
-    w.ln2b = gpt_tensor_in_unit(m, unit_base, P_LN2B, l);
-    w.fcw = gpt_tensor_in_unit(m, unit_base, P_FCW, l);
-    w.fcb = gpt_tensor_in_unit(m, unit_base, P_FCB, l);
-    w.fcprojw = gpt_tensor_in_unit(m, unit_base, P_FCPROJW, l);
-    w.fcprojb = gpt_tensor_in_unit(m, unit_base, P_FCPROJB, l);
+    w.ln1w = layer_tensor(m, unit_base, P_LN1W, l);
+    w.ln1b = layer_tensor(m, unit_base, P_LN1B, l);
+    w.qkvw = layer_tensor(m, unit_base, P_QKVW, l);
+    w.qkvb = layer_tensor(m, unit_base, P_QKVB, l);
+    w.attprojw = layer_tensor(m, unit_base, P_ATTPROJW, l);
+    w.attprojb = layer_tensor(m, unit_base, P_ATTPROJB, l);
+    w.ln2w = layer_tensor(m, unit_base, P_LN2W, l);
+    w.ln2b = layer_tensor(m, unit_base, P_LN2B, l);
+    w.fcw = layer_tensor(m, unit_base, P_FCW, l);
+    w.fcb = layer_tensor(m, unit_base, P_FCB, l);
+    w.fcprojw = layer_tensor(m, unit_base, P_FCPROJW, l);
+    w.fcprojb = layer_tensor(m, unit_base, P_FCPROJB, l);
     return w;
 }
 
 // The hook points (see GPTHooks); without hooks, slices of the flat buffers.
-static void* unit_params(GPT* m, int u, int backward) {
+void* gpt_unit_params(GPT* m, int u, int backward) {
     return m->hooks ? m->hooks->unit_params(m->hooks->ctx, m, u, backward) : gpt_unit_slice(m, m->params, u);
 }
-static void* unit_grads(GPT* m, int u) {
+void* gpt_unit_grads(GPT* m, int u) {
     return m->hooks ? m->hooks->unit_grads(m->hooks->ctx, m, u) : gpt_unit_slice(m, m->grads, u);
 }
-static void unit_backward_done(GPT* m, int u) {
+void gpt_unit_backward_done(GPT* m, int u) {
     if (m->hooks) m->hooks->unit_backward_done(m->hooks->ctx, m, u);
 }
-static void unit_release(GPT* m, int u, int backward) {
+void gpt_unit_release(GPT* m, int u, int backward) {
     if (m->hooks) m->hooks->unit_release(m->hooks->ctx, m, u, backward);
 }
 
@@ -240,6 +303,10 @@ static ActKind act_scratch_for(ActKind k) { return k == A_FCH_GELU ? A_SCRATCH_B
 // Elements per token.
 static size_t act_width(const GPTConfig* c, ActKind k) {
     size_t C = c->channels;
+    if (c->arch == ARCH_LLAMA) {
+        size_t w = llama_act_width(c, k);
+        if (w != (size_t)-1) return w;
+    }
     switch (k) {
     case A_LN1_MEAN: case A_LN1_RSTD: case A_LN2_MEAN: case A_LN2_RSTD: case A_LNF_MEAN: case A_LNF_RSTD:
     case A_LOSSES: return 1;
@@ -285,7 +352,7 @@ void act_layout_build(ActLayout* al, const GPTConfig* c, int B, int T, DType dty
 size_t act_kind_bytes(const ActLayout* al, ActKind k) { return round_up(al->count[k] * dtype_size(al->dtype[k]), 256); }
 
 // Base pointer of activation k.
-static void* act(const GPT* m, ActKind k) { return (char*)m->arena + m->acts.offset[k]; }
+void* gpt_act(const GPT* m, ActKind k) { return (char*)m->arena + m->acts.offset[k]; }
 
 // Layer l's buffer of per-layer kind k for a pass over N = B*T tokens: its
 // own slice, the working slice, or the backward scratch.
@@ -296,36 +363,17 @@ static void* act_of_layer(const GPT* m, ActKind k, int l, size_t N) {
     case KEEP_ALWAYS: slice = l; break;
     case KEEP_UNLESS_FULL: slice = l < F ? al->stored[k] : l - F; break;
     case KEEP_IF_NONE:
-        if (l < F || al->recompute.mode != RECOMPUTE_NONE) return act(m, act_scratch_for(k));
+        if (l < F || al->recompute.mode != RECOMPUTE_NONE) return gpt_act(m, act_scratch_for(k));
         slice = l - F;
         break;
     case KEEP_GLOBAL: fatal("internal: %s is not a per-layer activation", act_kind_name(k));
     }
-    return (char*)act(m, k) + (size_t)slice * N * act_width(&m->config, k) * dtype_size(al->dtype[k]);
+    return (char*)gpt_act(m, k) + (size_t)slice * N * act_width(&m->config, k) * dtype_size(al->dtype[k]);
 }
 
-// Every activation of one layer, for a pass over N = B*T tokens (the slices
-// act_of_layer picks; see ActKind in gpt.h).
-typedef struct {
-    void* input;      // (B, T, C) the residual stream entering the layer
-    void* ln1;        // (B, T, C)
-    void* qkv;        // (B, T, 3*C)
-    void* atty;       // (B, T, C)
-    void* residual2;  // (B, T, C)
-    void* ln2;        // (B, T, C)
-    void* fch;        // (B, T, 4*C)
-    void* fch_gelu;   // (B, T, 4*C)
-    void* output;     // (B, T, C) the next layer's input
-    float* ln1_mean;  // (B, T)
-    float* ln1_rstd;  // (B, T)
-    float* lse;       // (B, NH, T)
-    float* ln2_mean;  // (B, T)
-    float* ln2_rstd;  // (B, T)
-} LayerActs;
-
-static LayerActs layer_acts(const GPT* m, int l, size_t N) {
+LayerActs gpt_layer_acts(const GPT* m, int l, size_t N) {
     LayerActs a;
-    a.input = l == 0 ? act(m, A_ENCODED) : act_of_layer(m, A_RESIDUAL3, l - 1, N);
+    a.input = l == 0 ? gpt_act(m, A_ENCODED) : act_of_layer(m, A_RESIDUAL3, l - 1, N);
     a.ln1 = act_of_layer(m, A_LN1, l, N);
     a.ln1_mean = (float*)act_of_layer(m, A_LN1_MEAN, l, N);
     a.ln1_rstd = (float*)act_of_layer(m, A_LN1_RSTD, l, N);
@@ -432,6 +480,7 @@ void gpt_create_recompute(GPT* m, const GPTConfig* c, Backend* be, int B, int T,
     m->targets = (int32_t*)be->alloc(be, (size_t)B * T * sizeof(int32_t), "target tokens");
     m->scalars = (float*)be->alloc(be, 4 * sizeof(float), "scalars");
     be->zero(be, m->scalars, 4 * sizeof(float));
+    if (c->arch == ARCH_LLAMA) llama_create(m);
 }
 
 void gpt_free(GPT* m) {
@@ -445,6 +494,7 @@ void gpt_free(GPT* m) {
     be->free(be, m->inputs);
     be->free(be, m->targets);
     be->free(be, m->scalars);
+    if (m->rope_freqs) be->free(be, m->rope_freqs);
     param_layout_free(&m->layout);
     memset(m, 0, sizeof *m);
 }
@@ -459,14 +509,14 @@ void gpt_init_random(GPT* m, uint64_t seed) {
     for (int i = 0; i < m->layout.num_tensors; i++) {
         const ParamTensor* t = &m->layout.tensors[i];
         float* dst = host + t->offset;
-        if (t->kind == P_LN1W || t->kind == P_LN2W || t->kind == P_LNFW) {
+        if (t->kind == P_LN1W || t->kind == P_LN2W || t->kind == P_LNFW) {  // LayerNorm or RMSNorm weights
             for (size_t j = 0; j < t->count; j++) dst[j] = 1.0f;
             continue;
         }
         if (t->rows == 1) continue;  // biases start at zero
         float std = (t->kind == P_ATTPROJW || t->kind == P_FCPROJW) ? residual_std : 0.02f;
         // Padded vocabulary rows stay zero so their logits are exactly zero.
-        size_t n = t->kind == P_WTE ? (size_t)c->vocab_size * t->cols : t->count;
+        size_t n = t->kind == P_WTE || t->kind == P_LMHEAD ? (size_t)c->vocab_size * t->cols : t->count;
         uint64_t key = rng_key(seed, (uint64_t)t->kind, (uint64_t)(t->layer + 1));
 #pragma omp parallel for schedule(static)
         for (size_t j = 0; j < n; j++) dst[j] = std * rng_normal(key, j);
@@ -547,10 +597,10 @@ void gpt_get_params_f32(const GPT* m, float* host_flat) {
 // their inputs and output gradients (layernorm, GELU, ...) also write those
 // tensors' amaxes into the slots fp8_amax_slot names (NULL when FP8 is off).
 
-static float* amax_slot(GPT* m, int l, Fp8Gemm g, Fp8Role role) { return fp8_amax_slot(m->fp8, l, g, role); }
+float* gpt_amax_slot(GPT* m, int l, Fp8Gemm g, Fp8Role role) { return fp8_amax_slot(m->fp8, l, g, role); }
 
 // matmul_forward; out_amax (may be NULL) receives the amax of out.
-static void linear_forward(GPT* m, int l, Fp8Gemm g, void* out, void* pre_gelu, float* out_amax, void* inp,
+void gpt_linear_forward(GPT* m, int l, Fp8Gemm g, void* out, void* pre_gelu, float* out_amax, void* inp,
                            const void* weight, const void* bias, int N, int C, int OC) {
     if (fp8_gemm_on(m->fp8, l, g, N)) {
         fp8_linear_forward(m->fp8, l, g, out, pre_gelu, out_amax, inp, weight, bias, N, C, OC);
@@ -561,7 +611,7 @@ static void linear_forward(GPT* m, int l, Fp8Gemm g, void* out, void* pre_gelu, 
     if (out_amax) m->be->amax(m->be, out_amax, out, (size_t)N * OC);
 }
 
-static void linear_backward(GPT* m, int l, Fp8Gemm g, void* dinp, void* dweight, void* dbias, const void* dout,
+void gpt_linear_backward(GPT* m, int l, Fp8Gemm g, void* dinp, void* dweight, void* dbias, const void* dout,
                             const void* inp, const void* weight, int N, int C, int OC) {
     if (fp8_gemm_on(m->fp8, l, g, N)) fp8_linear_backward(m->fp8, l, g, dinp, dweight, dbias, dout, inp, weight, N, C, OC);
     else m->be->matmul_backward(m->be, dinp, dweight, dbias, dout, inp, weight, N, C, OC);
@@ -571,7 +621,7 @@ static void linear_backward(GPT* m, int l, Fp8Gemm g, void* dinp, void* dweight,
 // receives the input gradient: the weight gradients read it first, then dinp
 // overwrites it. The same bits as one call (the two products are separate;
 // the FP8 path quantises the input before it writes dinp).
-static void linear_backward_over_input(GPT* m, int l, Fp8Gemm g, void* inp_then_dinp, void* dweight, void* dbias,
+void gpt_linear_backward_over_input(GPT* m, int l, Fp8Gemm g, void* inp_then_dinp, void* dweight, void* dbias,
                                        const void* dout, const void* weight, int N, int C, int OC) {
     if (fp8_gemm_on(m->fp8, l, g, N)) {
         fp8_linear_backward(m->fp8, l, g, inp_then_dinp, dweight, dbias, dout, inp_then_dinp, weight, N, C, OC);
@@ -590,76 +640,81 @@ static void linear_backward_over_input(GPT* m, int l, Fp8Gemm g, void* inp_then_
 static void layer_forward_to_gelu(GPT* m, int l, const LayerTensors* w, const LayerActs* a, int B, int T) {
     Backend* be = m->be;
     int C = m->config.channels, NH = m->config.num_heads, N = B * T;
-    void* proj = act(m, A_PROJ_OUT);
+    void* proj = gpt_act(m, A_PROJ_OUT);
     // attention block: residual2 = input + proj(attention(qkv(ln1)))
-    linear_forward(m, l, FP8_QKV, a->qkv, NULL, NULL, a->ln1, w->qkvw, w->qkvb, N, C, 3 * C);
-    be->attention_forward(be, a->atty, a->lse, a->qkv, B, T, C, NH);
-    float* atty_amax = amax_slot(m, l, FP8_ATTPROJ, FP8_INPUT);
+    gpt_linear_forward(m, l, FP8_QKV, a->qkv, NULL, NULL, a->ln1, w->qkvw, w->qkvb, N, C, 3 * C);
+    be->attention_forward(be, a->atty, a->lse, a->qkv, B, T, NH, NH, C / NH);
+    float* atty_amax = gpt_amax_slot(m, l, FP8_ATTPROJ, FP8_INPUT);
     if (atty_amax) be->amax(be, atty_amax, a->atty, (size_t)N * C);  // the attention kernels measure nothing
-    linear_forward(m, l, FP8_ATTPROJ, proj, NULL, NULL, a->atty, w->attprojw, w->attprojb, N, C, C);
+    gpt_linear_forward(m, l, FP8_ATTPROJ, proj, NULL, NULL, a->atty, w->attprojw, w->attprojb, N, C, C);
     be->residual_layernorm_forward(be, a->residual2, a->ln2, a->ln2_mean, a->ln2_rstd, a->input, proj, w->ln2w,
-                                   w->ln2b, N, C, amax_slot(m, l, FP8_FC, FP8_INPUT));
+                                   w->ln2b, N, C, gpt_amax_slot(m, l, FP8_FC, FP8_INPUT));
     // MLP block, first half: fch = fc(ln2), fch_gelu = gelu(fch)
-    linear_forward(m, l, FP8_FC, a->fch_gelu, a->fch, amax_slot(m, l, FP8_FCPROJ, FP8_INPUT), a->ln2, w->fcw, w->fcb,
+    gpt_linear_forward(m, l, FP8_FC, a->fch_gelu, a->fch, gpt_amax_slot(m, l, FP8_FCPROJ, FP8_INPUT), a->ln2, w->fcw,
+                       w->fcb,
                    N, C, 4 * C);
 }
 
 void gpt_forward(GPT* m, const int32_t* inputs, const int32_t* targets, int B, int T, float dloss) {
     const GPTConfig* c = &m->config;
     if (B > m->B || T > m->T) fatal("internal: forward at (%d, %d) exceeds the arena (%d, %d)", B, T, m->B, m->T);
+    if (c->arch == ARCH_LLAMA) {
+        llama_forward(m, inputs, targets, B, T, dloss);
+        return;
+    }
     Backend* be = m->be;
     int C = c->channels, L = c->num_layers, V = c->vocab_size, Vp = c->padded_vocab_size;
     int N = B * T;
-    void* embed = unit_params(m, gpt_embed_unit(), 0);
+    void* embed = gpt_unit_params(m, gpt_embed_unit(), 0);
     void* wte = gpt_tensor_in_unit(m, embed, P_WTE, -1);
     void* wpe = gpt_tensor_in_unit(m, embed, P_WPE, -1);
-    void* proj = act(m, A_PROJ_OUT);
+    void* proj = gpt_act(m, A_PROJ_OUT);
     fp8_begin_forward(m->fp8);
 
-    be->encoder_forward(be, act(m, A_ENCODED), inputs, wte, wpe, B, T, C);
-    LayerTensors w = gpt_layer_tensors(m, unit_params(m, gpt_layer_unit(0), 0), 0);
-    LayerActs a = layer_acts(m, 0, (size_t)N);
+    be->encoder_forward(be, gpt_act(m, A_ENCODED), inputs, wte, wpe, B, T, C);
+    LayerTensors w = gpt_layer_tensors(m, gpt_unit_params(m, gpt_layer_unit(0), 0), 0);
+    LayerActs a = gpt_layer_acts(m, 0, (size_t)N);
     be->layernorm_forward(be, a.ln1, a.ln1_mean, a.ln1_rstd, a.input, w.ln1w, w.ln1b, N, C,
-                          amax_slot(m, 0, FP8_QKV, FP8_INPUT));
+                          gpt_amax_slot(m, 0, FP8_QKV, FP8_INPUT));
 
     for (int l = 0; l < L; l++) {
         layer_forward_to_gelu(m, l, &w, &a, B, T);
         // MLP block, second half: output = residual2 + fcproj(fch_gelu) ...
-        linear_forward(m, l, FP8_FCPROJ, proj, NULL, NULL, a.fch_gelu, w.fcprojw, w.fcprojb, N, 4 * C, C);
+        gpt_linear_forward(m, l, FP8_FCPROJ, proj, NULL, NULL, a.fch_gelu, w.fcprojw, w.fcprojb, N, 4 * C, C);
         // ... fused with the layernorm that feeds the next layer (or the final one)
         void *next_ln, *next_w, *next_b;
         float *next_mean, *next_rstd;
         LayerTensors wn = w;
         LayerActs an = a;
         if (l + 1 < L) {
-            wn = gpt_layer_tensors(m, unit_params(m, gpt_layer_unit(l + 1), 0), l + 1);
-            an = layer_acts(m, l + 1, (size_t)N);
+            wn = gpt_layer_tensors(m, gpt_unit_params(m, gpt_layer_unit(l + 1), 0), l + 1);
+            an = gpt_layer_acts(m, l + 1, (size_t)N);
             next_ln = an.ln1;
             next_mean = an.ln1_mean;
             next_rstd = an.ln1_rstd;
             next_w = wn.ln1w;
             next_b = wn.ln1b;
         } else {
-            void* fin = unit_params(m, gpt_final_unit(m), 0);
-            next_ln = act(m, A_LNF);
-            next_mean = (float*)act(m, A_LNF_MEAN);
-            next_rstd = (float*)act(m, A_LNF_RSTD);
+            void* fin = gpt_unit_params(m, gpt_final_unit(m), 0);
+            next_ln = gpt_act(m, A_LNF);
+            next_mean = (float*)gpt_act(m, A_LNF_MEAN);
+            next_rstd = (float*)gpt_act(m, A_LNF_RSTD);
             next_w = gpt_tensor_in_unit(m, fin, P_LNFW, -1);
             next_b = gpt_tensor_in_unit(m, fin, P_LNFB, -1);
         }
         be->residual_layernorm_forward(be, a.output, next_ln, next_mean, next_rstd, a.residual2, proj, next_w,
-                                       next_b, N, C, amax_slot(m, l + 1, FP8_QKV, FP8_INPUT));
-        unit_release(m, gpt_layer_unit(l), 0);
+                                       next_b, N, C, gpt_amax_slot(m, l + 1, FP8_QKV, FP8_INPUT));
+        gpt_unit_release(m, gpt_layer_unit(l), 0);
         w = wn;
         a = an;
     }
-    unit_release(m, gpt_final_unit(m), 0);
+    gpt_unit_release(m, gpt_final_unit(m), 0);
 
     // LM head tied to the token embedding.
-    be->matmul_forward(be, act(m, A_LOGITS), NULL, act(m, A_LNF), wte, NULL, N, C, Vp);
-    unit_release(m, gpt_embed_unit(), 0);
+    be->matmul_forward(be, gpt_act(m, A_LOGITS), NULL, gpt_act(m, A_LNF), wte, NULL, N, C, Vp);
+    gpt_unit_release(m, gpt_embed_unit(), 0);
     fp8_end_forward(m->fp8);
-    if (targets) be->cross_entropy(be, (float*)act(m, A_LOSSES), act(m, A_LOGITS), targets, N, V, Vp, dloss);
+    if (targets) be->cross_entropy(be, (float*)gpt_act(m, A_LOSSES), gpt_act(m, A_LOGITS), targets, N, V, Vp, dloss);
 }
 
 // ---------------------------------------------------------------------------
@@ -669,94 +724,102 @@ void gpt_zero_grads(GPT* m) { m->be->zero(m->be, m->grads, m->grads_size * dtype
 
 void gpt_backward(GPT* m, const int32_t* inputs, int B, int T) {
     const GPTConfig* c = &m->config;
+    if (c->arch == ARCH_LLAMA) {
+        llama_backward(m, inputs, B, T);
+        return;
+    }
     Backend* be = m->be;
     int C = c->channels, NH = c->num_heads, L = c->num_layers, Vp = c->padded_vocab_size;
     int N = B * T;
     size_t BTC = (size_t)N * C, es = dtype_size(m->dtype);
-    void* dres = act(m, A_DRESIDUAL);       // gradient of the residual stream
-    void* dbtc = act(m, A_SCRATCH_BTC);     // (B,T,C) scratch
-    void* dbt4c = act(m, A_SCRATCH_BT4C);   // (B,T,4C) scratch, also dqkv (B,T,3C)
+    void* dres = gpt_act(m, A_DRESIDUAL);       // gradient of the residual stream
+    void* dbtc = gpt_act(m, A_SCRATCH_BTC);     // (B,T,C) scratch
+    void* dbt4c = gpt_act(m, A_SCRATCH_BT4C);   // (B,T,4C) scratch, also dqkv (B,T,3C)
     int fu = gpt_final_unit(m);
-    void* embed = unit_params(m, gpt_embed_unit(), 1);
-    void* dembed = unit_grads(m, gpt_embed_unit());
-    void* fin = unit_params(m, fu, 1);
-    void* dfin = unit_grads(m, fu);
+    void* embed = gpt_unit_params(m, gpt_embed_unit(), 1);
+    void* dembed = gpt_unit_grads(m, gpt_embed_unit());
+    void* fin = gpt_unit_params(m, fu, 1);
+    void* dfin = gpt_unit_grads(m, fu);
     fp8_begin_backward(m->fp8);
 
     // The logits buffer already holds dlogits (cross_entropy with dloss != 0).
-    be->matmul_backward(be, dbtc, gpt_tensor_in_unit(m, dembed, P_WTE, -1), NULL, act(m, A_LOGITS), act(m, A_LNF),
+    be->matmul_backward(be, dbtc, gpt_tensor_in_unit(m, dembed, P_WTE, -1), NULL, gpt_act(m, A_LOGITS),
+                        gpt_act(m, A_LNF),
                         gpt_tensor_in_unit(m, embed, P_WTE, -1), N, C, Vp);
     be->zero(be, dres, BTC * es);
     be->layernorm_backward(be, dres, gpt_tensor_in_unit(m, dfin, P_LNFW, -1), gpt_tensor_in_unit(m, dfin, P_LNFB, -1),
-                           dbtc, layer_acts(m, L - 1, (size_t)N).output, gpt_tensor_in_unit(m, fin, P_LNFW, -1),
-                           act(m, A_LNF_MEAN), act(m, A_LNF_RSTD), N, C, amax_slot(m, L - 1, FP8_FCPROJ, FP8_GRAD));
-    unit_backward_done(m, fu);
-    unit_release(m, fu, 1);
+                           dbtc, gpt_layer_acts(m, L - 1, (size_t)N).output, gpt_tensor_in_unit(m, fin, P_LNFW, -1),
+                           gpt_act(m, A_LNF_MEAN), gpt_act(m, A_LNF_RSTD), N, C,
+                           gpt_amax_slot(m, L - 1, FP8_FCPROJ, FP8_GRAD));
+    gpt_unit_backward_done(m, fu);
+    gpt_unit_release(m, fu, 1);
 
     for (int l = L - 1; l >= 0; l--) {
         int u = gpt_layer_unit(l);
-        LayerTensors w = gpt_layer_tensors(m, unit_params(m, u, 1), l);
-        LayerTensors g = gpt_layer_tensors(m, unit_grads(m, u), l);
-        LayerActs a = layer_acts(m, l, (size_t)N);
+        LayerTensors w = gpt_layer_tensors(m, gpt_unit_params(m, u, 1), l);
+        LayerTensors g = gpt_layer_tensors(m, gpt_unit_grads(m, u), l);
+        LayerActs a = gpt_layer_acts(m, l, (size_t)N);
         RecomputeMode mode = recompute_layer_mode(&m->acts.recompute, l);
         if (mode == RECOMPUTE_FULL) {
             // Re-run the forward from the layer's input into the working set.
             // ln2 and the GELU output are then in dbtc and dbt4c, as a
             // selective layer would recompute them below.
             be->layernorm_forward(be, a.ln1, a.ln1_mean, a.ln1_rstd, a.input, w.ln1w, w.ln1b, N, C,
-                                  amax_slot(m, l, FP8_QKV, FP8_INPUT));
+                                  gpt_amax_slot(m, l, FP8_QKV, FP8_INPUT));
             layer_forward_to_gelu(m, l, &w, &a, B, T);
         }
 
         // MLP block; dres is the gradient of the layer's output and, by the
         // identity path, of residual2, to which the layernorm adds its branch.
         if (mode == RECOMPUTE_NONE) {
-            linear_backward(m, l, FP8_FCPROJ, dbt4c, g.fcprojw, g.fcprojb, dres, a.fch_gelu, w.fcprojw, N, 4 * C, C);
+            gpt_linear_backward(m, l, FP8_FCPROJ, dbt4c, g.fcprojw, g.fcprojb, dres, a.fch_gelu, w.fcprojw, N, 4 * C,
+                                C);
         } else {
-            if (mode == RECOMPUTE_SELECTIVE) be->gelu_forward(be, dbt4c, a.fch, 4 * BTC, amax_slot(m, l, FP8_FCPROJ, FP8_INPUT));
-            linear_backward_over_input(m, l, FP8_FCPROJ, dbt4c, g.fcprojw, g.fcprojb, dres, w.fcprojw, N, 4 * C, C);
+            if (mode == RECOMPUTE_SELECTIVE)
+                be->gelu_forward(be, dbt4c, a.fch, 4 * BTC, gpt_amax_slot(m, l, FP8_FCPROJ, FP8_INPUT));
+            gpt_linear_backward_over_input(m, l, FP8_FCPROJ, dbt4c, g.fcprojw, g.fcprojb, dres, w.fcprojw, N, 4 * C, C);
         }
-        be->gelu_backward(be, dbt4c, a.fch, dbt4c, 4 * BTC, amax_slot(m, l, FP8_FC, FP8_GRAD));
+        be->gelu_backward(be, dbt4c, a.fch, dbt4c, 4 * BTC, gpt_amax_slot(m, l, FP8_FC, FP8_GRAD));
         if (mode == RECOMPUTE_NONE) {
-            linear_backward(m, l, FP8_FC, dbtc, g.fcw, g.fcb, dbt4c, a.ln2, w.fcw, N, C, 4 * C);
+            gpt_linear_backward(m, l, FP8_FC, dbtc, g.fcw, g.fcb, dbt4c, a.ln2, w.fcw, N, C, 4 * C);
         } else {
             if (mode == RECOMPUTE_SELECTIVE)
                 be->layernorm_forward(be, dbtc, a.ln2_mean, a.ln2_rstd, a.residual2, w.ln2w, w.ln2b, N, C,
-                                      amax_slot(m, l, FP8_FC, FP8_INPUT));
-            linear_backward_over_input(m, l, FP8_FC, dbtc, g.fcw, g.fcb, dbt4c, w.fcw, N, C, 4 * C);
+                                      gpt_amax_slot(m, l, FP8_FC, FP8_INPUT));
+            gpt_linear_backward_over_input(m, l, FP8_FC, dbtc, g.fcw, g.fcb, dbt4c, w.fcw, N, C, 4 * C);
         }
         be->layernorm_backward(be, dres, g.ln2w, g.ln2b, dbtc, a.residual2, w.ln2w, a.ln2_mean, a.ln2_rstd, N, C,
-                               amax_slot(m, l, FP8_ATTPROJ, FP8_GRAD));
+                               gpt_amax_slot(m, l, FP8_ATTPROJ, FP8_GRAD));
         // attention block; dres becomes the gradient of this layer's input.
-        linear_backward(m, l, FP8_ATTPROJ, dbtc, g.attprojw, g.attprojb, dres, a.atty, w.attprojw, N, C, C);
-        be->attention_backward(be, dbt4c, dbtc, a.qkv, a.atty, a.lse, B, T, C, NH);
-        float* dqkv_amax = amax_slot(m, l, FP8_QKV, FP8_GRAD);
+        gpt_linear_backward(m, l, FP8_ATTPROJ, dbtc, g.attprojw, g.attprojb, dres, a.atty, w.attprojw, N, C, C);
+        be->attention_backward(be, dbt4c, dbtc, a.qkv, a.atty, a.lse, B, T, NH, NH, C / NH);
+        float* dqkv_amax = gpt_amax_slot(m, l, FP8_QKV, FP8_GRAD);
         if (dqkv_amax) be->amax(be, dqkv_amax, dbt4c, 3 * BTC);  // the attention kernels measure nothing
         if (mode == RECOMPUTE_NONE) {
-            linear_backward(m, l, FP8_QKV, dbtc, g.qkvw, g.qkvb, dbt4c, a.ln1, w.qkvw, N, C, 3 * C);
+            gpt_linear_backward(m, l, FP8_QKV, dbtc, g.qkvw, g.qkvb, dbt4c, a.ln1, w.qkvw, N, C, 3 * C);
         } else {
             // ln1 shares dbtc with ln2, so full layers recompute it again too.
             be->layernorm_forward(be, dbtc, a.ln1_mean, a.ln1_rstd, a.input, w.ln1w, w.ln1b, N, C,
-                                  amax_slot(m, l, FP8_QKV, FP8_INPUT));
-            linear_backward_over_input(m, l, FP8_QKV, dbtc, g.qkvw, g.qkvb, dbt4c, w.qkvw, N, C, 3 * C);
+                                  gpt_amax_slot(m, l, FP8_QKV, FP8_INPUT));
+            gpt_linear_backward_over_input(m, l, FP8_QKV, dbtc, g.qkvw, g.qkvb, dbt4c, w.qkvw, N, C, 3 * C);
         }
         be->layernorm_backward(be, dres, g.ln1w, g.ln1b, dbtc, a.input, w.ln1w, a.ln1_mean, a.ln1_rstd, N, C,
-                               amax_slot(m, l - 1, FP8_FCPROJ, FP8_GRAD));
-        unit_backward_done(m, u);
-        unit_release(m, u, 1);
+                               gpt_amax_slot(m, l - 1, FP8_FCPROJ, FP8_GRAD));
+        gpt_unit_backward_done(m, u);
+        gpt_unit_release(m, u, 1);
     }
     fp8_end_backward(m->fp8);
     be->encoder_backward(be, gpt_tensor_in_unit(m, dembed, P_WTE, -1), gpt_tensor_in_unit(m, dembed, P_WPE, -1), dres,
                          inputs, B, T, C);
-    unit_backward_done(m, gpt_embed_unit());
-    unit_release(m, gpt_embed_unit(), 1);
+    gpt_unit_backward_done(m, gpt_embed_unit());
+    gpt_unit_release(m, gpt_embed_unit(), 1);
 }
 
 // ---------------------------------------------------------------------------
 // reductions and the update
 
 void gpt_accumulate_loss(GPT* m, int B, int T, int accumulate) {
-    m->be->sum(m->be, &m->scalars[0], (const float*)act(m, A_LOSSES), (size_t)B * T, accumulate);
+    m->be->sum(m->be, &m->scalars[0], (const float*)gpt_act(m, A_LOSSES), (size_t)B * T, accumulate);
 }
 
 void gpt_grad_norm_squared(GPT* m, size_t lo, size_t hi) {

@@ -1,5 +1,7 @@
-// gpt.h: the GPT-2 model: its configuration, the flat parameter layout, the
-// activation layout, initialisation, and forward/backward through kernels/ops.h.
+// gpt.h: the models (GPT-2 and Llama 3, one trainer for both): their
+// configuration, the flat parameter layout, the activation layout,
+// initialisation, and forward/backward through kernels/ops.h. The Llama
+// block itself is in llm/llama.c; both share everything else here.
 //
 // Memory is flat: parameters, gradients, FP32 master weights and the two
 // AdamW moments are each one buffer in the same element order, so ZeRO
@@ -28,13 +30,28 @@ EXTERN_C_BEGIN
 
 #define PARAM_ALIGN 64
 
+// The architectures: GPT-2 (LayerNorm, learned positions, GELU MLP,
+// multi-head attention, biases, tied head) and Llama 3 (RMSNorm, RoPE,
+// grouped-query attention, SwiGLU MLP, no biases, untied head unless tied).
+typedef enum { ARCH_GPT2 = 0, ARCH_LLAMA = 1 } Arch;
+const char* arch_name(Arch a);
+// "gpt2" or "llama" -> *out; 0 for any other name.
+int arch_from_name(const char* name, Arch* out);
+
 typedef struct {
-    int max_seq_len;        // rows of the position embedding
+    int max_seq_len;        // rows of the position embedding (GPT-2); longest T (Llama)
     int vocab_size;         // V: real tokens
     int padded_vocab_size;  // Vp: V rounded up to a multiple of 128
     int num_layers;         // L
     int num_heads;          // NH
     int channels;           // C
+    // Llama (gpt_config_finish fills GPT-2's values: NKV = NH, 4C, tied).
+    Arch arch;
+    int num_kv_heads;       // NKV: key/value heads (NH % NKV == 0)
+    int mlp_hidden;         // H: MLP width (gate and up are H x C each)
+    int tie_embeddings;     // LM head = wte (always for GPT-2)
+    float rope_theta;       // RoPE base (Llama 3: 500000)
+    RopeScaling rope_scaling;  // Llama 3.1's long-context scaling (factor 0: none)
 } GPTConfig;
 
 // The largest shapes a model may have. Within them every size the code
@@ -49,15 +66,25 @@ typedef struct {
 // NULL when the shape is valid, else why not (e.g. "channels 70000 exceed
 // 65536"), in why.
 const char* gpt_config_invalid(const GPTConfig* c, char* why, size_t size);
-// Fills padded_vocab_size and checks the shape (gpt_config_invalid); fatal
-// naming the offending values otherwise.
+// Fills padded_vocab_size and GPT-2's fixed choices, and checks the shape
+// (gpt_config_invalid; C divisible by NH, NH by NKV); fatal naming the
+// offending values otherwise.
 void gpt_config_finish(GPTConfig* c);
+// Head size C / NH.
+static inline int gpt_head_size(const GPTConfig* c) { return c->channels / c->num_heads; }
+// Elements per token of the fused q/k/v projection: (NH + 2*NKV) * HS.
+static inline int gpt_qkv_width(const GPTConfig* c) {
+    return (c->num_heads + 2 * c->num_kv_heads) * gpt_head_size(c);
+}
 // Parameter count without padding (what papers quote: wte counted once, V rows).
 size_t gpt_num_params(const GPTConfig* c);
 
-// The 16 kinds of parameter tensor, in llm.c's file order, with the shape of
-// each kind over the whole model (per-layer kinds have one (rows, cols) tensor
+// The kinds of parameter tensor: GPT-2's 16 in llm.c's file order, then the
+// untied LM head, with the shape of each kind over a GPT-2 model (per-layer kinds have one (rows, cols) tensor
 // per layer; weights are (out, in) as in PyTorch's nn.Linear).
+// Llama uses the analogous kinds (llm/llama.c lists them with their shapes):
+// wte, ln1w (attention RMSNorm), qkvw, attprojw, ln2w (MLP RMSNorm), fcw
+// (gate and up fused, 2H x C), fcprojw (down), lnfw, and lm_head if untied.
 typedef enum {
     P_WTE,       // (Vp, C) token embedding, also the LM head; rows V.. stay zero
     P_WPE,       // (max_seq_len, C) position embedding
@@ -75,6 +102,7 @@ typedef enum {
     P_FCPROJB,   // (L, C)
     P_LNFW,      // (C) final layernorm: weight
     P_LNFB,      // (C) ... and bias
+    P_LMHEAD,    // (Vp, C) untied LM head (Llama without --tie-embeddings)
     NUM_PARAM_KINDS
 } ParamKind;
 
@@ -103,9 +131,11 @@ static inline size_t unit_size(const ParamLayout* pl, int u) { return pl->unit_b
 static inline size_t unit_chunk(const ParamLayout* pl, int u) { return unit_size(pl, u) / (size_t)pl->world; }
 void param_layout_free(ParamLayout* pl);
 const char* param_kind_name(ParamKind k);
-// Whether a kind has one tensor per layer (all but wte, wpe, lnfw, lnfb).
+// Whether a kind has one tensor per layer (all but wte, wpe, lnfw, lnfb, lm_head).
 int param_kind_is_per_layer(ParamKind k);
-// Index of tensor (kind, layer) in pl->tensors.
+// Whether the model's architecture has tensors of kind k.
+int gpt_has_kind(const GPTConfig* c, ParamKind k);
+// Index of tensor (kind, layer) in pl->tensors; fatal if the model lacks the kind.
 int param_tensor_index(const GPTConfig* c, ParamKind kind, int layer);
 
 // Named pointers into a flat buffer (parameters or gradients) for one layer,
@@ -238,6 +268,7 @@ struct GPT {
     int adam_step;        // completed optimizer steps
     const GPTHooks* hooks;  // NULL: parameters and gradients are the flat buffers
     struct Fp8State* fp8;   // FP8 training (llm/fp8/fp8.h, attached by fp8_create), or NULL
+    float* rope_freqs;      // Llama: (T, HS/2, 2) FP32 cos and sin (rope_table), backend memory
 };
 
 // Allocates parameters, gradients, optimizer state and activations for

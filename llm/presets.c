@@ -1,4 +1,4 @@
-// presets.c: GPT-2 sizes and the rules for combining the model flags.
+// presets.c: GPT-2 and Llama 3 sizes and the rules for combining the model flags.
 #include "llm/presets.h"
 
 #include <stdio.h>
@@ -29,16 +29,59 @@ static const Preset LARGE_PRESETS[] = {
     {"gpt-64B", 80, 8192, 64},
 };
 
+// Llama 3 (Meta's model cards: Llama 3.2 1B and 3B, Llama 3.1 8B and 70B):
+// layers, channels, heads, kv heads, MLP width, tied embeddings.
+typedef struct { const char* name; int layers, channels, heads, kv_heads, mlp_hidden, tied; } LlamaPreset;
+static const LlamaPreset LLAMA_PRESETS[] = {
+    {"llama3-1B", 16, 2048, 32, 8, 8192, 1},
+    {"llama3-3B", 28, 3072, 24, 8, 8192, 1},
+    {"llama3-8B", 32, 4096, 32, 8, 14336, 0},
+    {"llama3-70B", 80, 8192, 64, 8, 28672, 0},
+};
+#define LLAMA_VOCAB 128256  // Llama 3's tokenizer
+
 int preset_vocab_size(const char* model, const char** name) {
     for (size_t i = 0; i < sizeof PRESETS / sizeof PRESETS[0]; i++)
         if (strcmp(model, PRESETS[i].name) == 0) return *name = "GPT-2's", 50257;
     for (size_t i = 0; i < sizeof LARGE_PRESETS / sizeof LARGE_PRESETS[0]; i++)
         if (strcmp(model, LARGE_PRESETS[i].name) == 0) return *name = "GPT-2's", 50257;
+    for (size_t i = 0; i < sizeof LLAMA_PRESETS / sizeof LLAMA_PRESETS[0]; i++)
+        if (strcmp(model, LLAMA_PRESETS[i].name) == 0) return *name = "Llama 3's", LLAMA_VOCAB;
     return 0;
 }
 
 static void reject_if_set(const TrainConfig* cfg, const char* flag, const char* why) {
     if (config_is_set(cfg, flag)) fatal("--%s conflicts with %s", flag, why);
+}
+
+// The depth rule's kv heads: the largest divisor of NH not above NH/4 (Llama
+// 3's ratio), at least 1.
+static int depth_kv_heads(int heads) {
+    int kv = heads / 4 > 0 ? heads / 4 : 1;
+    while (heads % kv != 0) kv--;
+    return kv;
+}
+
+// The Llama fields of c: from a preset (p may be NULL) and the explicit flags.
+// The depth rule's MLP width 8C/3 (rounded up to 64) gives the MLP GPT-2's
+// 8 C^2 weights, so a Llama and a GPT-2 of one depth have about equal size.
+static void llama_fields(const TrainConfig* cfg, const LlamaPreset* p, GPTConfig* c) {
+    c->arch = ARCH_LLAMA;
+    c->num_kv_heads = p ? p->kv_heads : depth_kv_heads(c->num_heads);
+    c->mlp_hidden = p ? p->mlp_hidden : (int)round_up((size_t)(8 * c->channels + 2) / 3, 64);
+    c->tie_embeddings = p ? p->tied : 0;
+    if (cfg->kv_heads) c->num_kv_heads = cfg->kv_heads;
+    if (cfg->mlp_hidden) c->mlp_hidden = cfg->mlp_hidden;
+    if (config_is_set(cfg, "tie-embeddings")) c->tie_embeddings = cfg->tie_embeddings;
+    if (c->num_kv_heads <= 0 || c->num_heads % c->num_kv_heads != 0)
+        fatal("--kv-heads %d does not divide --heads %d", c->num_kv_heads, c->num_heads);
+    if (c->mlp_hidden <= 0) fatal("--mlp-hidden must be positive (got %d)", c->mlp_hidden);
+    if ((c->channels / c->num_heads) % 2 != 0)
+        fatal("--arch llama: the head size %d (channels %d / heads %d) must be even for RoPE", c->channels / c->num_heads,
+              c->channels, c->num_heads);
+    if (!(cfg->rope_theta > 1.0)) fatal("--rope-theta must be greater than 1 (got %g)", cfg->rope_theta);
+    c->rope_theta = (float)cfg->rope_theta;
+    if (cfg->rope_scaling) c->rope_scaling = (RopeScaling){8.0f, 1.0f, 4.0f, 8192};
 }
 
 GPTConfig model_config_from_flags(const TrainConfig* cfg, int vocab_from_tokenizer) {
@@ -53,15 +96,30 @@ GPTConfig model_config_from_flags(const TrainConfig* cfg, int vocab_from_tokeniz
         reject_if_set(cfg, "channels", why);
         reject_if_set(cfg, "heads", why);
         reject_if_set(cfg, "max-seq-len", why);
+        if (cfg->arch != ARCH_GPT2)
+            fatal("--init-from: llm.c's model format holds GPT-2 models only (got --arch %s)", arch_name(cfg->arch));
         llmc_read_config(cfg->init_from, &c);
         if (config_is_set(cfg, "vocab-size") && cfg->vocab_size != c.vocab_size)
             fatal("--vocab-size %d does not match %s (vocabulary %d)", cfg->vocab_size, cfg->init_from, c.vocab_size);
         return c;
     }
 
+    Arch arch = (Arch)cfg->arch;
     int is_gpt2 = 0, from_preset = 0;
     int depth = cfg->depth;
-    if (cfg->model[0]) {
+    const LlamaPreset* lp = NULL;
+    for (size_t i = 0; cfg->model[0] && i < sizeof LLAMA_PRESETS / sizeof LLAMA_PRESETS[0]; i++)
+        if (strcmp(cfg->model, LLAMA_PRESETS[i].name) == 0) lp = &LLAMA_PRESETS[i];
+    if (lp) {
+        reject_if_set(cfg, "depth", "--model");
+        if (config_is_set(cfg, "arch") && arch != ARCH_LLAMA)
+            fatal("--model %s is a Llama; it conflicts with --arch %s", lp->name, arch_name((Arch)cfg->arch));
+        arch = ARCH_LLAMA;
+        c.num_layers = lp->layers;
+        c.channels = lp->channels;
+        c.num_heads = lp->heads;
+        from_preset = 1;
+    } else if (cfg->model[0]) {
         reject_if_set(cfg, "depth", "--model");
         const Preset* p = NULL;
         for (size_t i = 0; i < sizeof PRESETS / sizeof PRESETS[0]; i++)
@@ -82,8 +140,11 @@ GPTConfig model_config_from_flags(const TrainConfig* cfg, int vocab_from_tokeniz
             depth = d;
         } else {
             fatal("--model '%s' is not a preset (gpt2-124M, gpt2-350M, gpt2-774M, gpt2-1558M, gpt-1B, gpt-7B, "
-                  "gpt-13B, gpt-30B, gpt-64B) or dN",
+                  "gpt-13B, gpt-30B, gpt-64B, llama3-1B, llama3-3B, llama3-8B, llama3-70B) or dN",
                   cfg->model);
+        }
+        if (from_preset && arch != ARCH_GPT2) {
+            fatal("--model %s is a GPT-2-style preset; it conflicts with --arch %s", cfg->model, arch_name(arch));
         }
     }
     if (!from_preset) {
@@ -97,10 +158,17 @@ GPTConfig model_config_from_flags(const TrainConfig* cfg, int vocab_from_tokeniz
     if (cfg->heads) c.num_heads = cfg->heads;
     if (c.channels % c.num_heads != 0)
         fatal("--channels %d is not divisible by --heads %d", c.channels, c.num_heads);
+    if (arch == ARCH_LLAMA) {
+        llama_fields(cfg, lp, &c);
+    } else {
+        const char* llama_only[] = {"kv-heads", "mlp-hidden", "rope-theta", "rope-scaling", "tie-embeddings"};
+        for (size_t i = 0; i < sizeof llama_only / sizeof llama_only[0]; i++)
+            reject_if_set(cfg, llama_only[i], "--arch gpt2 (it is a Llama flag)");
+    }
 
     if (cfg->vocab_size) c.vocab_size = cfg->vocab_size;
     else if (vocab_from_tokenizer) c.vocab_size = vocab_from_tokenizer;
-    else c.vocab_size = 50257;  // GPT-2's tokenizer
+    else c.vocab_size = arch == ARCH_LLAMA ? LLAMA_VOCAB : 50257;  // the family's tokenizer
     // Rows past the tokenizer's ids would never be trained, and samples would
     // draw ids it cannot print; padding for fast GEMMs is the model's own.
     if (vocab_from_tokenizer && c.vocab_size != vocab_from_tokenizer)

@@ -71,6 +71,12 @@ static void setup_fp8(Trainer* tr, const TrainConfig* cfg) {
         fatal("--precision fp8: the model's %d channels are not a multiple of 16, which FP8 GEMMs need (e.g. "
               "--channels %d), or keep every GEMM in bf16 with --fp8-skip 0-%d",
               C, multiple_of_16(C), L - 1);
+    // Llama's GEMMs are also (NH + 2 NKV) HS wide (q, k, v) and H, 2H (the MLP).
+    const GPTConfig* mc = &m->config;
+    if (!all_skipped && mc->arch == ARCH_LLAMA && (gpt_qkv_width(mc) % 16 != 0 || mc->mlp_hidden % 16 != 0))
+        fatal("--precision fp8: the q/k/v width %d ((heads + 2 kv heads) x head size) and --mlp-hidden %d must be "
+              "multiples of 16, which FP8 GEMMs need, or keep every GEMM in bf16 with --fp8-skip 0-%d",
+              gpt_qkv_width(mc), mc->mlp_hidden, L - 1);
     if (!all_skipped && tr->T % 16 != 0)
         fatal("--precision fp8: --seq-len %d is not a multiple of 16, which FP8 GEMMs need (tokens per pass are "
               "sequences x seq-len): use e.g. --seq-len %d",
@@ -104,6 +110,9 @@ void trainer_setup(Trainer* tr, const TrainConfig* cfg, Backend* be, Comm* comm)
     if (tr->has_tok && tr->tok.vocab_size > mc.vocab_size)
         fatal("--tokenizer %s has %d tokens but the model's vocabulary is %d", cfg->tokenizer, tr->tok.vocab_size,
               mc.vocab_size);
+
+    if (mc.arch == ARCH_LLAMA && cfg->export_path[0])
+        fatal("--export writes llm.c's model format, which holds GPT-2 models only (got --arch llama)");
 
     dataloader_init(&tr->train, cfg->train_data, "--train-data", tr->T, mc.vocab_size, cfg->shuffle, (uint64_t)cfg->seed);
     if (cfg->val_data[0] && cfg->val_every > 0) {

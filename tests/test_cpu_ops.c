@@ -4,8 +4,10 @@
 // L = sum(out * random weights) through the float64 forward. Also: outputs
 // that are overwritten are poisoned with NaN first, accumulating outputs are
 // pre-filled to prove they accumulate, results are bitwise identical across
-// repeated calls and thread counts, attention stays O(T) in memory at
-// T = 4096, AdamW follows PyTorch's formula, and the allocator accounts bytes.
+// repeated calls and thread counts, attention (multi-head and grouped-query)
+// stays O(T) in memory at T = 4096, AdamW follows PyTorch's formula, and the
+// allocator accounts bytes. The Llama ops (RMSNorm, RoPE and its table with
+// Llama 3.1's scaling, SwiGLU) are checked the same way.
 #include <omp.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -263,7 +265,7 @@ static void bad_heads(void* arg) {
     float* qkv = falloc(3 * 10);
     float out[10], lse[3];
     fill_normal(qkv, 30, 1.0f);
-    be->attention_forward(be, out, lse, qkv, 1, 1, 10, 3);
+    be->attention_forward(be, out, lse, qkv, 1, 1, 3, 2, 3);
 }
 static void adamw_step0(void* arg) {
     float p[1] = {1}, g[1] = {1}, m[1] = {0}, v[1] = {0};
@@ -282,7 +284,7 @@ static void test_fatal_errors(void) {
     expect_fatal(convert_to_fp8, NULL, "fp32 to fp8_e4m3", "unsupported conversion");
     expect_fatal(free_foreign, NULL, "not a live allocation", "free of a foreign pointer");
     expect_fatal(bad_target, NULL, "target 4 of row 1", "target out of range");
-    expect_fatal(bad_heads, NULL, "not a multiple of NH=3", "C not divisible by NH");
+    expect_fatal(bad_heads, NULL, "NH=3 query heads are not a multiple of NKV=2", "NH not divisible by NKV");
     expect_fatal(adamw_step0, NULL, "step must be >= 1", "adamw step 0");
 }
 
@@ -457,6 +459,29 @@ static void test_encoder(void) {
         bfree(tok), bfree(wte), bfree(wpe), bfree(dout), bfree(dwte0), bfree(dwpe0);
         bfree(run.out), bfree(run.dwte), bfree(run.dwpe);
     }
+}
+
+// Without position embeddings (Llama): out is the token's row; dwte gets
+// every token's gradient rows; nothing is read or written for wpe.
+static void test_encoder_no_positions(void) {
+    int B = 3, T = 7, C = 37, V = 11;
+    size_t N = (size_t)B * T;
+    float *wte = falloc_normal((size_t)V * C, 1.0f), *out = falloc(N * C), *dout = falloc_normal(N * C, 1.0f);
+    float* dwte = falloc_normal((size_t)V * C, 1.0f);
+    double* want = to_double(dwte, (size_t)V * C);
+    int32_t* tok = (int32_t*)xmalloc(N * sizeof(int32_t));
+    fill_tokens(tok, N, V);
+    fill_nan(out, N * C);
+    be->encoder_forward(be, out, tok, wte, NULL, B, T, C);
+    int same = 1;
+    for (size_t r = 0; r < N; r++) same &= memcmp(out + r * C, wte + (size_t)tok[r] * C, (size_t)C * 4) == 0;
+    CHECK(same, "encoder without positions: out is not the token rows");
+    be->encoder_backward(be, dwte, NULL, dout, tok, B, T, C);
+    for (size_t r = 0; r < N; r++)
+        for (int c = 0; c < C; c++) want[(size_t)tok[r] * C + c] += dout[r * C + c];
+    expect_close(dwte, want, (size_t)V * C, 1e-6, 1e-5, "encoder dwte without positions");
+    free(want), free(tok);
+    bfree(wte), bfree(out), bfree(dout), bfree(dwte);
 }
 
 // ---- layernorm ----------------------------------------------------------------------------------
@@ -861,19 +886,38 @@ static void test_matmul_backward(void) {
 
 // ---- attention ----------------------------------------------------------------------------------
 
-// out (B,T,C) and lse (B,NH,T) in float64, one query row at a time.
-static void attention_ref(double* out, double* lse, const double* qkv, int B, int T, int C,
-                          int NH) {
-    int HS = C / NH;
+// Grouped-query shape: NH query heads, NKV kv heads, head size HS; qkv rows
+// are (NH + 2*NKV) * HS floats, out rows NH * HS.
+typedef struct {
+    int B, T, NH, NKV, HS;
+} AttShape;
+static size_t att_row(const AttShape* a) { return (size_t)(a->NH + 2 * a->NKV) * a->HS; }
+static size_t att_qkv_count(const AttShape* a) { return (size_t)a->B * a->T * att_row(a); }
+static size_t att_out_count(const AttShape* a) { return (size_t)a->B * a->T * a->NH * a->HS; }
+// Query head h, key and value of the kv head that h reads, at token t of batch row b.
+static size_t att_q(const AttShape* a, int b, int t, int h) {
+    return ((size_t)b * a->T + t) * att_row(a) + (size_t)h * a->HS;
+}
+static size_t att_k(const AttShape* a, int b, int t, int h) {
+    return ((size_t)b * a->T + t) * att_row(a) + (size_t)(a->NH + h / (a->NH / a->NKV)) * a->HS;
+}
+static size_t att_v(const AttShape* a, int b, int t, int h) { return att_k(a, b, t, h) + (size_t)a->NKV * a->HS; }
+static size_t att_o(const AttShape* a, int b, int t, int h) {
+    return ((size_t)b * a->T + t) * a->NH * a->HS + (size_t)h * a->HS;
+}
+
+// out (B,T,NH,HS) and lse (B,NH,T) in float64, one query row at a time.
+static void attention_ref(double* out, double* lse, const double* qkv, const AttShape* a) {
+    int T = a->T, HS = a->HS;
     double scale = 1.0 / sqrt((double)HS);
     double* s = dalloc(T);
-    for (int b = 0; b < B; b++)
-        for (int h = 0; h < NH; h++)
+    for (int b = 0; b < a->B; b++)
+        for (int h = 0; h < a->NH; h++)
             for (int t = 0; t < T; t++) {
-                const double* q = qkv + ((size_t)b * T + t) * 3 * C + h * HS;
+                const double* q = qkv + att_q(a, b, t, h);
                 double mx = -INFINITY;
                 for (int j = 0; j <= t; j++) {
-                    const double* k = qkv + ((size_t)b * T + j) * 3 * C + C + h * HS;
+                    const double* k = qkv + att_k(a, b, j, h);
                     double d = 0;
                     for (int e = 0; e < HS; e++) d += q[e] * k[e];
                     s[j] = d * scale;
@@ -882,11 +926,11 @@ static void attention_ref(double* out, double* lse, const double* qkv, int B, in
                 double sum = 0;
                 for (int j = 0; j <= t; j++) sum += exp(s[j] - mx);
                 double l = mx + log(sum);
-                if (lse) lse[((size_t)b * NH + h) * T + t] = l;
-                double* o = out + ((size_t)b * T + t) * C + h * HS;
+                if (lse) lse[((size_t)b * a->NH + h) * T + t] = l;
+                double* o = out + att_o(a, b, t, h);
                 for (int e = 0; e < HS; e++) o[e] = 0;
                 for (int j = 0; j <= t; j++) {
-                    const double* v = qkv + ((size_t)b * T + j) * 3 * C + 2 * C + h * HS;
+                    const double* v = qkv + att_v(a, b, j, h);
                     double p = exp(s[j] - l);
                     for (int e = 0; e < HS; e++) o[e] += p * v[e];
                 }
@@ -896,20 +940,18 @@ static void attention_ref(double* out, double* lse, const double* qkv, int B, in
 
 // dqkv (overwritten) from dout, through the full T x T probability matrix of
 // each head and the textbook softmax backward dS = P * (dP - rowsum(P * dP)).
-static void attention_backward_ref(double* dqkv, const double* dout, const double* qkv, int B,
-                                   int T, int C, int NH) {
-    int HS = C / NH;
+static void attention_backward_ref(double* dqkv, const double* dout, const double* qkv, const AttShape* a) {
+    int T = a->T, HS = a->HS;
     double scale = 1.0 / sqrt((double)HS);
     size_t TT = (size_t)T * T;
     double *P = dalloc(TT), *dP = dalloc(TT);
-    memset(dqkv, 0, (size_t)B * T * 3 * C * sizeof(double));
-#define Q(t) (qkv + ((size_t)b * T + (t)) * 3 * C + h * HS)
-#define K(t) (Q(t) + C)
-#define V(t) (Q(t) + 2 * C)
-#define DQ(t) (dqkv + ((size_t)b * T + (t)) * 3 * C + h * HS)
-#define DO(t) (dout + ((size_t)b * T + (t)) * C + h * HS)
-    for (int b = 0; b < B; b++)
-        for (int h = 0; h < NH; h++) {
+    memset(dqkv, 0, att_qkv_count(a) * sizeof(double));
+#define Q(t) (qkv + att_q(a, b, (t), h))
+#define K(t) (qkv + att_k(a, b, (t), h))
+#define V(t) (qkv + att_v(a, b, (t), h))
+#define DO(t) (dout + att_o(a, b, (t), h))
+    for (int b = 0; b < a->B; b++)
+        for (int h = 0; h < a->NH; h++) {
             memset(P, 0, TT * sizeof(double));
             memset(dP, 0, TT * sizeof(double));
             for (int t = 0; t < T; t++) {
@@ -935,10 +977,13 @@ static void attention_backward_ref(double* dqkv, const double* dout, const doubl
                 for (int j = 0; j <= t; j++) {
                     double p = P[(size_t)t * T + j];
                     double ds = p * (dP[(size_t)t * T + j] - rowdot) * scale;
+                    double* dq = dqkv + att_q(a, b, t, h);
+                    double* dk = dqkv + att_k(a, b, j, h);
+                    double* dv = dqkv + att_v(a, b, j, h);
                     for (int e = 0; e < HS; e++) {
-                        DQ(t)[e] += ds * K(j)[e];
-                        (DQ(j) + C)[e] += ds * Q(t)[e];
-                        (DQ(j) + 2 * C)[e] += p * DO(t)[e];
+                        dq[e] += ds * K(j)[e];
+                        dk[e] += ds * Q(t)[e];
+                        dv[e] += p * DO(t)[e];
                     }
                 }
             }
@@ -946,60 +991,63 @@ static void attention_backward_ref(double* dqkv, const double* dout, const doubl
 #undef Q
 #undef K
 #undef V
-#undef DQ
 #undef DO
     free(P);
     free(dP);
 }
 
 typedef struct {
-    int B, T, C, NH;
+    AttShape s;
     double *qkv, *dout, *out;
 } AttentionLoss;
 static double attention_loss(void* p) {
     AttentionLoss* a = (AttentionLoss*)p;
-    attention_ref(a->out, NULL, a->qkv, a->B, a->T, a->C, a->NH);
-    return weighted_sum(a->out, a->dout, (size_t)a->B * a->T * a->C);
+    attention_ref(a->out, NULL, a->qkv, &a->s);
+    return weighted_sum(a->out, a->dout, att_out_count(&a->s));
 }
 
 typedef struct {
-    int B, T, C, NH;
+    AttShape s;
     const float *qkv, *dout;
     float *out, *lse, *dqkv;
 } AttentionRun;
 static void attention_run(void* p) {
     AttentionRun* r = (AttentionRun*)p;
-    size_t NC = (size_t)r->B * r->T * r->C;
-    fill_nan(r->out, NC);
-    fill_nan(r->lse, (size_t)r->B * r->NH * r->T);
-    fill_nan(r->dqkv, 3 * NC);
-    be->attention_forward(be, r->out, r->lse, r->qkv, r->B, r->T, r->C, r->NH);
-    be->attention_backward(be, r->dqkv, r->dout, r->qkv, r->out, r->lse, r->B, r->T, r->C, r->NH);
+    const AttShape* s = &r->s;
+    fill_nan(r->out, att_out_count(s));
+    fill_nan(r->lse, (size_t)s->B * s->NH * s->T);
+    fill_nan(r->dqkv, att_qkv_count(s));
+    be->attention_forward(be, r->out, r->lse, r->qkv, s->B, s->T, s->NH, s->NKV, s->HS);
+    be->attention_backward(be, r->dqkv, r->dout, r->qkv, r->out, r->lse, s->B, s->T, s->NH, s->NKV, s->HS);
 }
 
 // Checks one shape against the float64 references; fd_checks = 0 skips the
 // finite differences (the big shapes).
-static void check_attention_shape(int B, int T, int C, int NH, size_t fd_checks, int threads) {
-    size_t NC = (size_t)B * T * C, BNT = (size_t)B * NH * T;
-    AttentionRun r = {B, T, C, NH, falloc_normal(3 * NC, 1.0f), falloc_normal(NC, 1.0f),
-                      falloc(NC), falloc(BNT), falloc(3 * NC)};
+static void check_gqa_shape(int B, int T, int NH, int NKV, int HS, size_t fd_checks, int threads) {
+    AttShape s = {B, T, NH, NKV, HS};
+    size_t NQ = att_qkv_count(&s), NO = att_out_count(&s), BNT = (size_t)B * NH * T;
+    AttentionRun r = {s, falloc_normal(NQ, 1.0f), falloc_normal(NO, 1.0f), falloc(NO), falloc(BNT), falloc(NQ)};
     attention_run(&r);
-    AttentionLoss L = {B, T, C, NH, to_double(r.qkv, 3 * NC), to_double(r.dout, NC), dalloc(NC)};
-    double *out = dalloc(NC), *lse = dalloc(BNT), *dqkv = dalloc(3 * NC);
-    attention_ref(out, lse, L.qkv, B, T, C, NH);
-    attention_backward_ref(dqkv, L.dout, L.qkv, B, T, C, NH);
+    AttentionLoss L = {s, to_double(r.qkv, NQ), to_double(r.dout, NO), dalloc(NO)};
+    double *out = dalloc(NO), *lse = dalloc(BNT), *dqkv = dalloc(NQ);
+    attention_ref(out, lse, L.qkv, &s);
+    attention_backward_ref(dqkv, L.dout, L.qkv, &s);
     char what[128];
-    snprintf(what, sizeof what, "attention B=%d T=%d C=%d NH=%d", B, T, C, NH);
-    if (fd_checks) check_fd(attention_loss, &L, L.qkv, 3 * NC, dqkv, fd_checks, what);
-    expect_close(r.out, out, NC, 1e-5, 1e-4, "attention out");
+    snprintf(what, sizeof what, "attention B=%d T=%d NH=%d NKV=%d HS=%d", B, T, NH, NKV, HS);
+    if (fd_checks) check_fd(attention_loss, &L, L.qkv, NQ, dqkv, fd_checks, what);
+    expect_close(r.out, out, NO, 1e-5, 1e-4, "attention out");
     expect_close(r.lse, lse, BNT, 1e-6, 1e-5, "attention lse");
-    expect_close(r.dqkv, dqkv, 3 * NC, 1e-5, 1e-4, "attention dqkv");
+    expect_close(r.dqkv, dqkv, NQ, 1e-5, 1e-4, "attention dqkv");
     if (threads) {
-        Output outs[] = {{r.out, NC * 4}, {r.lse, BNT * 4}, {r.dqkv, 3 * NC * 4}};
+        Output outs[] = {{r.out, NO * 4}, {r.lse, BNT * 4}, {r.dqkv, NQ * 4}};
         expect_thread_invariant(attention_run, &r, outs, 3, what);
     }
     free(L.qkv), free(L.dout), free(L.out), free(out), free(lse), free(dqkv);
     bfree((void*)r.qkv), bfree((void*)r.dout), bfree(r.out), bfree(r.lse), bfree(r.dqkv);
+}
+// Multi-head attention (GPT-2): NKV = NH, C = NH * HS.
+static void check_attention_shape(int B, int T, int C, int NH, size_t fd_checks, int threads) {
+    check_gqa_shape(B, T, NH, NH, C / NH, fd_checks, threads);
 }
 
 static void test_attention(void) {
@@ -1010,6 +1058,16 @@ static void test_attention(void) {
     check_attention_shape(1, 33, 24, 3, 60, 0);
     check_attention_shape(2, 17, 65, 5, 60, 0);  // HS = 13
     check_attention_shape(2, 150, 48, 3, 20, 1);  // two query blocks; runs on several threads
+}
+
+// Grouped-query attention: several query heads per kv head (their dk and dv
+// sum over the group), heads not a power of two, T not a multiple of 4.
+static void test_attention_gqa(void) {
+    check_gqa_shape(1, 5, 2, 1, 4, 60, 0);
+    check_gqa_shape(2, 37, 6, 2, 16, 80, 0);  // the parity test's shape: 6 heads, 2 kv heads
+    check_gqa_shape(2, 19, 9, 3, 6, 60, 0);
+    check_gqa_shape(1, 23, 5, 1, 7, 60, 0);   // one kv head for all (multi-query)
+    check_gqa_shape(2, 150, 12, 4, 8, 20, 1);  // two query blocks; several threads
 }
 
 static void test_attention_long_context_reference(void) {
@@ -1033,9 +1091,9 @@ static void test_attention_long_sequence(void) {
     // The peak only ever grows; measure from a fresh backend so it is the op's.
     Backend* fresh = cpu_backend_create(DTYPE_F32, 0);
     double t0 = now_seconds();
-    fresh->attention_forward(fresh, out, lse, qkv, B, T, C, NH);
+    fresh->attention_forward(fresh, out, lse, qkv, B, T, NH, NH, HS);
     double t1 = now_seconds();
-    fresh->attention_backward(fresh, dqkv, dout, qkv, out, lse, B, T, C, NH);
+    fresh->attention_backward(fresh, dqkv, dout, qkv, out, lse, B, T, NH, NH, HS);
     double t2 = now_seconds();
     size_t peak = fresh->peak_allocated_bytes(fresh);
     // The design's bound: per thread 4 HS x T panels and 12 rows of T.
@@ -1080,6 +1138,326 @@ static void test_attention_long_sequence(void) {
     CHECK(finite, "dqkv finite at T=4096");
     free(qd), free(s);
     bfree(qkv), bfree(dout), bfree(out), bfree(lse), bfree(dqkv);
+}
+
+// ---- rmsnorm ------------------------------------------------------------------------------------
+
+#define RMS_EPS 1e-5f
+
+static void rmsnorm_ref(double* out, double* rstd, const double* x, const double* w, int N, int C) {
+    for (int i = 0; i < N; i++) {
+        const double* r = x + (size_t)i * C;
+        double ss = 0;
+        for (int c = 0; c < C; c++) ss += r[c] * r[c];
+        double rs = 1.0 / sqrt(ss / C + (double)RMS_EPS);
+        for (int c = 0; c < C; c++) out[(size_t)i * C + c] = r[c] * rs * w[c];
+        if (rstd) rstd[i] = rs;
+    }
+}
+
+// Gradients of sum(out * dout), accumulated: d rstd / dx_c = -rstd^3 x_c / C.
+static void rmsnorm_backward_ref(double* dx, double* dw, const double* dout, const double* x, const double* w,
+                                 int N, int C) {
+    for (int i = 0; i < N; i++) {
+        const double* r = x + (size_t)i * C;
+        const double* g = dout + (size_t)i * C;
+        double ss = 0, gxw = 0;
+        for (int c = 0; c < C; c++) ss += r[c] * r[c];
+        double rs = 1.0 / sqrt(ss / C + (double)RMS_EPS);
+        for (int c = 0; c < C; c++) gxw += g[c] * w[c] * r[c];
+        for (int c = 0; c < C; c++) {
+            dx[(size_t)i * C + c] += rs * g[c] * w[c] - rs * rs * rs * r[c] * gxw / C;
+            dw[c] += g[c] * r[c] * rs;
+        }
+    }
+}
+
+typedef struct {
+    int N, C;
+    double *x, *w, *dout, *out;
+} RmsnormLoss;
+static double rmsnorm_loss(void* p) {
+    RmsnormLoss* l = (RmsnormLoss*)p;
+    rmsnorm_ref(l->out, NULL, l->x, l->w, l->N, l->C);
+    return weighted_sum(l->out, l->dout, (size_t)l->N * l->C);
+}
+
+typedef struct {
+    int N, C;
+    const float *x, *w, *a2, *dout, *dx0, *dw0, *rstd_in;
+    float *out, *rstd, *res, *dx, *dw;
+} RmsnormRun;
+static void rmsnorm_forward_run(void* p) {
+    RmsnormRun* r = (RmsnormRun*)p;
+    fill_nan(r->out, (size_t)r->N * r->C), fill_nan(r->rstd, r->N);
+    be->rmsnorm_forward(be, r->out, r->rstd, r->x, r->w, r->N, r->C, RMS_EPS, NULL);
+}
+static void residual_rmsnorm_run(void* p) {
+    RmsnormRun* r = (RmsnormRun*)p;
+    size_t NC = (size_t)r->N * r->C;
+    fill_nan(r->out, NC), fill_nan(r->rstd, r->N), fill_nan(r->res, NC);
+    be->residual_rmsnorm_forward(be, r->res, r->out, r->rstd, r->x, r->a2, r->w, r->N, r->C, RMS_EPS, NULL);
+}
+static void rmsnorm_backward_run(void* p) {
+    RmsnormRun* r = (RmsnormRun*)p;
+    memcpy(r->dx, r->dx0, (size_t)r->N * r->C * 4);
+    memcpy(r->dw, r->dw0, (size_t)r->C * 4);
+    be->rmsnorm_backward(be, r->dx, r->dw, r->dout, r->x, r->w, r->rstd_in, r->N, r->C, NULL);
+}
+
+static void test_rmsnorm_forward(void) {
+    for (int s = 0; s < 5; s++) {
+        int N = ln_shapes[s][0], C = ln_shapes[s][1];
+        size_t NC = (size_t)N * C;
+        float* x = falloc_normal(NC, 2.0f);
+        for (size_t i = 0; i < NC; i++) x[i] += 1.0f;
+        float* w = falloc_normal(C, 1.0f);
+        RmsnormRun r = {N, C, x, w, .out = falloc(NC), .rstd = falloc(N)};
+        rmsnorm_forward_run(&r);
+        double *xd = to_double(x, NC), *wd = to_double(w, C), *out = dalloc(NC), *rstd = dalloc(N);
+        rmsnorm_ref(out, rstd, xd, wd, N, C);
+        expect_close(r.out, out, NC, 1e-5, 1e-4, "rmsnorm out");
+        expect_close(r.rstd, rstd, N, 1e-6, 1e-4, "rmsnorm rstd");
+        Output outs[] = {{r.out, NC * 4}, {r.rstd, N * 4}};
+        expect_thread_invariant(rmsnorm_forward_run, &r, outs, 2, "rmsnorm forward");
+
+        // The fused residual add: the same bits as the add followed by rmsnorm_forward,
+        // also with the residual written over a.
+        float* a2 = falloc_normal(NC, 1.0f);
+        RmsnormRun f = {N, C, x, w, a2, .out = falloc(NC), .rstd = falloc(N), .res = falloc(NC)};
+        residual_rmsnorm_run(&f);
+        float* sum = falloc(NC);
+        for (size_t i = 0; i < NC; i++) sum[i] = x[i] + a2[i];
+        RmsnormRun g = {N, C, sum, w, .out = falloc(NC), .rstd = falloc(N)};
+        rmsnorm_forward_run(&g);
+        expect_same_bits(f.res, sum, NC * 4, "residual rmsnorm: residual");
+        expect_same_bits(f.out, g.out, NC * 4, "residual rmsnorm: out");
+        expect_same_bits(f.rstd, g.rstd, N * 4, "residual rmsnorm: rstd");
+        Output fouts[] = {{f.res, NC * 4}, {f.out, NC * 4}, {f.rstd, N * 4}};
+        expect_thread_invariant(residual_rmsnorm_run, &f, fouts, 3, "residual rmsnorm");
+        float* inplace = fclone(x, NC);
+        be->residual_rmsnorm_forward(be, inplace, f.out, f.rstd, inplace, a2, w, N, C, RMS_EPS, NULL);
+        expect_same_bits(inplace, sum, NC * 4, "residual rmsnorm in place over a");
+        expect_same_bits(f.out, g.out, NC * 4, "residual rmsnorm out, in place");
+
+        free(xd), free(wd), free(out), free(rstd);
+        bfree(x), bfree(w), bfree(r.out), bfree(r.rstd), bfree(a2), bfree(f.out), bfree(f.rstd), bfree(f.res);
+        bfree(sum), bfree(g.out), bfree(g.rstd), bfree(inplace);
+    }
+}
+
+static void test_rmsnorm_backward(void) {
+    for (int s = 0; s < 5; s++) {
+        int N = ln_shapes[s][0], C = ln_shapes[s][1];
+        size_t NC = (size_t)N * C;
+        float* x = falloc_normal(NC, 1.5f);
+        float* w = falloc_normal(C, 1.0f);
+        float* dout = falloc_normal(NC, 1.0f);
+        float* out = falloc(NC);
+        float* rstd = falloc(N);
+        be->rmsnorm_forward(be, out, rstd, x, w, N, C, RMS_EPS, NULL);
+        RmsnormRun r = {N, C, x, w, NULL, dout, falloc_normal(NC, 1.0f), falloc_normal(C, 1.0f), rstd,
+                        .dx = falloc(NC), .dw = falloc(C)};
+        rmsnorm_backward_run(&r);
+        RmsnormLoss L = {N, C, to_double(x, NC), to_double(w, C), to_double(dout, NC), dalloc(NC)};
+        double *dx = dalloc(NC), *dw = dalloc(C);
+        rmsnorm_backward_ref(dx, dw, L.dout, L.x, L.w, N, C);
+        check_fd(rmsnorm_loss, &L, L.x, NC, dx, 40, "rmsnorm dinp (reference)");
+        check_fd(rmsnorm_loss, &L, L.w, C, dw, 40, "rmsnorm dw (reference)");
+        for (size_t i = 0; i < NC; i++) dx[i] += r.dx0[i];
+        for (int c = 0; c < C; c++) dw[c] += r.dw0[c];
+        expect_close(r.dx, dx, NC, 1e-5, 1e-4, "rmsnorm dinp (+=)");
+        expect_close(r.dw, dw, C, 1e-5, 1e-4, "rmsnorm dw (+=)");
+        Output outs[] = {{r.dx, NC * 4}, {r.dw, C * 4}};
+        expect_thread_invariant(rmsnorm_backward_run, &r, outs, 2, "rmsnorm backward");
+        // The amax is that of dinp after the accumulation.
+        float amax = 0.0f;
+        memcpy(r.dx, r.dx0, NC * 4);
+        be->rmsnorm_backward(be, r.dx, r.dw, dout, x, w, rstd, N, C, &amax);
+        float want = 0.0f;
+        for (size_t i = 0; i < NC; i++) want = fmaxf(want, fabsf(r.dx[i]));
+        CHECK(amax == want, "rmsnorm backward amax %g, max |dinp| %g", amax, want);
+        free(L.x), free(L.w), free(L.dout), free(L.out), free(dx), free(dw);
+        bfree(x), bfree(w), bfree(dout), bfree(out), bfree(rstd), bfree((void*)r.dx0), bfree((void*)r.dw0);
+        bfree(r.dx), bfree(r.dw);
+    }
+}
+
+// ---- rope ---------------------------------------------------------------------------------------
+
+// Llama 3.1's scaled frequency of pair i, written from the published formula.
+static double rope_freq_ref(int i, int HS, double theta, const RopeScaling* sc) {
+    double f = 1.0 / pow(theta, (2.0 * i) / HS);
+    if (!sc) return f;
+    double wavelen = 2 * M_PI / f, lo = sc->original_max_pos / sc->low_freq_factor,
+           hi = sc->original_max_pos / sc->high_freq_factor;
+    if (wavelen < hi) return f;
+    if (wavelen > lo) return f / sc->factor;
+    double smooth = (sc->original_max_pos / wavelen - sc->low_freq_factor) / (sc->high_freq_factor - sc->low_freq_factor);
+    return (1 - smooth) * f / sc->factor + smooth * f;
+}
+
+// x (B,T,NH+2*NKV,HS): q and k heads rotated (float64); v heads copied.
+static void rope_ref(double* y, const double* x, int B, int T, int NH, int NKV, int HS, double theta,
+                     const RopeScaling* sc, double sign) {
+    size_t row = (size_t)(NH + 2 * NKV) * HS;
+    int half = HS / 2;
+    memcpy(y, x, (size_t)B * T * row * sizeof(double));
+    for (int b = 0; b < B; b++)
+        for (int t = 0; t < T; t++)
+            for (int h = 0; h < NH + NKV; h++) {
+                const double* xi = x + ((size_t)b * T + t) * row + (size_t)h * HS;
+                double* yi = y + ((size_t)b * T + t) * row + (size_t)h * HS;
+                for (int i = 0; i < half; i++) {
+                    double a = t * rope_freq_ref(i, HS, theta, sc), c = cos(a), s = sign * sin(a);
+                    yi[i] = xi[i] * c - xi[i + half] * s;
+                    yi[i + half] = xi[i] * s + xi[i + half] * c;
+                }
+            }
+}
+
+typedef struct {
+    int B, T, NH, NKV, HS;
+    double theta;
+    double *x, *dout, *out;
+} RopeLoss;
+static double rope_loss(void* p) {
+    RopeLoss* l = (RopeLoss*)p;
+    rope_ref(l->out, l->x, l->B, l->T, l->NH, l->NKV, l->HS, l->theta, NULL, 1.0);
+    return weighted_sum(l->out, l->dout, (size_t)l->B * l->T * (l->NH + 2 * l->NKV) * l->HS);
+}
+
+static void check_rope(int B, int T, int NH, int NKV, int HS, double theta, const RopeScaling* sc) {
+    size_t n = (size_t)B * T * (NH + 2 * NKV) * HS;
+    float* freqs = (float*)xmalloc((size_t)T * HS * sizeof(float));
+    rope_table(freqs, T, HS, theta, sc);
+    // The table against the formula, in float64.
+    for (int t = 0; t < T; t++)
+        for (int i = 0; i < HS / 2; i++) {
+            double a = t * rope_freq_ref(i, HS, theta, sc);
+            CHECK_CLOSE(freqs[((size_t)t * HS / 2 + i) * 2], cos(a), 1e-7, 0, "rope table cos");
+            CHECK_CLOSE(freqs[((size_t)t * HS / 2 + i) * 2 + 1], sin(a), 1e-7, 0, "rope table sin");
+        }
+    float* x = falloc_normal(n, 1.0f);
+    float* y = fclone(x, n);
+    be->rope_forward(be, y, freqs, B, T, NH, NKV, HS);
+    double *xd = to_double(x, n), *want = dalloc(n);
+    rope_ref(want, xd, B, T, NH, NKV, HS, theta, sc, 1.0);
+    char what[128];
+    snprintf(what, sizeof what, "rope forward B=%d T=%d NH=%d NKV=%d HS=%d%s", B, T, NH, NKV, HS,
+             sc ? " (scaled)" : "");
+    expect_close(y, want, n, 1e-6, 1e-5, what);
+    // Value heads untouched, bit for bit.
+    size_t row = (size_t)(NH + 2 * NKV) * HS;
+    int vsame = 1;
+    for (size_t r = 0; r < (size_t)B * T; r++)
+        vsame &= memcmp(y + r * row + (size_t)(NH + NKV) * HS, x + r * row + (size_t)(NH + NKV) * HS,
+                        (size_t)NKV * HS * 4) == 0;
+    CHECK(vsame, "%s: value heads changed", what);
+    // Backward is the transpose: for the gradient of sum(out * dout) it rotates
+    // dout back; checked against float64 and, without scaling, finite differences.
+    float* d = falloc_normal(n, 1.0f);
+    float* dx = fclone(d, n);
+    be->rope_backward(be, dx, freqs, B, T, NH, NKV, HS);
+    double *dd = to_double(d, n), *dwant = dalloc(n);
+    rope_ref(dwant, dd, B, T, NH, NKV, HS, theta, sc, -1.0);
+    expect_close(dx, dwant, n, 1e-6, 1e-5, "rope backward");
+    if (!sc) {
+        RopeLoss L = {B, T, NH, NKV, HS, theta, xd, dd, dalloc(n)};
+        check_fd(rope_loss, &L, L.x, n, dwant, 60, "rope backward (finite differences)");
+        free(L.out);
+    }
+    // Forward then backward is the identity to rounding.
+    be->rope_backward(be, y, freqs, B, T, NH, NKV, HS);
+    expect_close(y, xd, n, 1e-6, 1e-5, "rope backward(forward(x)) = x");
+    free(freqs), free(xd), free(want), free(dd), free(dwant);
+    bfree(x), bfree(y), bfree(d), bfree(dx);
+}
+
+static void bad_rope_head(void* arg) {
+    float f[8];
+    rope_table(f, 1, 7, 10000.0, NULL);
+}
+
+static void test_rope(void) {
+    check_rope(1, 1, 1, 1, 2, 10000.0, NULL);
+    check_rope(2, 37, 6, 2, 16, 500000.0, NULL);
+    check_rope(1, 19, 9, 3, 6, 10000.0, NULL);
+    // Llama 3.1's scaling at a head size whose wavelengths span all three bands
+    // (original_max_pos small so that they do at T = 33).
+    RopeScaling sc = {8.0f, 1.0f, 4.0f, 64};
+    check_rope(2, 33, 4, 2, 32, 500000.0, &sc);
+    expect_fatal(bad_rope_head, NULL, "head size 7 is not even", "rope odd head size");
+}
+
+// ---- swiglu -------------------------------------------------------------------------------------
+
+static double silu_ref(double x) { return x / (1.0 + exp(-x)); }
+
+static void swiglu_ref(double* out, const double* inp, int N, int H) {
+    for (int n = 0; n < N; n++)
+        for (int i = 0; i < H; i++)
+            out[(size_t)n * H + i] = silu_ref(inp[(size_t)n * 2 * H + i]) * inp[(size_t)n * 2 * H + H + i];
+}
+
+static void swiglu_backward_ref(double* dinp, const double* inp, const double* dout, int N, int H) {
+    for (int n = 0; n < N; n++)
+        for (int i = 0; i < H; i++) {
+            double g = inp[(size_t)n * 2 * H + i], u = inp[(size_t)n * 2 * H + H + i], d = dout[(size_t)n * H + i];
+            double s = 1.0 / (1.0 + exp(-g));
+            dinp[(size_t)n * 2 * H + i] = d * u * (s + g * s * (1 - s));
+            dinp[(size_t)n * 2 * H + H + i] = d * g * s;
+        }
+}
+
+typedef struct {
+    int N, H;
+    double *inp, *dout, *out;
+} SwigluLoss;
+static double swiglu_loss(void* p) {
+    SwigluLoss* l = (SwigluLoss*)p;
+    swiglu_ref(l->out, l->inp, l->N, l->H);
+    return weighted_sum(l->out, l->dout, (size_t)l->N * l->H);
+}
+
+typedef struct {
+    int N, H;
+    const float *inp, *dout;
+    float *out, *dinp;
+} SwigluRun;
+static void swiglu_run(void* p) {
+    SwigluRun* r = (SwigluRun*)p;
+    fill_nan(r->out, (size_t)r->N * r->H), fill_nan(r->dinp, (size_t)r->N * 2 * r->H);
+    be->swiglu_forward(be, r->out, r->inp, r->N, r->H, NULL);
+    be->swiglu_backward(be, r->dinp, r->inp, r->dout, r->N, r->H, NULL);
+}
+
+static void test_swiglu(void) {
+    static const int shapes[][2] = {{1, 1}, {3, 7}, {37, 65}, {300, 1000}};
+    for (int k = 0; k < 4; k++) {
+        int N = shapes[k][0], H = shapes[k][1];
+        size_t NH = (size_t)N * H;
+        float* inp = falloc_normal(2 * NH, 3.0f);
+        inp[0] = -120.0f;  // far into the tails: exp overflows in a naive sigmoid
+        if (NH > 1) inp[1] = 95.0f;
+        SwigluRun r = {N, H, inp, falloc_normal(NH, 1.0f), falloc(NH), falloc(2 * NH)};
+        swiglu_run(&r);
+        SwigluLoss L = {N, H, to_double(inp, 2 * NH), to_double(r.dout, NH), dalloc(NH)};
+        double *out = dalloc(NH), *dinp = dalloc(2 * NH);
+        swiglu_ref(out, L.inp, N, H);
+        swiglu_backward_ref(dinp, L.inp, L.dout, N, H);
+        check_fd(swiglu_loss, &L, L.inp, 2 * NH, dinp, 60, "swiglu dinp (reference)");
+        expect_close(r.out, out, NH, 1e-6, 1e-5, "swiglu out");
+        expect_close(r.dinp, dinp, 2 * NH, 1e-6, 1e-5, "swiglu dinp");
+        Output outs[] = {{r.out, NH * 4}, {r.dinp, 2 * NH * 4}};
+        expect_thread_invariant(swiglu_run, &r, outs, 2, "swiglu");
+        float amax = 0.0f, want = 0.0f;
+        be->swiglu_forward(be, r.out, inp, N, H, &amax);
+        for (size_t i = 0; i < NH; i++) want = fmaxf(want, fabsf(r.out[i]));
+        CHECK(amax == want, "swiglu amax %g, max |out| %g", amax, want);
+        free(L.inp), free(L.dout), free(L.out), free(out), free(dinp);
+        bfree(inp), bfree((void*)r.dout), bfree(r.out), bfree(r.dinp);
+    }
 }
 
 // ---- cross-entropy ------------------------------------------------------------------------------
@@ -1344,6 +1722,7 @@ int main(void) {
     RUN(test_fatal_errors);
     RUN(test_convert);
     RUN(test_encoder);
+    RUN(test_encoder_no_positions);
     RUN(test_layernorm_forward);
     RUN(test_residual_layernorm_forward);
     RUN(test_layernorm_backward);
@@ -1351,8 +1730,13 @@ int main(void) {
     RUN(test_matmul_forward);
     RUN(test_matmul_backward);
     RUN(test_attention);
+    RUN(test_attention_gqa);
     RUN(test_attention_long_context_reference);
     RUN(test_attention_long_sequence);
+    RUN(test_rmsnorm_forward);
+    RUN(test_rmsnorm_backward);
+    RUN(test_rope);
+    RUN(test_swiglu);
     RUN(test_cross_entropy);
     RUN(test_sums);
     RUN(test_adamw);

@@ -38,6 +38,23 @@ static void flops_demo_model(void) {
     CHECK_CLOSE(flops_per_token(&c, 256), 28394496.0, 0, 0, "FLOPs/token demo model");
 }
 
+// Llama 3 8B (untied): the published 8,030,261,248 parameters; 6N leaves out
+// the 128256 x 4096 embedding lookup: 6 * 7,504,924,672 + 12*32*4096*8192.
+// Llama 3.2 1B (tied): 1,235,814,400 parameters, all counted.
+static void flops_llama(void) {
+    GPTConfig c = {.max_seq_len = 8192, .vocab_size = 128256, .num_layers = 32, .num_heads = 32, .channels = 4096,
+                   .arch = ARCH_LLAMA, .num_kv_heads = 8, .mlp_hidden = 14336, .rope_theta = 500000.0f};
+    gpt_config_finish(&c);
+    CHECK(gpt_num_params(&c) == 8030261248u, "Llama 3 8B params %zu", gpt_num_params(&c));
+    CHECK_CLOSE(flops_per_token(&c, 8192), 6.0 * 7504924672.0 + 12.0 * 32 * 4096 * 8192, 0, 0, "FLOPs/token Llama 3 8B");
+    GPTConfig d = {.max_seq_len = 2048, .vocab_size = 128256, .num_layers = 16, .num_heads = 32, .channels = 2048,
+                   .arch = ARCH_LLAMA, .num_kv_heads = 8, .mlp_hidden = 8192, .tie_embeddings = 1,
+                   .rope_theta = 500000.0f};
+    gpt_config_finish(&d);
+    CHECK(gpt_num_params(&d) == 1235814400u, "Llama 3.2 1B params %zu", gpt_num_params(&d));
+    CHECK_CLOSE(flops_per_token(&d, 2048), 6.0 * 1235814400.0 + 12.0 * 16 * 2048 * 2048, 0, 0, "FLOPs/token Llama 1B");
+}
+
 static void mfu_by_hand(void) {
     GPTConfig c = {.max_seq_len = 1024, .vocab_size = 50257, .num_layers = 12, .num_heads = 12, .channels = 768};
     gpt_config_finish(&c);
@@ -128,6 +145,7 @@ static void config_as_json(void) {
 int main(void) {
     RUN(flops_gpt2_124m);
     RUN(flops_demo_model);
+    RUN(flops_llama);
     RUN(mfu_by_hand);
     RUN(peak_table);
     RUN(cpu_ceiling_measured);

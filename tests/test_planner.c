@@ -303,11 +303,54 @@ static void gpu_bill_formulas(void) {
     CHECK_CLOSE(s.recompute_flops, 4 * (16.0 * C * C + 4.0 * C * 2048), 0, 1e-12, "recompute flops");
 }
 
+// Llama's bill: GQA's K and V take 2*NKV of the NH + 2*NKV heads in the
+// kept qkv activation, the MLP activations are 2H (gate|up) and H, FP8
+// holds q/k/v, o, gate|up and down per layer (twice on Hopper, with the
+// transposes) and casts 2H-wide activations, the 8B class defaults to FP8
+// as GPT-2 does, and full recompute re-runs qkv, o and gate|up.
+static void llama_bill(void) {
+    PlanDevice h100 = gpu("h100");
+    GPTConfig c = {.max_seq_len = 2048, .vocab_size = 128256, .num_layers = 4, .num_heads = 32, .channels = 4096,
+                   .arch = ARCH_LLAMA, .num_kv_heads = 8, .mlp_hidden = 14336, .rope_theta = 500000.0f};
+    gpt_config_finish(&c);
+    PlanConfig pc = request(c, 2048, 8);
+    pc.B = 1;
+    pc.precision = PREC_BF16;
+    MemoryBill b = plan_bill(&pc, &h100);
+    size_t BT = 2048, L = 4;
+    CHECK(b.acts.count[A_QKV] == L * BT * (32 + 2 * 8) * 128, "qkv activations %zu", b.acts.count[A_QKV]);
+    CHECK(b.acts.count[A_FCH] == L * BT * 2 * 14336 && b.acts.count[A_FCH_GELU] == L * BT * 14336, "MLP activations");
+    CHECK(b.acts.count[A_LN1_MEAN] == 0, "RMSNorm keeps no mean");
+    GPTConfig mha = c;
+    mha.num_kv_heads = 32;
+    PlanConfig pm = pc;
+    pm.model = mha;
+    MemoryBill bm = plan_bill(&pm, &h100);
+    CHECK(bm.acts.count[A_QKV] - b.acts.count[A_QKV] == L * BT * 2 * 24 * 128 && bm.state.params > b.state.params,
+          "GQA saves 2 x 24 heads of K and V");
+    pc.precision = PREC_FP8;
+    b = plan_bill(&pc, &h100);
+    size_t layer = (size_t)(48 * 128) * 4096 + 4096 * 4096 + 2 * 14336 * 4096 + 4096 * 14336;
+    CHECK(b.fp8_weights == L * 2 * layer, "Llama FP8 weights %zu, want %zu", b.fp8_weights, L * 2 * layer);
+    CHECK(b.activations == b.acts.bytes + 3 * BT * 2 * 14336, "Llama FP8 casts (three buffers of 2H on Hopper)");
+    CHECK(plan_default_precision(&c, &h100) == PREC_BF16, "small Llama: bf16");
+    c.num_layers = 32;
+    gpt_config_finish(&c);
+    CHECK(gpt_num_params(&c) > 7e9 && plan_default_precision(&c, &h100) == PREC_FP8, "an 8B Llama plans in fp8");
+    pc.precision = PREC_BF16;
+    pc.model = c;
+    pc.recompute = recompute_policy(RECOMPUTE_FULL, 0, 32);
+    PlanSpeed sp = plan_speed(&pc, &h100);
+    double gemm = 4096.0 * (48 * 128) + 4096.0 * 4096 + 4096.0 * 2 * 14336;
+    CHECK_CLOSE(sp.recompute_flops, 32 * (2 * gemm + 4.0 * 4096 * 2048), 0, 1e-12, "Llama recompute flops");
+}
+
 int main(void) {
     RUN(state_bytes_hand_checked);
     RUN(planned_equals_allocated);
     RUN(gpu_bill_formulas);
     RUN(recommendations_hand_checked);
     RUN(nothing_fits_says_what_would);
+    RUN(llama_bill);
     return TESTS_DONE();
 }

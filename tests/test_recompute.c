@@ -1,7 +1,7 @@
 // test_recompute.c: activation recompute (llm/recompute.h) on the CPU backend.
 //
 // Every policy must give the same gradients, losses and weights as keeping
-// everything, bit for bit; the arena must shrink by exactly what the
+// everything, bit for bit, for GPT-2 and for Llama (the *_llama cases); the arena must shrink by exactly what the
 // accounting says; and the ops properties recompute relies on (ops.h) must
 // hold bit for bit.
 #include <stdlib.h>
@@ -17,10 +17,15 @@
 #define T 13
 static const GPTConfig BASE = {.max_seq_len = 16, .vocab_size = 101, .num_layers = 4, .num_heads = 3, .channels = 48};
 
+// Llama: 6 heads of 8 sharing 2 kv heads, an MLP of 72, an untied head.
+static const GPTConfig LLAMA = {.max_seq_len = 16, .vocab_size = 101, .num_layers = 4, .num_heads = 6, .channels = 48,
+                                .arch = ARCH_LLAMA, .num_kv_heads = 2, .mlp_hidden = 72, .rope_theta = 10000.0f};
+
 static Backend* be;
+static int llama;  // the cases below run on LLAMA instead of BASE
 
 static GPTConfig config(void) {
-    GPTConfig c = BASE;
+    GPTConfig c = llama ? LLAMA : BASE;
     gpt_config_finish(&c);
     return c;
 }
@@ -269,7 +274,8 @@ static void allocation_matches_layouts(void) {
         StateBytes sb = gpt_state_bytes(&c, DTYPE_F32, 1, 0);
         ActLayout al;
         act_layout_build(&al, &c, B, T, DTYPE_F32, &p);
-        size_t want = sb.params + sb.grads + sb.master + sb.adam + al.bytes + 2 * (size_t)B * T * 4 + 16;
+        size_t rope = llama ? (size_t)T * (c.channels / c.num_heads) * sizeof(float) : 0;  // the RoPE table
+        size_t want = sb.params + sb.grads + sb.master + sb.adam + al.bytes + 2 * (size_t)B * T * 4 + 16 + rope;
         CHECK(got == want, "%s: allocated %zu, layouts say %zu", CASES[k].name, got, want);
         CHECK(m.acts.bytes == al.bytes, "%s: arena %zu vs %zu", CASES[k].name, m.acts.bytes, al.bytes);
         gpt_free(&m);
@@ -283,6 +289,10 @@ int main(void) {
     RUN(training_bitwise_equal_across_policies);
     RUN(arena_matches_accounting);
     RUN(allocation_matches_layouts);
+    llama = 1;
+    RUN_SUFFIXED(grads_bitwise_equal_across_policies, "_llama");
+    RUN_SUFFIXED(training_bitwise_equal_across_policies, "_llama");
+    RUN_SUFFIXED(allocation_matches_layouts, "_llama");
     be->destroy(be);
     return TESTS_DONE();
 }

@@ -152,6 +152,7 @@ static void check_against_reference(const float* flat, const float* ref, double 
     llmc_from_flat(&model, flat, ours);
     size_t off = 0;
     for (int k = 0; k < NUM_PARAM_KINDS; k++) {
+        if (!gpt_has_kind(&model.config, (ParamKind)k)) continue;  // lm_head: Llama's
         int layers = param_kind_is_per_layer((ParamKind)k) ? model.config.num_layers : 1;
         size_t n = model.layout.tensors[param_tensor_index(&model.config, (ParamKind)k, 0)].count * layers;
         double err = max_rel_err(ours + off, ref + off, n);

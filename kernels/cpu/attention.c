@@ -3,9 +3,10 @@
 // the backward pass, which recomputes the probabilities. No T x T matrix ever
 // exists: queries are processed four at a time, with a row of T scores each.
 //
-// Layout: qkv (B,T,3,NH,HS): for token (b,t) q, k, v are the three C-wide
-// blocks of its 3C row, head h at offset h*HS inside each. out (B,T,C), head
-// h at channels h*HS..; lse (B,NH,T).
+// Layout: qkv (B,T,NH+2*NKV,HS): token (b,t)'s row holds its NH query heads,
+// then its NKV key heads, then its NKV value heads (GPT-2: NKV = NH, three
+// C-wide blocks). Query head h reads kv head h / (NH/NKV). out (B,T,NH,HS);
+// lse (B,NH,T).
 //
 // Speed: every inner loop runs along the keys, 16 per AVX-512 vector, never
 // along the head dimension (a dot product of HS = 16..64 floats per key costs
@@ -29,20 +30,26 @@
 #define QUERY_BLOCK 128
 
 typedef struct {
-    int T, C, NH, HS;
-    size_t stride;  // floats between consecutive tokens' rows of qkv (3C)
+    int T, NH, NKV, HS;
+    int group;      // NH / NKV: query heads per kv head
+    int C;          // floats per token of out and dout (NH*HS)
+    size_t stride;  // floats between consecutive tokens' rows of qkv ((NH+2*NKV)*HS)
     size_t ld;      // row length of the transposed panels: >= T rounded up to KEY_BLOCK
     float scale;    // 1/sqrt(HS)
 } Shape;
 
-static Shape make_shape(int T, int C, int NH) {
-    if (NH <= 0 || C % NH != 0) fatal("attention: C=%d is not a multiple of NH=%d", C, NH);
+static Shape make_shape(int T, int NH, int NKV, int HS) {
+    if (NH <= 0 || NKV <= 0 || NH % NKV != 0)
+        fatal("attention: NH=%d query heads are not a multiple of NKV=%d key/value heads", NH, NKV);
+    if (HS <= 0) fatal("attention: head size %d", HS);
     Shape s;
     s.T = T;
-    s.C = C;
     s.NH = NH;
-    s.HS = C / NH;
-    s.stride = 3 * (size_t)C;
+    s.NKV = NKV;
+    s.HS = HS;
+    s.group = NH / NKV;
+    s.C = NH * HS;
+    s.stride = (size_t)(NH + 2 * NKV) * HS;
     // One extra cache line per panel row: with rows a multiple of 4 KiB apart
     // the HS rows would all fall in the same L1 sets.
     s.ld = round_up((size_t)T, KEY_BLOCK) + 16;
@@ -170,17 +177,23 @@ static void attend_query_group(float* o, float* lse, const float* q, int i, cons
 static size_t forward_floats_per_thread(const Shape* s) { return (2 * (size_t)s->HS + QUERY_GROUP) * s->ld; }
 static size_t backward_floats_per_thread(const Shape* s) { return (4 * (size_t)s->HS + 3 * QUERY_GROUP) * s->ld; }
 
-size_t cpu_attention_scratch_bytes(int T, int C, int NH, int threads) {
-    Shape s = make_shape(T, C, NH);
+size_t cpu_attention_scratch_bytes(int T, int HS, int threads) {
+    Shape s = make_shape(T, 1, 1, HS);
     size_t f = forward_floats_per_thread(&s), b = backward_floats_per_thread(&s);
     return (size_t)threads * (f > b ? f : b) * sizeof(float);
 }
 
+// Offsets inside a token's qkv row of query head h, kv head kv's key and value.
+static size_t q_offset(const Shape* s, int h) { return (size_t)h * s->HS; }
+static size_t k_offset(const Shape* s, int kv) { return (size_t)(s->NH + kv) * s->HS; }
+static size_t v_offset(const Shape* s, int kv) { return (size_t)(s->NH + s->NKV + kv) * s->HS; }
+
 void cpu_attention_forward(Backend* be, void* out_, float* lse, const void* qkv_, int B, int T,
-                           int C, int NH) {
+                           int NH, int NKV, int HS) {
     float* out = (float*)out_;
     const float* qkv = (const float*)qkv_;
-    Shape s = make_shape(T, C, NH);
+    Shape s = make_shape(T, NH, NKV, HS);
+    int C = s.C;
     size_t per_thread = forward_floats_per_thread(&s);
     int nthreads = omp_get_max_threads();
     float* scratch = (float*)cpu_scratch(be, nthreads * per_thread * sizeof(float),
@@ -201,42 +214,40 @@ void cpu_attention_forward(Backend* be, void* out_, float* lse, const void* qkv_
             int b = bh / NH, h = bh % NH;
             int i0 = blk * QUERY_BLOCK;
             int i1 = i0 + QUERY_BLOCK < T ? i0 + QUERY_BLOCK : T;
-            const float* base = qkv + (size_t)b * T * s.stride + h * s.HS;
-            transpose_rows(kt, base + C, i1, &s);
-            transpose_rows(vt, base + 2 * C, i1, &s);
+            const float* base = qkv + (size_t)b * T * s.stride;
+            int kv = h / s.group;
+            transpose_rows(kt, base + k_offset(&s, kv), i1, &s);
+            transpose_rows(vt, base + v_offset(&s, kv), i1, &s);
             for (int i = i0; i < i1; i += QUERY_GROUP) {
                 attend_query_group(out + ((size_t)b * T + i) * C + h * s.HS,
-                                   lse + (size_t)bh * T + i, base + i * s.stride, i, kt, vt, rows,
-                                   &s);
+                                   lse + (size_t)bh * T + i, base + q_offset(&s, h) + i * s.stride,
+                                   i, kt, vt, rows, &s);
             }
         }
     }
     be->free(be, scratch);
 }
 
-// Gradients of one head (b, h); pointers are already offset to the head. For
+// Gradients of one query head. For
 // query i with p_ij = exp(s_ij - lse_i) and D_i = dout_i . out_i
 // (= sum_j p_ij dout_i . v_j):
 //   ds_ij = p_ij (dout_i . v_j - D_i) * scale
 //   dq_i = sum_j ds_ij k_j,  dk_j += ds_ij q_i,  dv_j += p_ij dout_i.
 // Queries go in groups of QUERY_GROUP, so each pass over the dk and dv panels
-// adds four queries' terms. One thread owns the head, and the terms are added
-// in a fixed order, so the result does not depend on the threads.
-static void attention_backward_head(float* dqkv, const float* dout, const float* qkv,
-                                    const float* out, const float* lse, float* work,
-                                    const Shape* s) {
+// adds four queries' terms. This writes dq and adds the head's terms to the
+// dk and dv panels (dkt, dvt) of the kv head it reads (K and V panels kt,
+// vt); q and dq point at the query head inside qkv and dqkv rows, dout and
+// out at it in (T, NH, HS). One thread adds the terms in a fixed order, so
+// the result does not depend on the threads.
+static void attention_backward_query_head(float* dq, float* dkt, float* dvt, const float* dout,
+                                          const float* q, const float* out, const float* lse,
+                                          const float* kt, const float* vt, float* rows,
+                                          const Shape* s) {
     int T = s->T, C = s->C, HS = s->HS;
     size_t ld = s->ld;
-    float* kt = work;
-    float* vt = kt + HS * ld;
-    float* dkt = vt + HS * ld;
-    float* dvt = dkt + HS * ld;
-    float* P = dvt + HS * ld;              // QUERY_GROUP rows of probabilities
+    float* P = rows;                       // QUERY_GROUP rows of probabilities
     float* DP = P + QUERY_GROUP * ld;      // ... of dout_i . v_j
     float* DS = DP + QUERY_GROUP * ld;     // ... of score gradients
-    transpose_rows(kt, qkv + C, T, s);
-    transpose_rows(vt, qkv + 2 * C, T, s);
-    memset(dkt, 0, 2 * HS * ld * sizeof(float));  // dkt and dvt
 
     for (int i = 0; i < T; i += QUERY_GROUP) {
         int count = T - i < QUERY_GROUP ? T - i : QUERY_GROUP;
@@ -245,7 +256,7 @@ static void attention_backward_head(float* dqkv, const float* dout, const float*
         const float* xo[QUERY_GROUP];
         for (int g = 0; g < QUERY_GROUP; g++) {
             int t = g < count ? i + g : i + count - 1;  // padding queries repeat the last
-            xq[g] = qkv + t * s->stride;
+            xq[g] = q + t * s->stride;
             xo[g] = dout + (size_t)t * C;
         }
         panel_products_group(P, xq, kt, n_max, s->scale, s);
@@ -283,13 +294,35 @@ static void attention_backward_head(float* dqkv, const float* dout, const float*
                 dk[j] = fmaf(q3, s3[j], fmaf(q2, s2[j], fmaf(q1, s1[j], fmaf(q0, s0[j], dk[j]))));
                 dv[j] = fmaf(o3, p3[j], fmaf(o2, p2[j], fmaf(o1, p1[j], fmaf(o0, p0[j], dv[j]))));
             }
-            float dq[QUERY_GROUP] = {a0, a1, a2, a3};
-            for (int g = 0; g < count; g++) dqkv[(i + g) * s->stride + d] = dq[g];
+            float dqg[QUERY_GROUP] = {a0, a1, a2, a3};
+            for (int g = 0; g < count; g++) dq[(i + g) * s->stride + d] = dqg[g];
         }
     }
+}
+
+// Gradients of kv head kv of batch row b: its query heads in order, then its
+// dk and dv out of the panels. Pointers are at the batch row's first token.
+static void attention_backward_kv_head(float* dqkv, const float* dout, const float* qkv,
+                                       const float* out, const float* lse, int kv, float* work,
+                                       const Shape* s) {
+    int T = s->T, HS = s->HS;
+    size_t ld = s->ld;
+    float* kt = work;
+    float* vt = kt + HS * ld;
+    float* dkt = vt + HS * ld;
+    float* dvt = dkt + HS * ld;
+    float* rows = dvt + HS * ld;
+    transpose_rows(kt, qkv + k_offset(s, kv), T, s);
+    transpose_rows(vt, qkv + v_offset(s, kv), T, s);
+    memset(dkt, 0, 2 * HS * ld * sizeof(float));  // dkt and dvt
+    for (int h = kv * s->group; h < (kv + 1) * s->group; h++) {
+        attention_backward_query_head(dqkv + q_offset(s, h), dkt, dvt, dout + h * HS,
+                                      qkv + q_offset(s, h), out + h * HS, lse + (size_t)h * T, kt,
+                                      vt, rows, s);
+    }
     for (int j = 0; j < T; j++) {
-        float* dk = dqkv + j * s->stride + C;
-        float* dv = dk + C;
+        float* dk = dqkv + j * s->stride + k_offset(s, kv);
+        float* dv = dqkv + j * s->stride + v_offset(s, kv);
         for (int d = 0; d < HS; d++) {
             dk[d] = dkt[d * ld + j];
             dv[d] = dvt[d * ld + j];
@@ -298,28 +331,31 @@ static void attention_backward_head(float* dqkv, const float* dout, const float*
 }
 
 void cpu_attention_backward(Backend* be, void* dqkv_, const void* dout_, const void* qkv_,
-                            const void* out_, const float* lse, int B, int T, int C, int NH) {
+                            const void* out_, const float* lse, int B, int T, int NH, int NKV,
+                            int HS) {
     float* dqkv = (float*)dqkv_;
     const float* dout = (const float*)dout_;
     const float* qkv = (const float*)qkv_;
     const float* out = (const float*)out_;
-    Shape s = make_shape(T, C, NH);
+    Shape s = make_shape(T, NH, NKV, HS);
+    int C = s.C;
     size_t per_thread = backward_floats_per_thread(&s);
     int nthreads = omp_get_max_threads();
     float* scratch = (float*)cpu_scratch(be, nthreads * per_thread * sizeof(float),
                                          "attention backward panels");
-    int heads = B * NH;
-    double work = (double)heads * T * T * s.HS;
+    // One thread owns a kv head and the query heads that read it, so its dk
+    // and dv sum their terms in a fixed order without atomics.
+    int tasks = B * NKV;
+    double work = (double)B * NH * T * T * s.HS;
 #pragma omp parallel num_threads(nthreads) if (work > 1e6)
     {
         float* mine = scratch + omp_get_thread_num() * per_thread;
 #pragma omp for schedule(static, 1)
-        for (int bh = 0; bh < heads; bh++) {
-            int b = bh / NH, h = bh % NH;
+        for (int task = 0; task < tasks; task++) {
+            int b = task / NKV, kv = task % NKV;
             size_t tok0 = (size_t)b * T;
-            attention_backward_head(dqkv + tok0 * s.stride + h * s.HS, dout + tok0 * C + h * s.HS,
-                                    qkv + tok0 * s.stride + h * s.HS, out + tok0 * C + h * s.HS,
-                                    lse + (size_t)bh * T, mine, &s);
+            attention_backward_kv_head(dqkv + tok0 * s.stride, dout + tok0 * C, qkv + tok0 * s.stride,
+                                       out + tok0 * C, lse + (size_t)b * NH * T, kv, mine, &s);
         }
     }
     be->free(be, scratch);

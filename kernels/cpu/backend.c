@@ -148,6 +148,13 @@ Backend* cpu_backend_create(DType dtype, int num_threads) {
     be->gelu_backward = cpu_gelu_backward;
     be->attention_forward = cpu_attention_forward;
     be->attention_backward = cpu_attention_backward;
+    be->rmsnorm_forward = cpu_rmsnorm_forward;
+    be->residual_rmsnorm_forward = cpu_residual_rmsnorm_forward;
+    be->rmsnorm_backward = cpu_rmsnorm_backward;
+    be->rope_forward = cpu_rope_forward;
+    be->rope_backward = cpu_rope_backward;
+    be->swiglu_forward = cpu_swiglu_forward;
+    be->swiglu_backward = cpu_swiglu_backward;
     be->cross_entropy = cpu_cross_entropy;
     be->sum = cpu_sum;
     be->sum_squares = cpu_sum_squares;

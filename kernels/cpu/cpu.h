@@ -122,9 +122,25 @@ void cpu_gelu_backward(Backend* be, void* dinp, const void* inp, const void* dou
 void cpu_gelu_row(float* out, const float* inp, size_t n);
 
 void cpu_attention_forward(Backend* be, void* out, float* lse, const void* qkv, int B, int T,
-                           int C, int NH);
+                           int NH, int NKV, int HS);
 void cpu_attention_backward(Backend* be, void* dqkv, const void* dout, const void* qkv,
-                            const void* out, const float* lse, int B, int T, int C, int NH);
+                            const void* out, const float* lse, int B, int T, int NH, int NKV,
+                            int HS);
+
+void cpu_rmsnorm_forward(Backend* be, void* out, float* rstd, const void* inp, const void* w, int N,
+                         int C, float eps, float* amax);
+void cpu_residual_rmsnorm_forward(Backend* be, void* residual, void* out, float* rstd,
+                                  const void* a, const void* b, const void* w, int N, int C,
+                                  float eps, float* amax);
+void cpu_rmsnorm_backward(Backend* be, void* dinp, void* dw, const void* dout, const void* inp,
+                          const void* w, const float* rstd, int N, int C, float* amax);
+void cpu_rope_forward(Backend* be, void* qkv, const float* freqs, int B, int T, int NH, int NKV,
+                      int HS);
+void cpu_rope_backward(Backend* be, void* dqkv, const float* freqs, int B, int T, int NH, int NKV,
+                       int HS);
+void cpu_swiglu_forward(Backend* be, void* out, const void* inp, int N, int H, float* amax);
+void cpu_swiglu_backward(Backend* be, void* dinp, const void* inp, const void* dout, int N, int H,
+                         float* amax);
 
 void cpu_cross_entropy(Backend* be, float* losses, void* logits, const int32_t* targets, int N,
                        int V, int Vp, float dloss);

@@ -1,4 +1,7 @@
 // encoder.c: token + position embeddings, forward and backward, on the CPU.
+// Without position embeddings (wpe and dwpe NULL: Llama) only the token rows.
+#include <string.h>
+
 #include "kernels/cpu/cpu.h"
 
 void cpu_encoder_forward(Backend* be, void* out_, const int32_t* tokens, const void* wte_,
@@ -10,8 +13,12 @@ void cpu_encoder_forward(Backend* be, void* out_, const int32_t* tokens, const v
 #pragma omp parallel for schedule(static) if (rows * C > CPU_PARALLEL_MIN)
     for (size_t r = 0; r < rows; r++) {
         const float* e = wte + (size_t)tokens[r] * C;
-        const float* p = wpe + (r % T) * C;
         float* o = out + r * C;
+        if (!wpe) {
+            memcpy(o, e, (size_t)C * sizeof(float));
+            continue;
+        }
+        const float* p = wpe + (r % T) * C;
 #pragma omp simd
         for (int c = 0; c < C; c++) o[c] = e[c] + p[c];
     }
@@ -39,6 +46,7 @@ void cpu_encoder_backward(Backend* be, void* dwte_, void* dwpe_, const void* dou
             for (int c = c0; c < c1; c++) d[c] += g[c];
         }
     }
+    if (!dwpe) return;
     // dwpe[t] gets one row from each batch element, added in batch order.
 #pragma omp parallel for schedule(static) if (parallel)
     for (int t = 0; t < T; t++) {

@@ -16,9 +16,15 @@
 // needs; that costs 7 instead of 5 tile products per tile pair, the price of
 // not accumulating dQ with float atomics in a scheduling-dependent order.
 //
-// Layout (as kernels/ops.h): qkv (B, T, 3, NH, HS): token (b, t) has a 3C row,
-// q of head h at h*HS, k at C + h*HS, v at 2C + h*HS; out and dout (B, T, C);
-// lse (B, NH, T) natural-log log-sum-exp of the scaled scores.
+// Grouped-query attention: NH query heads read NKV key/value heads (query
+// head h reads kv head h / (NH/NKV); GPT-2 has NKV = NH). The dK/dV kernels
+// own a block of keys of one kv head and loop over its query heads in order,
+// so a kv head's gradient sums its group's terms without atomics.
+//
+// Layout (as kernels/ops.h): qkv (B, T, NH + 2*NKV, HS): token (b, t) has a
+// row of NH query heads, then NKV key heads, then NKV value heads (AttnLayout
+// in attention.cuh has the offsets); out and dout (B, T, NH, HS); lse
+// (B, NH, T) natural-log log-sum-exp of the scaled scores.
 #include <math.h>
 #include <stdio.h>
 
@@ -67,10 +73,9 @@ __device__ inline float dot_rows(const float* a, const float* b, int HS) {
 
 // Block: R queries of one (b, h). Shared: Q, K, V, O tiles; S (R x R+1); m, l, alpha (R).
 template <typename T>
-__global__ void attention_forward_simt(T* out, float* lse, const T* qkv, int T_, int C, int NH, int HS, int R,
-                                       float scale) {
+__global__ void attention_forward_simt(T* out, float* lse, const T* qkv, int T_, AttnLayout L, int R, float scale) {
     extern __shared__ float smem_f[];
-    int ld = HS + 1;
+    int HS = L.HS, ld = HS + 1;
     float* Qs = smem_f;
     float* Ks = Qs + R * ld;
     float* Vs = Ks + R * ld;
@@ -82,11 +87,11 @@ __global__ void attention_forward_simt(T* out, float* lse, const T* qkv, int T_,
 
     int blocks = gridDim.x;
     int qb = blocks - 1 - blockIdx.x;  // the longest (last) query blocks start first
-    int bh = blockIdx.y, b = bh / NH, h = bh % NH;
-    size_t stride = 3 * (size_t)C;
-    const T* base = qkv + (size_t)b * T_ * stride + h * HS;
+    int bh = blockIdx.y, b = bh / L.NH, h = bh % L.NH;
+    size_t stride = L.stride();
+    const T* base = qkv + (size_t)b * T_ * stride;
     int q0 = qb * R;
-    load_rows(Qs, base, q0, R, T_, stride, HS);
+    load_rows(Qs, base + L.q(h), q0, R, T_, stride, HS);
     for (int i = threadIdx.x; i < R * ld; i += blockDim.x) Os[i] = 0.0f;
     for (int i = threadIdx.x; i < R; i += blockDim.x) {
         m_s[i] = -INFINITY;
@@ -97,8 +102,8 @@ __global__ void attention_forward_simt(T* out, float* lse, const T* qkv, int T_,
     for (int kb = 0; kb <= qb; kb++) {
         int k0 = kb * R;
         __syncthreads();
-        load_rows(Ks, base + C, k0, R, T_, stride, HS);
-        load_rows(Vs, base + 2 * C, k0, R, T_, stride, HS);
+        load_rows(Ks, base + L.k(h), k0, R, T_, stride, HS);
+        load_rows(Vs, base + L.v(h), k0, R, T_, stride, HS);
         __syncthreads();
         for (int e = threadIdx.x; e < R * R; e += blockDim.x) {
             int r = e / R, j = e % R;
@@ -144,7 +149,7 @@ __global__ void attention_forward_simt(T* out, float* lse, const T* qkv, int T_,
         Os[r * ld + d] /= l_s[r];
     }
     __syncthreads();
-    store_rows(out + (size_t)b * T_ * C + h * HS, Os, q0, R, T_, (size_t)C, HS);
+    store_rows(out + (size_t)b * T_ * L.out_stride() + L.q(h), Os, q0, R, T_, L.out_stride(), HS);
     for (int r = threadIdx.x; r < R; r += blockDim.x) {
         if (q0 + r < T_) lse[(size_t)bh * T_ + q0 + r] = m_s[r] + logf(l_s[r]);
     }
@@ -154,8 +159,8 @@ __global__ void attention_forward_simt(T* out, float* lse, const T* qkv, int T_,
 
 // D[b, h, t] = sum_d dout[b, t, h, d] * out[b, t, h, d]: one warp per (b, t, h).
 template <typename T>
-__global__ void attention_backward_dot_kernel(float* D, const T* dout, const T* out, int B, int T_, int C, int NH) {
-    int HS = C / NH;
+__global__ void attention_backward_dot_kernel(float* D, const T* dout, const T* out, int B, int T_, int NH, int HS) {
+    size_t C = (size_t)NH * HS;
     size_t rows = (size_t)B * T_ * NH;
     size_t warps = (size_t)gridDim.x * blockDim.x / WARP_SIZE;
     int lane = threadIdx.x % WARP_SIZE;
@@ -177,9 +182,9 @@ __global__ void attention_backward_dot_kernel(float* D, const T* dout, const T* 
 // Shared: K, V, dK, dV, Q, dO tiles; P and dS (R keys x R+1 queries); lse, D (R).
 template <typename T>
 __global__ void attention_backward_dkdv_simt(T* dqkv, const T* dout, const T* qkv, const float* lse, const float* D,
-                                             int T_, int C, int NH, int HS, int R, float scale) {
+                                             int T_, AttnLayout L, int R, float scale) {
     extern __shared__ float smem_f[];
-    int ld = HS + 1;
+    int HS = L.HS, ld = HS + 1;
     float* Ks = smem_f;
     float* Vs = Ks + R * ld;
     float* dKs = Vs + R * ld;
@@ -193,20 +198,24 @@ __global__ void attention_backward_dkdv_simt(T* dqkv, const T* dout, const T* qk
 
     int nb = gridDim.x;
     int kb = blockIdx.x;  // the first key blocks have the most queries: they start first
-    int bh = blockIdx.y, b = bh / NH, h = bh % NH;
-    size_t stride = 3 * (size_t)C;
-    const T* base = qkv + (size_t)b * T_ * stride + h * HS;
-    const T* gbase = dout + (size_t)b * T_ * C + h * HS;
+    int bkv = blockIdx.y, b = bkv / L.NKV, kv = bkv % L.NKV;
+    size_t stride = L.stride(), ostride = L.out_stride();
+    const T* base = qkv + (size_t)b * T_ * stride;
+    const T* gbase = dout + (size_t)b * T_ * ostride;
     int k0 = kb * R;
-    load_rows(Ks, base + C, k0, R, T_, stride, HS);
-    load_rows(Vs, base + 2 * C, k0, R, T_, stride, HS);
+    int h0 = kv * L.group();
+    load_rows(Ks, base + L.k(h0), k0, R, T_, stride, HS);
+    load_rows(Vs, base + L.v(h0), k0, R, T_, stride, HS);
     for (int i = threadIdx.x; i < 2 * R * ld; i += blockDim.x) dKs[i] = 0.0f;  // dKs and dVs
 
-    for (int qb = kb; qb < nb; qb++) {
+    // The query heads of this kv head in order, each over its query blocks.
+    for (int step = 0; step < L.group() * (nb - kb); step++) {
+        int h = h0 + step / (nb - kb), qb = kb + step % (nb - kb);
+        int bh = b * L.NH + h;
         int q0 = qb * R;
         __syncthreads();
-        load_rows(Qs, base, q0, R, T_, stride, HS);
-        load_rows(dOs, gbase, q0, R, T_, (size_t)C, HS);
+        load_rows(Qs, base + L.q(h), q0, R, T_, stride, HS);
+        load_rows(dOs, gbase + L.q(h), q0, R, T_, ostride, HS);
         load_query_stats(lse_s, D_s, lse, D, bh, q0, R, T_, 1.0f);
         __syncthreads();
         for (int e = threadIdx.x; e < R * R; e += blockDim.x) {
@@ -236,18 +245,18 @@ __global__ void attention_backward_dkdv_simt(T* dqkv, const T* dout, const T* qk
         }
     }
     __syncthreads();
-    T* dbase = dqkv + (size_t)b * T_ * stride + h * HS;
-    store_rows(dbase + C, dKs, k0, R, T_, stride, HS);
-    store_rows(dbase + 2 * C, dVs, k0, R, T_, stride, HS);
+    T* dbase = dqkv + (size_t)b * T_ * stride;
+    store_rows(dbase + L.k(h0), dKs, k0, R, T_, stride, HS);
+    store_rows(dbase + L.v(h0), dVs, k0, R, T_, stride, HS);
 }
 
 // Block: R queries of one (b, h); loops over the key blocks up to it.
 // Shared: Q, dO, dQ, K, V tiles; dS (R x R+1); lse, D (R).
 template <typename T>
 __global__ void attention_backward_dq_simt(T* dqkv, const T* dout, const T* qkv, const float* lse, const float* D,
-                                           int T_, int C, int NH, int HS, int R, float scale) {
+                                           int T_, AttnLayout L, int R, float scale) {
     extern __shared__ float smem_f[];
-    int ld = HS + 1;
+    int HS = L.HS, ld = HS + 1;
     float* Qs = smem_f;
     float* dOs = Qs + R * ld;
     float* dQs = dOs + R * ld;
@@ -258,19 +267,19 @@ __global__ void attention_backward_dq_simt(T* dqkv, const T* dout, const T* qkv,
     float* D_s = lse_s + R;
 
     int qb = gridDim.x - 1 - blockIdx.x;
-    int bh = blockIdx.y, b = bh / NH, h = bh % NH;
-    size_t stride = 3 * (size_t)C;
-    const T* base = qkv + (size_t)b * T_ * stride + h * HS;
+    int bh = blockIdx.y, b = bh / L.NH, h = bh % L.NH;
+    size_t stride = L.stride();
+    const T* base = qkv + (size_t)b * T_ * stride;
     int q0 = qb * R;
-    load_rows(Qs, base, q0, R, T_, stride, HS);
-    load_rows(dOs, dout + (size_t)b * T_ * C + h * HS, q0, R, T_, (size_t)C, HS);
+    load_rows(Qs, base + L.q(h), q0, R, T_, stride, HS);
+    load_rows(dOs, dout + (size_t)b * T_ * L.out_stride() + L.q(h), q0, R, T_, L.out_stride(), HS);
     for (int i = threadIdx.x; i < R * ld; i += blockDim.x) dQs[i] = 0.0f;
     load_query_stats(lse_s, D_s, lse, D, bh, q0, R, T_, 1.0f);
     for (int kb = 0; kb <= qb; kb++) {
         int k0 = kb * R;
         __syncthreads();
-        load_rows(Ks, base + C, k0, R, T_, stride, HS);
-        load_rows(Vs, base + 2 * C, k0, R, T_, stride, HS);
+        load_rows(Ks, base + L.k(h), k0, R, T_, stride, HS);
+        load_rows(Vs, base + L.v(h), k0, R, T_, stride, HS);
         __syncthreads();
         for (int e = threadIdx.x; e < R * R; e += blockDim.x) {
             int i = e / R, j = e % R;  // query i, key j
@@ -293,7 +302,7 @@ __global__ void attention_backward_dq_simt(T* dqkv, const T* dout, const T* qkv,
         }
     }
     __syncthreads();
-    store_rows(dqkv + (size_t)b * T_ * stride + h * HS, dQs, q0, R, T_, stride, HS);
+    store_rows(dqkv + (size_t)b * T_ * stride + L.q(h), dQs, q0, R, T_, stride, HS);
 }
 
 // ---- dispatch ------------------------------------------------------------------------------------------------
@@ -302,11 +311,12 @@ __global__ void attention_backward_dq_simt(T* dqkv, const T* dout, const T* qkv,
 // (shared memory). Must divide SIMT_THREADS and give at most 32 threads per row.
 static int simt_rows(int HS) { return HS <= 128 ? 32 : 16; }
 
-static int check_shape(int B, int T, int C, int NH) {
-    if (NH <= 0 || C % NH != 0) fatal("attention: C=%d is not a multiple of NH=%d", C, NH);
-    int HS = C / NH;
-    if (HS > 256) fatal("attention: head size %d is not supported by the CUDA backend (at most 256)", HS);
-    return HS;
+static AttnLayout check_shape(int NH, int NKV, int HS) {
+    if (NH <= 0 || NKV <= 0 || NH % NKV != 0)
+        fatal("attention: NH=%d query heads are not a multiple of NKV=%d key/value heads", NH, NKV);
+    if (HS <= 0 || HS > 256) fatal("attention: head size %d is not supported by the CUDA backend (1 to 256)", HS);
+    AttnLayout L = {NH, NKV, HS};
+    return L;
 }
 
 // Whether the tensor-core kernels take this call. In BF16 a call they cannot
@@ -332,70 +342,72 @@ static int use_wmma(Backend* be, int HS, const void* a, const void* b, const voi
 }
 
 template <typename T>
-static void forward_simt(Backend* be, T* out, float* lse, const T* qkv, int B, int T_, int C, int NH) {
-    int HS = C / NH, R = simt_rows(HS);
+static void forward_simt(Backend* be, T* out, float* lse, const T* qkv, int B, int T_, AttnLayout L) {
+    int HS = L.HS, R = simt_rows(HS);
     size_t smem = (size_t)(4 * R * (HS + 1) + R * (R + 1) + 3 * R) * sizeof(float);
     auto kernel = attention_forward_simt<T>;
     attention_set_smem(be, (const void*)kernel, smem, "attention forward");
-    dim3 grid((unsigned)ceil_div((size_t)T_, R), grid_y((size_t)B * NH, "attention forward"));
-    LAUNCH(kernel, grid, SIMT_THREADS, smem, cuda_stream(be), out, lse, qkv, T_, C, NH, HS, R, 1.0f / sqrtf((float)HS));
+    dim3 grid((unsigned)ceil_div((size_t)T_, R), grid_y((size_t)B * L.NH, "attention"));
+    LAUNCH(kernel, grid, SIMT_THREADS, smem, cuda_stream(be), out, lse, qkv, T_, L, R, 1.0f / sqrtf((float)HS));
     CUDA_CHECK_LAUNCH();
 }
 
 template <typename T>
 static void backward_simt(Backend* be, T* dqkv, const T* dout, const T* qkv, const float* lse, const float* D, int B,
-                          int T_, int C, int NH) {
-    int HS = C / NH, R = simt_rows(HS);
+                          int T_, AttnLayout L) {
+    int HS = L.HS, R = simt_rows(HS);
     float scale = 1.0f / sqrtf((float)HS);
-    dim3 grid((unsigned)ceil_div((size_t)T_, R), grid_y((size_t)B * NH, "attention backward"));
     size_t smem_kv = (size_t)(6 * R * (HS + 1) + 2 * R * (R + 1) + 2 * R) * sizeof(float);
     auto kv = attention_backward_dkdv_simt<T>;
     attention_set_smem(be, (const void*)kv, smem_kv, "attention backward (dK, dV)");
-    LAUNCH(kv, grid, SIMT_THREADS, smem_kv, cuda_stream(be), dqkv, dout, qkv, lse, D, T_, C, NH, HS, R, scale);
+    dim3 grid_kv((unsigned)ceil_div((size_t)T_, R), grid_y((size_t)B * L.NKV, "attention"));
+    LAUNCH(kv, grid_kv, SIMT_THREADS, smem_kv, cuda_stream(be), dqkv, dout, qkv, lse, D, T_, L, R, scale);
     CUDA_CHECK_LAUNCH();
     size_t smem_q = (size_t)(5 * R * (HS + 1) + R * (R + 1) + 2 * R) * sizeof(float);
     auto q = attention_backward_dq_simt<T>;
     attention_set_smem(be, (const void*)q, smem_q, "attention backward (dQ)");
-    LAUNCH(q, grid, SIMT_THREADS, smem_q, cuda_stream(be), dqkv, dout, qkv, lse, D, T_, C, NH, HS, R, scale);
+    dim3 grid_q((unsigned)ceil_div((size_t)T_, R), grid_y((size_t)B * L.NH, "attention"));
+    LAUNCH(q, grid_q, SIMT_THREADS, smem_q, cuda_stream(be), dqkv, dout, qkv, lse, D, T_, L, R, scale);
     CUDA_CHECK_LAUNCH();
 }
 
-void cuda_attention_forward(Backend* be, void* out, float* lse, const void* qkv, int B, int T, int C, int NH) {
-    int HS = check_shape(B, T, C, NH);
-    if ((size_t)B * T * C == 0) return;
+void cuda_attention_forward(Backend* be, void* out, float* lse, const void* qkv, int B, int T, int NH, int NKV,
+                            int HS) {
+    AttnLayout L = check_shape(NH, NKV, HS);
+    if ((size_t)B * T == 0) return;
     if (use_wmma(be, HS, out, qkv, out, qkv)) {
-        attention_forward_wmma(be, (bf16*)out, lse, (const bf16*)qkv, B, T, C, NH);
+        attention_forward_wmma(be, (bf16*)out, lse, (const bf16*)qkv, B, T, L);
     } else if (be->dtype == DTYPE_BF16) {
-        forward_simt(be, (bf16*)out, lse, (const bf16*)qkv, B, T, C, NH);
+        forward_simt(be, (bf16*)out, lse, (const bf16*)qkv, B, T, L);
     } else {
-        forward_simt(be, (float*)out, lse, (const float*)qkv, B, T, C, NH);
+        forward_simt(be, (float*)out, lse, (const float*)qkv, B, T, L);
     }
 }
 
 size_t cuda_attention_scratch_bytes(int B, int T, int NH) { return (size_t)B * T * NH * sizeof(float); }
 
 template <typename T>
-static float* backward_dot(Backend* be, const T* dout, const T* out, int B, int T_, int C, int NH) {
-    size_t rows = (size_t)B * T_ * NH;
-    float* D = (float*)cuda_scratch(be, cuda_attention_scratch_bytes(B, T_, NH));
+static float* backward_dot(Backend* be, const T* dout, const T* out, int B, int T_, AttnLayout L) {
+    size_t rows = (size_t)B * T_ * L.NH;
+    float* D = (float*)cuda_scratch(be, cuda_attention_scratch_bytes(B, T_, L.NH));
     auto kernel = attention_backward_dot_kernel<T>;
-    LAUNCH(kernel, grid_for(rows * WARP_SIZE, 256, 1), 256, 0, cuda_stream(be), D, dout, out, B, T_, C, NH);
+    LAUNCH(kernel, grid_for(rows * WARP_SIZE, 256, 1), 256, 0, cuda_stream(be), D, dout, out, B, T_, L.NH, L.HS);
     CUDA_CHECK_LAUNCH();
     return D;
 }
 
 void cuda_attention_backward(Backend* be, void* dqkv, const void* dout, const void* qkv, const void* out,
-                             const float* lse, int B, int T, int C, int NH) {
-    int HS = check_shape(B, T, C, NH);
-    if ((size_t)B * T * C == 0) return;
+                             const float* lse, int B, int T, int NH, int NKV, int HS) {
+    AttnLayout L = check_shape(NH, NKV, HS);
+    if ((size_t)B * T == 0) return;
     if (be->dtype == DTYPE_BF16) {
-        const float* D = backward_dot(be, (const bf16*)dout, (const bf16*)out, B, T, C, NH);
+        const float* D = backward_dot(be, (const bf16*)dout, (const bf16*)out, B, T, L);
         if (use_wmma(be, HS, dqkv, dout, qkv, out))
-            attention_backward_wmma(be, (bf16*)dqkv, (const bf16*)dout, (const bf16*)qkv, lse, D, B, T, C, NH);
+            attention_backward_wmma(be, (bf16*)dqkv, (const bf16*)dout, (const bf16*)qkv, lse, D, B, T, L);
         else
-            backward_simt(be, (bf16*)dqkv, (const bf16*)dout, (const bf16*)qkv, lse, D, B, T, C, NH);
+            backward_simt(be, (bf16*)dqkv, (const bf16*)dout, (const bf16*)qkv, lse, D, B, T, L);
     } else {
-        const float* D = backward_dot(be, (const float*)dout, (const float*)out, B, T, C, NH);
-        backward_simt(be, (float*)dqkv, (const float*)dout, (const float*)qkv, lse, D, B, T, C, NH);
+        const float* D = backward_dot(be, (const float*)dout, (const float*)out, B, T, L);
+        backward_simt(be, (float*)dqkv, (const float*)dout, (const float*)qkv, lse, D, B, T, L);
     }
 }

@@ -21,6 +21,19 @@ __device__ inline void load_query_stats(float* lse_s, float* D_s, const float* l
     }
 }
 
+// Where the heads live in a token's qkv row of (NH + 2*NKV) * HS elements
+// (kernels/ops.h): query head h, and the key and value of the kv head that
+// query head h reads. out and dout rows hold the NH query heads (NH * HS).
+struct AttnLayout {
+    int NH, NKV, HS;
+    __host__ __device__ int group() const { return NH / NKV; }
+    __host__ __device__ size_t stride() const { return (size_t)(NH + 2 * NKV) * HS; }
+    __host__ __device__ size_t out_stride() const { return (size_t)NH * HS; }
+    __host__ __device__ size_t q(int h) const { return (size_t)h * HS; }
+    __host__ __device__ size_t k(int h) const { return (size_t)(NH + h / group()) * HS; }
+    __host__ __device__ size_t v(int h) const { return (size_t)(NH + NKV + h / group()) * HS; }
+};
+
 // Head sizes the tensor-core kernels are compiled for.
 static inline int attention_wmma_head_size(int HS) { return HS == 32 || HS == 64 || HS == 128; }
 
@@ -29,10 +42,10 @@ size_t attention_wmma_smem_bytes(int HS);
 
 // BF16 tensor-core flash attention. Needs attention_wmma_head_size(HS), 16-byte
 // aligned buffers, and the shared memory above.
-void attention_forward_wmma(Backend* be, bf16* out, float* lse, const bf16* qkv, int B, int T, int C, int NH);
+void attention_forward_wmma(Backend* be, bf16* out, float* lse, const bf16* qkv, int B, int T, AttnLayout L);
 // D (B, NH, T) = rowsum(dout * out), computed by the caller.
 void attention_backward_wmma(Backend* be, bf16* dqkv, const bf16* dout, const bf16* qkv, const float* lse,
-                             const float* D, int B, int T, int C, int NH);
+                             const float* D, int B, int T, AttnLayout L);
 
 // Raises a kernel's dynamic shared memory limit when it needs more than the
 // default 48 KiB; fatal if the device cannot give that much.

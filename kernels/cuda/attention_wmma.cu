@@ -133,7 +133,7 @@ __device__ inline void warp_scores_and_dp(float* S, float* dP, const bf16* A, co
 
 template <int HS>
 __global__ void KERNEL_BOUNDS(FA_THREADS, 1)
-    attention_forward_wmma_kernel(bf16* out, float* lse, const bf16* qkv, int T, int C, int NH, float scale_log2) {
+    attention_forward_wmma_kernel(bf16* out, float* lse, const bf16* qkv, int T, AttnLayout L, float scale_log2) {
     const int LDH = FaTile<HS>::LDH, F = HS / 16;
     extern __shared__ __align__(128) unsigned char fa_smem[];
     unsigned char* smem = fa_smem;
@@ -148,11 +148,11 @@ __global__ void KERNEL_BOUNDS(FA_THREADS, 1)
     float* factor = rowid + 256;  // per block row: rescale factors
 
     int qb = gridDim.x - 1 - blockIdx.x;  // the longest query blocks start first
-    int bh = blockIdx.y, b = bh / NH, h = bh % NH;
-    size_t stride = 3 * (size_t)C;
-    const bf16* base = qkv + (size_t)b * T * stride + h * HS;
+    int bh = blockIdx.y, b = bh / L.NH, h = bh % L.NH;
+    size_t stride = L.stride();
+    const bf16* base = qkv + (size_t)b * T * stride;
     int q0 = qb * FA_ROWS;
-    load_tile<HS>(Qs, base, q0, T, stride);
+    load_tile<HS>(Qs, base + L.q(h), q0, T, stride);
     for (int i = threadIdx.x; i < 256; i += blockDim.x) rowid[i] = (float)(i / 16);
     __syncthreads();
 
@@ -176,8 +176,8 @@ __global__ void KERNEL_BOUNDS(FA_THREADS, 1)
     for (int kb = 0; kb <= qb; kb++) {
         int k0 = kb * FA_COLS;
         __syncthreads();
-        load_tile<HS>(Ks, base + C, k0, T, stride);
-        load_tile<HS>(Vs, base + 2 * C, k0, T, stride);
+        load_tile<HS>(Ks, base + L.k(h), k0, T, stride);
+        load_tile<HS>(Vs, base + L.v(h), k0, T, stride);
         __syncthreads();
 
         // S (16 x 64) = Q_w K^T
@@ -244,19 +244,20 @@ __global__ void KERNEL_BOUNDS(FA_THREADS, 1)
     }
     __syncthreads();  // every warp is done with K and V
     float* stage = (float*)Ks + warp * 16 * (HS + 4);
-    store_warp_rows<HS>(out + (size_t)b * T * C + h * HS, of, stage, q0 + warp * 16, T, (size_t)C);
+    store_warp_rows<HS>(out + (size_t)b * T * L.out_stride() + L.q(h), of, stage, q0 + warp * 16, T, L.out_stride());
     if (half == 0 && q < T) lse[(size_t)bh * T + q] = (m_run + log2f(l_run)) * ATTN_LN2;
 }
 
 // ---- backward: dK and dV ---------------------------------------------------------------------------------------
 
-// Block: 64 keys of one (b, h); warp w owns keys 16w..16w+15 and works in the
+// Block: 64 keys of one (b, kv head), over the query heads that read it in
+// order; warp w owns keys 16w..16w+15 and works in the
 // transposed frame: S^T = K_w Q^T, dP^T = V_w dO^T (16 keys x 64 queries),
 // dV_w += P^T dO, dK_w += dS^T Q.
 template <int HS>
 __global__ void KERNEL_BOUNDS(FA_THREADS, 1)
     attention_backward_dkdv_wmma_kernel(bf16* dqkv, const bf16* dout, const bf16* qkv, const float* lse,
-                                        const float* D, int T, int C, int NH, float scale, float scale_log2) {
+                                        const float* D, int T, AttnLayout L, float scale, float scale_log2) {
     const int LDH = FaTile<HS>::LDH, F = HS / 16;
     extern __shared__ __align__(128) unsigned char fa_smem[];
     unsigned char* smem = fa_smem;
@@ -275,13 +276,13 @@ __global__ void KERNEL_BOUNDS(FA_THREADS, 1)
 
     int nqb = (T + FA_COLS - 1) / FA_COLS;
     int kb = blockIdx.x;  // the first key blocks have the most queries: they start first
-    int bh = blockIdx.y, b = bh / NH, h = bh % NH;
-    size_t stride = 3 * (size_t)C;
-    const bf16* base = qkv + (size_t)b * T * stride + h * HS;
-    const bf16* gbase = dout + (size_t)b * T * C + h * HS;
+    int bkv = blockIdx.y, b = bkv / L.NKV, h0 = (bkv % L.NKV) * L.group();
+    size_t stride = L.stride(), ostride = L.out_stride();
+    const bf16* base = qkv + (size_t)b * T * stride;
+    const bf16* gbase = dout + (size_t)b * T * ostride;
     int k0 = kb * FA_ROWS;
-    load_tile<HS>(Ks, base + C, k0, T, stride);
-    load_tile<HS>(Vs, base + 2 * C, k0, T, stride);
+    load_tile<HS>(Ks, base + L.k(h0), k0, T, stride);
+    load_tile<HS>(Vs, base + L.v(h0), k0, T, stride);
 
     FragC dk[F], dv[F];
     UNROLL for (int f = 0; f < F; f++) {
@@ -291,11 +292,14 @@ __global__ void KERNEL_BOUNDS(FA_THREADS, 1)
     int r = lane / 2, half = lane % 2;
     int key = k0 + warp * 16 + r;
 
-    for (int qb = (k0 / FA_COLS); qb < nqb; qb++) {
+    int qb0 = k0 / FA_COLS, blocks = nqb - qb0;
+    for (int step = 0; step < L.group() * blocks; step++) {
+        int h = h0 + step / blocks, qb = qb0 + step % blocks;
+        int bh = b * L.NH + h;
         int q0 = qb * FA_COLS;
         __syncthreads();
-        load_tile<HS>(Qs, base, q0, T, stride);
-        load_tile<HS>(dOs, gbase, q0, T, (size_t)C);
+        load_tile<HS>(Qs, base + L.q(h), q0, T, stride);
+        load_tile<HS>(dOs, gbase + L.q(h), q0, T, ostride);
         load_query_stats(lse2, Ds, lse, D, bh, q0, FA_COLS, T, ATTN_LOG2E);
         __syncthreads();
 
@@ -329,9 +333,9 @@ __global__ void KERNEL_BOUNDS(FA_THREADS, 1)
 
     __syncthreads();  // every warp is done with the Q and dO tiles: they become staging
     float* stage = (float*)smem + warp * 16 * (HS + 4);
-    bf16* dbase = dqkv + (size_t)b * T * stride + h * HS;
-    store_warp_rows<HS>(dbase + C, dk, stage, k0 + warp * 16, T, stride);
-    store_warp_rows<HS>(dbase + 2 * C, dv, stage, k0 + warp * 16, T, stride);
+    bf16* dbase = dqkv + (size_t)b * T * stride;
+    store_warp_rows<HS>(dbase + L.k(h0), dk, stage, k0 + warp * 16, T, stride);
+    store_warp_rows<HS>(dbase + L.v(h0), dv, stage, k0 + warp * 16, T, stride);
 }
 
 // ---- backward: dQ ---------------------------------------------------------------------------------------------
@@ -341,7 +345,7 @@ __global__ void KERNEL_BOUNDS(FA_THREADS, 1)
 template <int HS>
 __global__ void KERNEL_BOUNDS(FA_THREADS, 1)
     attention_backward_dq_wmma_kernel(bf16* dqkv, const bf16* dout, const bf16* qkv, const float* lse,
-                                      const float* D, int T, int C, int NH, float scale, float scale_log2) {
+                                      const float* D, int T, AttnLayout L, float scale, float scale_log2) {
     const int LDH = FaTile<HS>::LDH, F = HS / 16;
     extern __shared__ __align__(128) unsigned char fa_smem[];
     unsigned char* smem = fa_smem;
@@ -358,12 +362,12 @@ __global__ void KERNEL_BOUNDS(FA_THREADS, 1)
     float* Ds = lse2 + FA_ROWS;
 
     int qb = gridDim.x - 1 - blockIdx.x;
-    int bh = blockIdx.y, b = bh / NH, h = bh % NH;
-    size_t stride = 3 * (size_t)C;
-    const bf16* base = qkv + (size_t)b * T * stride + h * HS;
+    int bh = blockIdx.y, b = bh / L.NH, h = bh % L.NH;
+    size_t stride = L.stride();
+    const bf16* base = qkv + (size_t)b * T * stride;
     int q0 = qb * FA_ROWS;
-    load_tile<HS>(Qs, base, q0, T, stride);
-    load_tile<HS>(dOs, dout + (size_t)b * T * C + h * HS, q0, T, (size_t)C);
+    load_tile<HS>(Qs, base + L.q(h), q0, T, stride);
+    load_tile<HS>(dOs, dout + (size_t)b * T * L.out_stride() + L.q(h), q0, T, L.out_stride());
     load_query_stats(lse2, Ds, lse, D, bh, q0, FA_ROWS, T, ATTN_LOG2E);
     FragC dq[F];
     UNROLL for (int f = 0; f < F; f++) wmma::fill_fragment(dq[f], 0.0f);
@@ -373,8 +377,8 @@ __global__ void KERNEL_BOUNDS(FA_THREADS, 1)
     for (int kb = 0; kb <= qb; kb++) {
         int k0 = kb * FA_COLS;
         __syncthreads();
-        load_tile<HS>(Ks, base + C, k0, T, stride);
-        load_tile<HS>(Vs, base + 2 * C, k0, T, stride);
+        load_tile<HS>(Ks, base + L.k(h), k0, T, stride);
+        load_tile<HS>(Vs, base + L.v(h), k0, T, stride);
         __syncthreads();
 
         warp_scores_and_dp<HS>(S, dP, Qs, Ks, dOs, Vs, warp);
@@ -400,53 +404,54 @@ __global__ void KERNEL_BOUNDS(FA_THREADS, 1)
 
     __syncthreads();  // every warp is done with K and V: they become staging
     float* stage = (float*)Ks + warp * 16 * (HS + 4);
-    store_warp_rows<HS>(dqkv + (size_t)b * T * stride + h * HS, dq, stage, q0 + warp * 16, T, stride);
+    store_warp_rows<HS>(dqkv + (size_t)b * T * stride + L.q(h), dq, stage, q0 + warp * 16, T, stride);
 }
 
 // ---- launchers ---------------------------------------------------------------------------------------------------
 
 template <int HS>
-static void forward_launch(Backend* be, bf16* out, float* lse, const bf16* qkv, int B, int T, int C, int NH) {
+static void forward_launch(Backend* be, bf16* out, float* lse, const bf16* qkv, int B, int T, AttnLayout L) {
     size_t smem = forward_smem<HS>();
     auto kernel = attention_forward_wmma_kernel<HS>;
     attention_set_smem(be, (const void*)kernel, smem, "attention forward (tensor cores)");
-    dim3 grid((unsigned)ceil_div((size_t)T, FA_ROWS), grid_y((size_t)B * NH, "attention (tensor cores)"));
+    dim3 grid((unsigned)ceil_div((size_t)T, FA_ROWS), grid_y((size_t)B * L.NH, "attention"));
     float scale_log2 = ATTN_LOG2E / sqrtf((float)HS);
-    LAUNCH(kernel, grid, FA_THREADS, smem, cuda_stream(be), out, lse, qkv, T, C, NH, scale_log2);
+    LAUNCH(kernel, grid, FA_THREADS, smem, cuda_stream(be), out, lse, qkv, T, L, scale_log2);
     CUDA_CHECK_LAUNCH();
 }
 
 template <int HS>
 static void backward_launch(Backend* be, bf16* dqkv, const bf16* dout, const bf16* qkv, const float* lse,
-                            const float* D, int B, int T, int C, int NH) {
+                            const float* D, int B, int T, AttnLayout L) {
     size_t smem = backward_smem<HS>();
     float scale = 1.0f / sqrtf((float)HS), scale_log2 = scale * ATTN_LOG2E;
-    dim3 grid((unsigned)ceil_div((size_t)T, FA_ROWS), grid_y((size_t)B * NH, "attention (tensor cores)"));
     auto kv = attention_backward_dkdv_wmma_kernel<HS>;
     attention_set_smem(be, (const void*)kv, smem, "attention backward dK/dV (tensor cores)");
-    LAUNCH(kv, grid, FA_THREADS, smem, cuda_stream(be), dqkv, dout, qkv, lse, D, T, C, NH, scale, scale_log2);
+    dim3 grid_kv((unsigned)ceil_div((size_t)T, FA_ROWS), grid_y((size_t)B * L.NKV, "attention"));
+    LAUNCH(kv, grid_kv, FA_THREADS, smem, cuda_stream(be), dqkv, dout, qkv, lse, D, T, L, scale, scale_log2);
     CUDA_CHECK_LAUNCH();
     auto q = attention_backward_dq_wmma_kernel<HS>;
     attention_set_smem(be, (const void*)q, smem, "attention backward dQ (tensor cores)");
-    LAUNCH(q, grid, FA_THREADS, smem, cuda_stream(be), dqkv, dout, qkv, lse, D, T, C, NH, scale, scale_log2);
+    dim3 grid_q((unsigned)ceil_div((size_t)T, FA_ROWS), grid_y((size_t)B * L.NH, "attention"));
+    LAUNCH(q, grid_q, FA_THREADS, smem, cuda_stream(be), dqkv, dout, qkv, lse, D, T, L, scale, scale_log2);
     CUDA_CHECK_LAUNCH();
 }
 
-void attention_forward_wmma(Backend* be, bf16* out, float* lse, const bf16* qkv, int B, int T, int C, int NH) {
-    switch (C / NH) {
-        case 32: forward_launch<32>(be, out, lse, qkv, B, T, C, NH); return;
-        case 64: forward_launch<64>(be, out, lse, qkv, B, T, C, NH); return;
-        case 128: forward_launch<128>(be, out, lse, qkv, B, T, C, NH); return;
+void attention_forward_wmma(Backend* be, bf16* out, float* lse, const bf16* qkv, int B, int T, AttnLayout L) {
+    switch (L.HS) {
+        case 32: forward_launch<32>(be, out, lse, qkv, B, T, L); return;
+        case 64: forward_launch<64>(be, out, lse, qkv, B, T, L); return;
+        case 128: forward_launch<128>(be, out, lse, qkv, B, T, L); return;
     }
-    fatal("internal: no tensor-core attention for head size %d", C / NH);
+    fatal("internal: no tensor-core attention for head size %d", L.HS);
 }
 
 void attention_backward_wmma(Backend* be, bf16* dqkv, const bf16* dout, const bf16* qkv, const float* lse,
-                             const float* D, int B, int T, int C, int NH) {
-    switch (C / NH) {
-        case 32: backward_launch<32>(be, dqkv, dout, qkv, lse, D, B, T, C, NH); return;
-        case 64: backward_launch<64>(be, dqkv, dout, qkv, lse, D, B, T, C, NH); return;
-        case 128: backward_launch<128>(be, dqkv, dout, qkv, lse, D, B, T, C, NH); return;
+                             const float* D, int B, int T, AttnLayout L) {
+    switch (L.HS) {
+        case 32: backward_launch<32>(be, dqkv, dout, qkv, lse, D, B, T, L); return;
+        case 64: backward_launch<64>(be, dqkv, dout, qkv, lse, D, B, T, L); return;
+        case 128: backward_launch<128>(be, dqkv, dout, qkv, lse, D, B, T, L); return;
     }
-    fatal("internal: no tensor-core attention for head size %d", C / NH);
+    fatal("internal: no tensor-core attention for head size %d", L.HS);
 }

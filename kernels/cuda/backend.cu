@@ -240,6 +240,13 @@ extern "C" Backend* cuda_backend_create(DType dtype) {
     be->gelu_backward = cuda_gelu_backward;
     be->attention_forward = cuda_attention_forward;
     be->attention_backward = cuda_attention_backward;
+    be->rmsnorm_forward = cuda_rmsnorm_forward;
+    be->residual_rmsnorm_forward = cuda_residual_rmsnorm_forward;
+    be->rmsnorm_backward = cuda_rmsnorm_backward;
+    be->rope_forward = cuda_rope_forward;
+    be->rope_backward = cuda_rope_backward;
+    be->swiglu_forward = cuda_swiglu_forward;
+    be->swiglu_backward = cuda_swiglu_backward;
     be->cross_entropy = cuda_cross_entropy;
     be->sum = cuda_sum;
     be->sum_squares = cuda_sum_squares;

@@ -23,8 +23,12 @@ __global__ void encoder_forward_kernel(T* out, const int32_t* tokens, const T* w
         int row = (int)(i / groups), c = (int)(i % groups) * V;
         float e[V], p[V], o[V];
         load_pack<T, V>(e, wte + (size_t)tokens[row] * C + c);
-        load_pack<T, V>(p, wpe + (size_t)(row % T_) * C + c);
-        UNROLL for (int k = 0; k < V; k++) o[k] = e[k] + p[k];
+        if (wpe) {
+            load_pack<T, V>(p, wpe + (size_t)(row % T_) * C + c);
+            UNROLL for (int k = 0; k < V; k++) o[k] = e[k] + p[k];
+        } else {
+            UNROLL for (int k = 0; k < V; k++) o[k] = e[k];  // no learned positions (Llama)
+        }
         store_pack<T, V>(out + (size_t)row * C + c, o);
     }
 }
@@ -202,6 +206,7 @@ static void encoder_backward_launch(Backend* be, T* dwte, T* dwpe, const T* dout
     auto wte_kernel = wte_backward_kernel<T, V>;
     LAUNCH(wte_kernel, grid, threads, 0, st, dwte, dout, sorted, N, C);
     CUDA_CHECK_LAUNCH();
+    if (!dwpe) return;  // no learned positions (Llama)
     auto wpe_kernel = wpe_backward_kernel<T, V>;
     LAUNCH(wpe_kernel, grid_for((size_t)T_ * groups, 256, 1), 256, 0, st, dwpe, dout, B, T_, C);
     CUDA_CHECK_LAUNCH();

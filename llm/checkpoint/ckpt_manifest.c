@@ -231,9 +231,11 @@ char* manifest_to_json(const Manifest* man) {
               (unsigned long long)(W ? man->data_position / W : 0), (unsigned long long)(W ? man->data_position % W : 0),
               (long long)man->tokens_per_step);
     sb_printf(&sb,
-              "  \"model\": {\"layers\": %d, \"channels\": %d, \"heads\": %d, \"vocab_size\": %d, "
-              "\"padded_vocab_size\": %d, \"max_seq_len\": %d},\n",
-              c->num_layers, c->channels, c->num_heads, c->vocab_size, c->padded_vocab_size, c->max_seq_len);
+              "  \"model\": {\"arch\": \"%s\", \"layers\": %d, \"channels\": %d, \"heads\": %d, \"kv_heads\": %d, "
+              "\"mlp_hidden\": %d, \"tie_embeddings\": %d, \"vocab_size\": %d, \"padded_vocab_size\": %d, "
+              "\"max_seq_len\": %d},\n",
+              arch_name(c->arch), c->num_layers, c->channels, c->num_heads, c->num_kv_heads, c->mlp_hidden,
+              c->tie_embeddings, c->vocab_size, c->padded_vocab_size, c->max_seq_len);
     if (man->guard.present) {
         const CkptGuard* g = &man->guard;
         sb_printf(&sb,
@@ -669,6 +671,13 @@ int manifest_parse(const char* text, size_t len, Manifest* man, char* why, size_
                         get_int(&p, model, "padded_vocab_size", &c->padded_vocab_size, 2) &&
                         get_int(&p, model, "max_seq_len", &c->max_seq_len, 1)))
             problem(&p, "'model' is incomplete");
+        // Manifests from before Llama have no arch: GPT-2, whose other fields gpt_config_finish fixes.
+        const char* arch = json_get_string(model, "arch");
+        if (!p.bad && arch && !arch_from_name(arch, &c->arch)) problem(&p, "'model.arch' '%s' is unknown", arch);
+        if (!p.bad && c->arch == ARCH_LLAMA &&
+            !(get_int(&p, model, "kv_heads", &c->num_kv_heads, 1) && get_int(&p, model, "mlp_hidden", &c->mlp_hidden, 1) &&
+              get_int(&p, model, "tie_embeddings", &c->tie_embeddings, 0)))
+            problem(&p, "'model' is incomplete for a Llama");
         if (!p.bad && parse_layout(&p, root, man) && parse_sections_and_files(&p, root, man) &&
             parse_config(&p, root, man) && parse_guard(&p, root, man) && parse_fp8(&p, root, man) &&
             check_step_and_data(&p, root, man))
@@ -685,6 +694,18 @@ int manifest_parse(const char* text, size_t len, Manifest* man, char* why, size_
 int manifest_matches_model(const Manifest* man, const GPT* m, char* why, size_t whysize) {
     const GPTConfig* a = &man->model;
     const GPTConfig* b = &m->config;
+    if (a->arch != b->arch) {
+        snprintf(why, whysize, "written for a %s model; this run trains a %s (--arch %s)", arch_name(a->arch),
+                 arch_name(b->arch), arch_name(b->arch));
+        return 0;
+    }
+    if (a->arch == ARCH_LLAMA && (a->num_kv_heads != b->num_kv_heads || a->mlp_hidden != b->mlp_hidden ||
+                                  a->tie_embeddings != b->tie_embeddings)) {
+        snprintf(why, whysize,
+                 "written for another Llama (kv heads %d, MLP %d, tied %d; this run: kv heads %d, MLP %d, tied %d)",
+                 a->num_kv_heads, a->mlp_hidden, a->tie_embeddings, b->num_kv_heads, b->mlp_hidden, b->tie_embeddings);
+        return 0;
+    }
     if (a->num_layers != b->num_layers || a->channels != b->channels || a->num_heads != b->num_heads ||
         a->vocab_size != b->vocab_size || a->max_seq_len != b->max_seq_len) {
         snprintf(why, whysize,

@@ -10,16 +10,20 @@
 #include "kernels/bf16.h"
 
 size_t llmc_num_elements(const GPTConfig* c) {
-    // The file stores wte with all Vp rows, the padding included.
-    return gpt_num_params(c) + (size_t)(c->padded_vocab_size - c->vocab_size) * c->channels;
+    // The file stores wte (and an untied lm_head) with all Vp rows, the padding included.
+    size_t heads = gpt_has_kind(c, P_LMHEAD) ? 2 : 1;
+    return gpt_num_params(c) + heads * (size_t)(c->padded_vocab_size - c->vocab_size) * c->channels;
 }
 
 // Walks llm.c's order: for each kind, for each layer (or once), one tensor.
 // `visit` gets the flat tensor and the offset of its data in llm.c's order.
+// A Llama model's kinds go in the same kind-major order (checkpoints store
+// it so; llm.c's model files hold GPT-2 only).
 typedef void (*TensorVisit)(const ParamTensor* t, size_t llmc_offset, void* ctx);
 static void walk_llmc_order(const GPT* m, TensorVisit visit, void* ctx) {
     size_t off = 0;
     for (int k = 0; k < NUM_PARAM_KINDS; k++) {
+        if (!gpt_has_kind(&m->config, (ParamKind)k)) continue;
         int layers = param_kind_is_per_layer((ParamKind)k) ? m->config.num_layers : 1;
         for (int l = 0; l < layers; l++) {
             const ParamTensor* t =

@@ -90,11 +90,38 @@ uint8_t* fp8_parse_skip(const char* spec, int L) {
 // ---------------------------------------------------------------------------
 // memory
 
-static const int GEMM_OUT[FP8_NUM_GEMMS] = {3, 1, 4, 1};  // OC / C
-static const int GEMM_IN[FP8_NUM_GEMMS] = {1, 1, 1, 4};   // in channels / C
-// Byte offset of GEMM g's weight (OC x IN) in a slot, in units of C^2.
-static const int GEMM_OFFSET[FP8_NUM_GEMMS] = {0, 3, 4, 8};
-#define LAYER_WEIGHT_C2 12  // 3 + 1 + 4 + 4
+// GEMM g's weight is (rows, cols) = (out, in) features: GPT-2's 3C x C,
+// C x C, 4C x C and C x 4C; Llama's (NH + 2 NKV) HS x C (q, k, v), C x C (o),
+// 2H x C (gate and up) and C x H (down).
+static void gemm_shape(const GPTConfig* c, int g, size_t* rows, size_t* cols) {
+    size_t C = (size_t)c->channels, llama = c->arch == ARCH_LLAMA, H = (size_t)c->mlp_hidden;
+    switch (g) {
+    case FP8_QKV: *rows = (size_t)gpt_qkv_width(c); *cols = C; return;
+    case FP8_ATTPROJ: *rows = C; *cols = C; return;
+    case FP8_FC: *rows = llama ? 2 * H : 4 * C; *cols = C; return;
+    default: *rows = C; *cols = llama ? H : 4 * C; return;
+    }
+}
+// Offset of GEMM g's FP8 weight in a layer's slot, in elements (bytes);
+// g = FP8_NUM_GEMMS gives the slot's size (12 C^2 for GPT-2).
+static size_t gemm_offset(const GPTConfig* c, int g) {
+    size_t off = 0, rows, cols;
+    for (int j = 0; j < g; j++) {
+        gemm_shape(c, j, &rows, &cols);
+        off += rows * cols;
+    }
+    return off;
+}
+// The widest input or output of the four GEMMs (4C for GPT-2): the cast buffers' width.
+static size_t widest_activation(const GPTConfig* c) {
+    size_t w = 0, rows, cols;
+    for (int g = 0; g < FP8_NUM_GEMMS; g++) {
+        gemm_shape(c, g, &rows, &cols);
+        w = rows > w ? rows : w;
+        w = cols > w ? cols : w;
+    }
+    return w;
+}
 
 static int weight_slots(int L, int zero_stage) { return zero_stage >= 3 ? (L < 2 ? L : 2) : L; }
 static int cast_buffers(Fp8Support support) { return support == FP8_TN_ONLY ? 3 : 2; }
@@ -102,18 +129,20 @@ static int cast_buffers(Fp8Support support) { return support == FP8_TN_ONLY ? 3 
 Fp8Bytes fp8_state_bytes(const GPTConfig* c, int B, int T, int zero_stage, Fp8Support support, Fp8Recipe recipe,
                          int history, const uint8_t* skip) {
     Fp8Bytes b;
-    size_t C = (size_t)c->channels, L = (size_t)c->num_layers, n = 12 * L;
-    size_t slot = (size_t)LAYER_WEIGHT_C2 * C * C * (support == FP8_TN_ONLY ? 2 : 1);
+    size_t L = (size_t)c->num_layers, n = 12 * L;
+    size_t slot = gemm_offset(c, FP8_NUM_GEMMS) * (support == FP8_TN_ONLY ? 2 : 1);
     b.weights = round_up(slot, 256) * (size_t)weight_slots(c->num_layers, zero_stage);
     b.scaling = n * (3 + (recipe == FP8_DELAYED ? (size_t)history : 0)) * sizeof(float);
-    b.casts = (size_t)cast_buffers(support) * round_up((size_t)B * T * 4 * C, 256);
+    b.casts = (size_t)cast_buffers(support) * round_up((size_t)B * T * widest_activation(c), 256);
     // The largest FP8 GEMM any layer runs, at a full micro-batch.
     int used = 0;
     for (int l = 0; l < c->num_layers; l++) used |= ~(skip ? skip[l] : 0) & ((1 << FP8_NUM_GEMMS) - 1);
     b.cpu_gemm_scratch = 0;
     for (int g = 0; g < FP8_NUM_GEMMS; g++) {
         if (!(used & (1 << g))) continue;
-        size_t s = cpu_fp8_matmul_scratch_bytes(B * T, GEMM_IN[g] * c->channels, GEMM_OUT[g] * c->channels);
+        size_t rows, cols;
+        gemm_shape(c, g, &rows, &cols);
+        size_t s = cpu_fp8_matmul_scratch_bytes(B * T, (int)cols, (int)rows);
         b.cpu_gemm_scratch = s > b.cpu_gemm_scratch ? s : b.cpu_gemm_scratch;
     }
     return b;
@@ -259,9 +288,10 @@ static Fp8Tensor operand(Fp8State* s, int l, Fp8Gemm g, Fp8Role role, const void
 static Fp8Tensor fp8_weight(Fp8State* s, int l, Fp8Gemm g, const void* weight) {
     Backend* be = s->be;
     int k = s->slots == s->L ? l : l % 2;
-    size_t C = (size_t)s->C, rows = (size_t)GEMM_OUT[g] * C, cols = (size_t)GEMM_IN[g] * C;
-    uint8_t* q = s->weights + (size_t)k * s->slot_bytes + (size_t)GEMM_OFFSET[g] * C * C;
-    uint8_t* qt = s->tn_only ? q + (size_t)LAYER_WEIGHT_C2 * C * C : NULL;
+    size_t rows, cols;
+    gemm_shape(&s->m->config, g, &rows, &cols);
+    uint8_t* q = s->weights + (size_t)k * s->slot_bytes + gemm_offset(&s->m->config, g);
+    uint8_t* qt = s->tn_only ? q + gemm_offset(&s->m->config, FP8_NUM_GEMMS) : NULL;
     uint64_t* held = &s->slot_version[(size_t)k * FP8_NUM_GEMMS + g];
     if (s->slot_layer[k] != l) {
         for (int j = 0; j < FP8_NUM_GEMMS; j++) s->slot_version[(size_t)k * FP8_NUM_GEMMS + j] = 0;

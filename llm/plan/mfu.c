@@ -7,9 +7,14 @@
 #include <strings.h>
 
 double flops_per_token(const GPTConfig* c, int T) {
-    double position_embedding = (double)c->max_seq_len * c->channels;
-    double n = (double)gpt_num_params(c) - position_embedding;
-    return 6.0 * n + 12.0 * c->num_layers * (double)c->channels * T;
+    // Tables that are only looked up: GPT-2's positions; Llama's wte when the head is untied.
+    double lookup = c->arch == ARCH_GPT2 ? (double)c->max_seq_len * c->channels
+                                         : c->tie_embeddings ? 0.0 : (double)c->vocab_size * c->channels;
+    double n = (double)gpt_num_params(c) - lookup;
+    // h = the query heads' width NH * HS (= C): grouped-query attention shares
+    // K and V but computes as many scores as multi-head attention.
+    double h = (double)c->num_heads * (c->channels / c->num_heads);
+    return 6.0 * n + 12.0 * c->num_layers * h * T;
 }
 
 // Dense tensor-core peaks per GPU in TFLOP/s. H100/H200 SXM and B200 (HGX,

@@ -6,6 +6,9 @@
 // 6 N: forward (2 N) and backward (4 N) of every weight matrix, where N counts
 // all parameters except the position embedding (a table lookup, no
 // multiply); the token embedding counts because it is also the LM head.
+// Llama: N without the token embedding when the head is untied (then only a
+// lookup, as torchtitan counts), and h is NH x HS: grouped-query attention
+// computes all NH heads' scores.
 // 12 L h s: the attention scores QK^T and their weighted sum AV (2 x 2 s h
 // per token and layer forward, 3x with backward), with no discount for the
 // causal mask. Recomputation is not counted (that would be HFU, not MFU).

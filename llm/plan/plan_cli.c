@@ -255,7 +255,9 @@ void plan_print_bill(FILE* f, const PlanConfig* pc, const MemoryBill* b, const P
     if (pc->precision == PREC_FP8)
         line(f, "  fp8 casts", "one GEMM's operands in fp8 (kept inputs stay 16-bit)",
              (double)b->activations - (double)al->bytes, u);
-    line(f, "tokens", "inputs, targets (int32), scalars", (double)b->tokens, u);
+    line(f, "tokens", pc->model.arch == ARCH_LLAMA ? "inputs, targets (int32), scalars, RoPE table"
+                                                    : "inputs, targets (int32), scalars",
+         (double)b->tokens, u);
     if (dev->is_gpu) line(f, "workspace", "cuBLASLt", (double)b->workspace, u);
     else {
         snprintf(how, sizeof how, "attention scratch, %d threads%s", dev->cpu_threads,
@@ -279,6 +281,10 @@ static void print_header(FILE* f, const PlanRequest* rq) {
     fprintf(f, "plan      | model %s: %.3g%s parameters | %d layers, %d channels, %d heads | vocab %d (%s; padded %d) | max seq %d\n",
             rq->model_name, n >= 1e9 ? n / 1e9 : n / 1e6, n >= 1e9 ? "B" : "M", c->num_layers, c->channels, c->num_heads, c->vocab_size,
             rq->vocab_note, c->padded_vocab_size, c->max_seq_len);
+    if (c->arch == ARCH_LLAMA)
+        fprintf(f, "plan      | llama: %d kv heads (K and V %d of the %d qkv channels) | MLP %d (SwiGLU) | LM head %s\n",
+                c->num_kv_heads, 2 * c->num_kv_heads * gpt_head_size(c), gpt_qkv_width(c), c->mlp_hidden,
+                c->tie_embeddings ? "tied" : "untied");
     const PlanDevice* d = &rq->dev;
     double u = unit_bytes(d);
     fprintf(f, "plan      | device %d x %s, %d per node | %.2f %s each (%s)", pc->world, d->name,

@@ -119,11 +119,13 @@ MemoryBill plan_bill(const PlanConfig* pc, const PlanDevice* dev) {
         fp8_gemm_scratch = f.cpu_gemm_scratch;
     }
     b.tokens = 2 * BT * sizeof(int32_t) + 4 * sizeof(float);
+    // Llama's RoPE table (T, HS/2, 2) FP32 (llm/llama.c) is billed with these small buffers.
+    if (c->arch == ARCH_LLAMA) b.tokens += (size_t)pc->T * gpt_head_size(c) * sizeof(float);
     if (dev->is_gpu) {
         b.workspace = PLAN_CUBLASLT_WORKSPACE;
     } else {
         // One op's scratch at a time: the attention's, or an emulated FP8 GEMM's.
-        size_t att = cpu_attention_scratch_bytes(pc->T, c->channels, c->num_heads, dev->cpu_threads);
+        size_t att = cpu_attention_scratch_bytes(pc->T, c->channels / c->num_heads, dev->cpu_threads);
         b.workspace = att > fp8_gemm_scratch ? att : fp8_gemm_scratch;
     }
     b.allocated = b.state.params + b.state.grads + b.state.master + b.state.adam + b.fp8_weights + b.fp8_scaling +
@@ -150,8 +152,11 @@ PlanSpeed plan_speed(const PlanConfig* pc, const PlanDevice* dev) {
     // The same 6N + 12*L*h*s as a run's MFU (llm/plan/mfu.h).
     s.model_flops = flops_per_token(c, pc->T);
     // A fully recomputed layer re-runs its qkv, attention-projection and fc
-    // GEMMs (2 x 8h^2 per token) and its attention forward (4 h T).
-    s.recompute_flops = pc->recompute.full_layers * (16.0 * h * h + 4.0 * h * T);
+    // GEMMs (2 x their weights per token: 16h^2 for GPT-2; Llama's qkv is
+    // narrower with GQA and its fc is gate|up) and its attention forward (4 h T).
+    double fc_out = c->arch == ARCH_LLAMA ? 2.0 * c->mlp_hidden : 4.0 * h;
+    double gemm_weights = h * gpt_qkv_width(c) + h * h + h * fc_out;
+    s.recompute_flops = pc->recompute.full_layers * (2.0 * gemm_weights + 4.0 * h * T);
     if (pc->precision == PREC_FP8) s.peak = dev->peak_fp8 > 0 ? dev->peak_fp8 : dev->peak_bf16;
     else if (pc->precision == PREC_BF16) s.peak = dev->peak_bf16;
     else s.peak = dev->peak_bf16 / 2;  // TF32 runs at half the BF16 rate

@@ -219,6 +219,10 @@ void report_run_summary(const Trainer* tr) {
     printf("model     | %zu parameters (%.2fM) | layers %d | channels %d | heads %d | vocab %d (padded %d) | max seq %d\n",
            m->num_params, (double)m->num_params / 1e6, c->num_layers, c->channels, c->num_heads, c->vocab_size,
            c->padded_vocab_size, c->max_seq_len);
+    if (c->arch == ARCH_LLAMA)
+        printf("llama     | kv heads %d | MLP %d (SwiGLU) | RoPE theta %g%s | LM head %s\n", c->num_kv_heads,
+               c->mlp_hidden, c->rope_theta, c->rope_scaling.factor > 0 ? " (Llama 3.1 scaling)" : "",
+               c->tie_embeddings ? "tied to wte" : "untied");
     printf("batch     | micro-batch %d x seq %d x ranks %d x accumulation %d = %ld tokens per step\n", tr->B, tr->T,
            tr->world, tr->accum, tr->tokens_per_step);
     printf("data      | train %s: %llu windows/epoch (%d shards)", cfg->train_data,

@@ -26,6 +26,8 @@ SIM_SCRIPTS      := $(filter-out $(SIM_NO_NCCL),tests/cuda_sim/test_sim_train_gp
                                tests/cuda_sim/test_sim_checkpoint.sh)
 # First GPU contact (device choice, TRAIN_GPT_SYNC_CHECK, scratch, fallback note): issue 15.
 SIM_SCRIPTS      += tests/cuda_sim/test_sim_gpu_run.sh
+# Llama (llama17): --arch llama on the simulated GPU against the CPU.
+SIM_SCRIPTS      += tests/cuda_sim/test_sim_llama.sh
 SIM_TESTS        := $(if $(SIM_ENABLED),$(SIM_SELF_TESTS) $(SIM_GPU_TESTS) $(SIM_GPU_RANDOM) $(SIM_SCRIPTS),)
 SIM_LINK_LIBS    := $(SIM)/libkernels.a $(SIM)/libcudasim.a $(BUILD)/libtrain.a
 

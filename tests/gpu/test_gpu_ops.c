@@ -415,10 +415,10 @@ static void attention_case(int B, int T, int NH, int HS) {
     size_t nqkv = (size_t)B * T * 3 * C, nout = (size_t)B * T * C, nlse = (size_t)B * NH * T;
     float *qkv = host_normal(nqkv, 1.0f), *dout = host_normal(nout, 1.0f);
     float *r_qkv = ref_from(qkv, nqkv), *r_out = ref_nan(nout), *r_lse = ref_nan(nlse);
-    ref->attention_forward(ref, r_out, r_lse, r_qkv, B, T, C, NH);
+    ref->attention_forward(ref, r_out, r_lse, r_qkv, B, T, NH, NH, HS);
     void *g_qkv = gpu_from(qkv, nqkv), *g_out = gpu_nan(nout);
     float* g_lse = gpu_nan_f32(nlse);
-    gpu->attention_forward(gpu, g_out, g_lse, g_qkv, B, T, C, NH);
+    gpu->attention_forward(gpu, g_out, g_lse, g_qkv, B, T, NH, NH, HS);
     char what[96];
     snprintf(what, sizeof what, "attention out B=%d T=%d NH=%d HS=%d", B, T, NH, HS);
     EXPECT_DEVICE_CLOSE(g_out, r_out, nout, tolerance(1), what);
@@ -429,14 +429,14 @@ static void attention_case(int B, int T, int NH, int HS) {
     // Backward from the GPU's own forward (out, lse), against the CPU's from its own.
     float* out_g = gpu_read(g_out, nout);
     float *r_dout = ref_from(dout, nout), *r_dqkv = ref_nan(nqkv);
-    ref->attention_backward(ref, r_dqkv, r_dout, r_qkv, r_out, r_lse, B, T, C, NH);
+    ref->attention_backward(ref, r_dqkv, r_dout, r_qkv, r_out, r_lse, B, T, NH, NH, HS);
     void *g_dout = gpu_from(dout, nout), *g_dqkv = gpu_nan(nqkv);
-    gpu->attention_backward(gpu, g_dqkv, g_dout, g_qkv, g_out, g_lse, B, T, C, NH);
+    gpu->attention_backward(gpu, g_dqkv, g_dout, g_qkv, g_out, g_lse, B, T, NH, NH, HS);
     snprintf(what, sizeof what, "attention dqkv B=%d T=%d NH=%d HS=%d", B, T, NH, HS);
     EXPECT_DEVICE_CLOSE(g_dqkv, r_dqkv, nqkv, tolerance(2), what);
     // Deterministic.
     float* first = gpu_read(g_dqkv, nqkv);
-    gpu->attention_backward(gpu, g_dqkv, g_dout, g_qkv, g_out, g_lse, B, T, C, NH);
+    gpu->attention_backward(gpu, g_dqkv, g_dout, g_qkv, g_out, g_lse, B, T, NH, NH, HS);
     float* second = gpu_read(g_dqkv, nqkv);
     CHECK(same_bits(first, second, nqkv * sizeof(float)), "attention backward is not deterministic");
     free(first);
@@ -485,8 +485,8 @@ static void test_attention_memory(void) {
     void *g_qkv = gpu_from(qkv, nqkv), *g_out = gpu_nan(nout), *g_dqkv = gpu_nan(nqkv), *g_dout = gpu_from(qkv, nout);
     float* g_lse = gpu_nan_f32(nlse);
     size_t base = gpu->allocated_bytes(gpu);
-    gpu->attention_forward(gpu, g_out, g_lse, g_qkv, B, T, C, NH);
-    gpu->attention_backward(gpu, g_dqkv, g_dout, g_qkv, g_out, g_lse, B, T, C, NH);
+    gpu->attention_forward(gpu, g_out, g_lse, g_qkv, B, T, NH, NH, HS);
+    gpu->attention_backward(gpu, g_dqkv, g_dout, g_qkv, g_out, g_lse, B, T, NH, NH, HS);
     gpu->synchronize(gpu);
     size_t extra = gpu->peak_allocated_bytes(gpu) - base;
     size_t linear = (size_t)64 * B * NH * T + ((size_t)4 << 20);
