@@ -3,9 +3,9 @@
 // keeps only out and lse (B, NH, T); backward recomputes the probabilities
 // from lse. No T x T matrix ever exists, so memory grows linearly with T.
 //
-// Two implementations behind one dispatch:
-// - attention_wmma.cu: BF16 on tensor cores (nvcuda::wmma 16x16x16, FP32
-//   accumulators) for head sizes 32, 64, 128: the fast path.
+// Implementations behind one dispatch:
+// - attention_mma.cu: BF16 on tensor cores (mma.sync m16n8k16, FP32
+//   accumulators, FlashAttention-2 style) for head sizes 32, 64, 128: the fast path.
 // - this file: CUDA-core kernels in FP32 arithmetic for any head size up to
 //   256, templated on the storage type: the FP32 path (which must match the
 //   CPU to ~1e-5, so no TF32) and the fallback for other BF16 head sizes.
@@ -306,9 +306,9 @@ static int check_shape(int B, int T, int C, int NH) {
     return HS;
 }
 
-static int use_wmma(Backend* be, int HS, const void* a, const void* b, const void* c, const void* d) {
-    return be->dtype == DTYPE_BF16 && attention_wmma_head_size(HS) && aligned_to(a, 16) && aligned_to(b, 16) &&
-           aligned_to(c, 16) && aligned_to(d, 16) && attention_wmma_smem_bytes(HS) <= cuda_state(be)->smem_optin;
+static int use_mma(Backend* be, int HS, const void* a, const void* b, const void* c, const void* d) {
+    return be->dtype == DTYPE_BF16 && attention_mma_head_size(HS) && aligned_to(a, 16) && aligned_to(b, 16) &&
+           aligned_to(c, 16) && aligned_to(d, 16) && attention_mma_smem_bytes(HS) <= cuda_state(be)->smem_optin;
 }
 
 template <typename T>
@@ -343,8 +343,8 @@ static void backward_simt(Backend* be, T* dqkv, const T* dout, const T* qkv, con
 void cuda_attention_forward(Backend* be, void* out, float* lse, const void* qkv, int B, int T, int C, int NH) {
     int HS = check_shape(B, T, C, NH);
     if ((size_t)B * T * C == 0) return;
-    if (use_wmma(be, HS, out, qkv, out, qkv)) {
-        attention_forward_wmma(be, (bf16*)out, lse, (const bf16*)qkv, B, T, C, NH);
+    if (use_mma(be, HS, out, qkv, out, qkv)) {
+        attention_forward_mma(be, (bf16*)out, lse, (const bf16*)qkv, B, T, NH, NH, HS);
     } else if (be->dtype == DTYPE_BF16) {
         forward_simt(be, (bf16*)out, lse, (const bf16*)qkv, B, T, C, NH);
     } else {
@@ -366,12 +366,12 @@ void cuda_attention_backward(Backend* be, void* dqkv, const void* dout, const vo
                              const float* lse, int B, int T, int C, int NH) {
     int HS = check_shape(B, T, C, NH);
     if ((size_t)B * T * C == 0) return;
-    if (be->dtype == DTYPE_BF16) {
+    if (use_mma(be, HS, dqkv, dout, qkv, out)) {
+        attention_backward_mma(be, (bf16*)dqkv, (const bf16*)dout, (const bf16*)qkv, (const bf16*)out, lse, B, T, NH,
+                               NH, HS);
+    } else if (be->dtype == DTYPE_BF16) {
         const float* D = backward_dot(be, (const bf16*)dout, (const bf16*)out, B, T, C, NH);
-        if (use_wmma(be, HS, dqkv, dout, qkv, out))
-            attention_backward_wmma(be, (bf16*)dqkv, (const bf16*)dout, (const bf16*)qkv, lse, D, B, T, C, NH);
-        else
-            backward_simt(be, (bf16*)dqkv, (const bf16*)dout, (const bf16*)qkv, lse, D, B, T, C, NH);
+        backward_simt(be, (bf16*)dqkv, (const bf16*)dout, (const bf16*)qkv, lse, D, B, T, C, NH);
     } else {
         const float* D = backward_dot(be, (const float*)dout, (const float*)out, B, T, C, NH);
         backward_simt(be, (float*)dqkv, (const float*)dout, (const float*)qkv, lse, D, B, T, C, NH);

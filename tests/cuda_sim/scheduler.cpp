@@ -788,6 +788,18 @@ void cp_async(void* dst, const void* src, int bytes, int src_bytes, bool cg) {
         fatal("%s: source %p (%d bytes) is not device memory: %s", what, src, src_bytes, buf);
     }
     w->current->async_copies.push_back({dst, src, bytes, src_bytes});
+    // A copy may land at any time between its issue and the wait for its group.
+    // In order it lands at the wait (the latest: a missing wait reads stale
+    // bytes); under random scheduling each copy lands at the issue or at the
+    // wait by a coin flip, so a tile refilled while other threads still read
+    // it (a missing barrier before the refill) is caught too.
+    if (w->random && (w->rng.next() & 1)) {
+        SimThread* t = w->current;
+        SimThread::AsyncCopy c = t->async_copies.back();
+        t->async_copies.pop_back();
+        memcpy(c.dst, c.src, (size_t)c.src_bytes);
+        memset((char*)c.dst + c.src_bytes, 0, (size_t)(c.bytes - c.src_bytes));
+    }
     maybe_yield();
 }
 

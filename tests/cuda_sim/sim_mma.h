@@ -16,10 +16,13 @@
 //     elements 2w and 2w+1 (row 2w and 2w+1 of that column).
 //   - cp.async.{ca,cg}.shared.global (cg: 16 bytes; ca: 4, 8 or 16), with an
 //     optional source size that zero-fills the rest, commit_group and
-//     wait_group N: a copy is pending until the thread waits for its group, and
-//     only then are its bytes read and written, so a kernel that reads shared
-//     memory before waiting (or before the barrier that publishes other
-//     threads' copies) reads what was there before: stale data or the poison.
+//     wait_group N: a copy may land at any time from its issue to the wait for
+//     its group. In order every copy lands at the wait (only then are its
+//     bytes read and written), so a kernel that reads shared memory before
+//     waiting (or before the barrier that publishes other threads' copies)
+//     reads what was there before: stale data or the poison. Under random
+//     scheduling each copy lands at its issue or at the wait (a coin flip), so
+//     refilling a buffer other threads still read is caught as well.
 // All three are warp collectives (mma, ldmatrix) or per-thread (cp.async), as
 // on the GPU; misuse (lanes missing, misaligned rows) stops the program with
 // the fault a GPU would show.

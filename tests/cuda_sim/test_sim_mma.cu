@@ -3,7 +3,8 @@
 // single elements placed in named lanes and registers land where the ISA's
 // fragment tables say (checked against literal lane/register numbers worked
 // out by hand), random tiles through ldmatrix + mma against a double GEMM,
-// cp.async visible only after its group is waited for, zero fill, and the
+// cp.async visible only after its group is waited for (in order) or landing
+// early (random schedule: a refill race is caught), zero fill, and the
 // errors a GPU would fault on.
 #include <vector>
 
@@ -225,6 +226,7 @@ static void cp_async_lands_at_wait_group() {
     float* src = device_alloc<float>(12);
     float* seen = device_alloc<float>(8);
     cudaMemcpy(src, hsrc, sizeof hsrc, cudaMemcpyHostToDevice);
+    cuda_sim::set_schedule(false, 1);  // copies land at their waits (the in-order model)
     LAUNCH(cp_async_groups, 1, 1, 0, 0, seen, src);
     float h[8];
     cudaMemcpy(h, seen, sizeof h, cudaMemcpyDeviceToHost);
@@ -266,11 +268,63 @@ static void cp_async_needs_the_barrier() {
         for (int t = 0; t < 64; t++) bad += h[r * 64 + t] != hsrc[(r * 64 + (t + 1) % 64) * 4 + 1];
     CHECK(bad == 0, "%d of 192 reads after wait + barrier are wrong", bad);
     // In order, thread t runs to its read before thread t+1 has waited: it must see the old value.
+    cuda_sim::set_schedule(false, 1);
     LAUNCH(cp_async_tile, 1, 64, 0, 0, out, src, 1);
     cudaMemcpy(h.data(), out, h.size() * 4, cudaMemcpyDeviceToHost);
     CHECK(h[0] == -1.0f, "without the barrier thread 0 read %g, not the stale -1", h[0]);
     cudaFree(src);
     cudaFree(out);
+}
+
+// A buffer refilled while another thread may still read it: thread t reads its
+// right neighbour's 16 bytes, then refills its own and waits only after the
+// next barrier (the double-buffered loop's shape). Without a barrier between
+// the read and the refill, a copy that lands early overwrites the bytes before
+// the neighbour read them; random scheduling lands each copy early or late.
+template <bool BARRIER>
+__global__ void refill_race(float* out, const float* src) {
+    __shared__ __align__(16) float s[64 * 4];
+    int t = threadIdx.x;
+    cp_async_cg16(s + t * 4, src + t * 4, 16);
+    cp_async_commit();
+    cp_async_wait<0>();
+    __syncthreads();
+    float v = t < 63 ? s[(t + 1) * 4] : 0.0f;
+    if (BARRIER) __syncthreads();
+    cp_async_cg16(s + t * 4, src + (64 + t) * 4, 16);
+    cp_async_commit();
+    __syncthreads();
+    cp_async_wait<0>();
+    out[t] = v;
+}
+
+template <bool BARRIER>
+static int refill_errors(const float* src, const std::vector<float>& hsrc, bool random, uint64_t seed) {
+    float* out = device_alloc<float>(64);
+    std::vector<float> h(64);
+    cuda_sim::set_schedule(random, seed);
+    LAUNCH(refill_race<BARRIER>, 1, 64, 0, 0, out, src);
+    cuda_sim::set_schedule(false, 1);
+    cudaMemcpy(h.data(), out, 64 * 4, cudaMemcpyDeviceToHost);
+    int bad = 0;
+    for (int t = 0; t < 63; t++) bad += h[t] != hsrc[(t + 1) * 4];
+    cudaFree(out);
+    return bad;
+}
+
+static void cp_async_may_land_early_under_random_schedule() {
+    std::vector<float> hsrc(128 * 4);
+    for (size_t i = 0; i < hsrc.size(); i++) hsrc[i] = (float)i;
+    float* src = device_alloc<float>(hsrc.size());
+    cudaMemcpy(src, hsrc.data(), hsrc.size() * 4, cudaMemcpyHostToDevice);
+    CHECK(refill_errors<false>(src, hsrc, false, 1) == 0, "in order every copy lands at its wait");
+    for (uint64_t seed = 1; seed <= 3; seed++) {
+        CHECK(refill_errors<false>(src, hsrc, true, seed) > 0, "seed %llu: the refill race went unnoticed",
+              (unsigned long long)seed);
+        CHECK(refill_errors<true>(src, hsrc, true, seed) == 0, "seed %llu: errors with the barrier",
+              (unsigned long long)seed);
+    }
+    cudaFree(src);
 }
 
 // ---- errors ------------------------------------------------------------------------------------------------------
@@ -311,6 +365,7 @@ int main() {
     RUN(ldmatrix_and_mma_multiply_tiles);
     RUN(cp_async_lands_at_wait_group);
     RUN(cp_async_needs_the_barrier);
+    RUN(cp_async_may_land_early_under_random_schedule);
     RUN(misuse_is_reported);
     return TESTS_DONE();
 }
