@@ -117,6 +117,8 @@ void cuda_sum_squares(Backend* be, float* out, const void* x, size_t n, int accu
 
 void cuda_adamw(Backend* be, void* params, float* master, const void* grads, float* m, float* v,
                 size_t n, const AdamWParams* p);
+void cuda_adamw_tensors(Backend* be, void* params, float* master, const void* grads, float* m, float* v,
+                        const AdamWTensor* t, int n, const AdamWParams* p);
 
 // FP8 (fp8.cu; the GEMMs in matmul.cu).
 void cuda_amax(Backend* be, float* amax, const void* x, size_t n);
