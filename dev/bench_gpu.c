@@ -36,6 +36,10 @@
 #include "llm/trainer.h"
 
 Backend* cuda_backend_create(DType dtype);
+void cuda_attention_forward_native(Backend* be, void* out, float* lse, const void* qkv, int B, int T, int NH, int NKV,
+                                   int HS);
+void cuda_attention_backward_native(Backend* be, void* dqkv, const void* dout, const void* qkv, const void* out,
+                                    const float* lse, int B, int T, int NH, int NKV, int HS);
 
 static Backend* be;
 static double peak_tflops;   // dense BF16
@@ -252,6 +256,37 @@ static void bench_attention(int B, int T, int NH, int HS) {
     be->free(be, c.dout);
     be->free(be, c.dqkv);
     be->free(be, c.lse);
+}
+
+// Grouped-query attention through the native kernel's entry points (NKV kv heads).
+typedef struct {
+    int B, T, NH, NKV, HS;
+    void *qkv, *out, *dout, *dqkv;
+    float* lse;
+} GqaCtx;
+static void gqa_fwd(void* p) {
+    GqaCtx* c = (GqaCtx*)p;
+    cuda_attention_forward_native(be, c->out, c->lse, c->qkv, c->B, c->T, c->NH, c->NKV, c->HS);
+}
+static void gqa_bwd(void* p) {
+    GqaCtx* c = (GqaCtx*)p;
+    cuda_attention_backward_native(be, c->dqkv, c->dout, c->qkv, c->out, c->lse, c->B, c->T, c->NH, c->NKV, c->HS);
+}
+static void bench_attention_gqa(int B, int T, int NH, int NKV, int HS) {
+    GqaCtx c = {B, T, NH, NKV, HS, NULL, NULL, NULL, NULL, NULL};
+    size_t tok = (size_t)B * T;
+    c.qkv = rand_buf(tok * (NH + 2 * NKV) * HS, 1);
+    c.dqkv = rand_buf(tok * (NH + 2 * NKV) * HS, 1);
+    c.out = rand_buf(tok * NH * HS, 1);
+    c.dout = rand_buf(tok * NH * HS, 1);
+    c.lse = rand_f32((size_t)B * NH * T, 1);
+    double fwd = 2.0 * 2.0 * B * NH * ((double)T * T / 2) * HS;
+    char shape[64];
+    snprintf(shape, sizeof shape, "B=%d T=%d NH=%d NKV=%d HS=%d", B, T, NH, NKV, HS);
+    report_flops("attention fwd (gqa)", shape, time_op(gqa_fwd, &c), fwd);
+    report_flops("attention bwd (gqa)", shape, time_op(gqa_bwd, &c), 2.5 * fwd);
+    void* bufs[] = {c.qkv, c.dqkv, c.out, c.dout, c.lse};
+    for (int i = 0; i < 5; i++) be->free(be, bufs[i]);
 }
 
 typedef struct {
@@ -671,6 +706,8 @@ int main(int argc, char** argv) {
     bench_attention(4, 4096, 16, 128);
     bench_attention(1, 8192, 16, 128);
     bench_attention(1, 16384, 16, 128);
+    if (!quick) bench_attention(1, 32768, 16, 128);
+    bench_attention_gqa(1, 8192, 32, 8, 128);
     bench_copy();
     bench_memory_ops(16, 1024, 768, 50257);
     if (be->fp8_support != FP8_NONE) bench_fp8_casts();
