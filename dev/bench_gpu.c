@@ -4,7 +4,10 @@
 // Part 1, ops: each op of kernels/ops.h in BF16 at GPT-2-like shapes, timed
 // over repeated calls after a warm-up; GEMMs and attention are reported in
 // TFLOP/s against the GPU's dense BF16 peak, memory-bound ops in GB/s against
-// its memory bandwidth (from the device's memory clock and bus width).
+// its memory bandwidth (from the device's memory clock and bus width) and
+// as a fraction of a device-to-device copy measured in the same run; AdamW
+// over GPT-2 124M's 148 tensors one call each and in one adamw_tensors
+// launch; the FP8 amax and casts of a BF16 activation.
 // Part 2, models: whole BF16 training steps (forward, backward, norm, AdamW)
 // of GPT-2 124M at T = 1024, a 24-layer 2048-channel model, and GPT-2 124M at
 // the largest micro-batch that fits; tokens/s and MFU, counting
@@ -33,13 +36,18 @@
 #include "llm/trainer.h"
 
 Backend* cuda_backend_create(DType dtype);
+void cuda_attention_forward_native(Backend* be, void* out, float* lse, const void* qkv, int B, int T, int NH, int NKV,
+                                   int HS);
+void cuda_attention_backward_native(Backend* be, void* dqkv, const void* dout, const void* qkv, const void* out,
+                                    const float* lse, int B, int T, int NH, int NKV, int HS);
 
 static Backend* be;
 static double peak_tflops;   // dense BF16
 static double peak_gbs;      // memory bandwidth
+static double copy_gbs;      // a device-to-device copy measured in this run (0 until then)
 static int reps = 20;
 
-#define MAX_ROWS 64
+#define MAX_ROWS 96
 static char table[MAX_ROWS][160];
 static int rows;
 
@@ -140,8 +148,27 @@ static void report_flops(const char* op, const char* shape, double sec, double f
 
 static void report_bytes(const char* op, const char* shape, double sec, double bytes) {
     double gbs = bytes / sec / 1e9;
-    printf("%-26s %-34s %9.3f ms %8.0f GB/s    %5.1f%% of peak\n", op, shape, sec * 1e3, gbs, 100 * gbs / peak_gbs);
-    add_row("%-26s %-34s %9.3f ms %8.0f GB/s    %5.1f%%", op, shape, sec * 1e3, gbs, 100 * gbs / peak_gbs);
+    char copy[32] = "";
+    if (copy_gbs > 0) snprintf(copy, sizeof copy, " %5.1f%% of copy", 100 * gbs / copy_gbs);
+    printf("%-26s %-34s %9.3f ms %8.0f GB/s    %5.1f%% of peak%s\n", op, shape, sec * 1e3, gbs, 100 * gbs / peak_gbs,
+           copy);
+    add_row("%-26s %-34s %9.3f ms %8.0f GB/s    %5.1f%%%s", op, shape, sec * 1e3, gbs, 100 * gbs / peak_gbs, copy);
+}
+
+// The reference for memory-bound kernels: cudaMemcpyAsync device to device of
+// 1 GiB on the backend's stream (2 GiB moved per copy).
+static void copy_op(void* p) {
+    void** b = (void**)p;
+    cudaMemcpyAsync(b[1], b[0], (size_t)1 << 30, cudaMemcpyDeviceToDevice, 0);
+    cudaStreamSynchronize(0);
+}
+static void bench_copy(void) {
+    void* b[2] = {be->alloc(be, (size_t)1 << 30, "bench copy"), be->alloc(be, (size_t)1 << 30, "bench copy")};
+    double sec = time_op(copy_op, b);
+    report_bytes("device copy (reference)", "1 GiB", sec, 2.0 * (1 << 30));
+    copy_gbs = 2.0 * (1 << 30) / sec / 1e9;
+    be->free(be, b[0]);
+    be->free(be, b[1]);
 }
 
 // ---- ops ------------------------------------------------------------------------------------------------
@@ -232,6 +259,37 @@ static void bench_attention(int B, int T, int NH, int HS) {
     be->free(be, c.lse);
 }
 
+// Grouped-query attention through the native kernel's entry points (NKV kv heads).
+typedef struct {
+    int B, T, NH, NKV, HS;
+    void *qkv, *out, *dout, *dqkv;
+    float* lse;
+} GqaCtx;
+static void gqa_fwd(void* p) {
+    GqaCtx* c = (GqaCtx*)p;
+    cuda_attention_forward_native(be, c->out, c->lse, c->qkv, c->B, c->T, c->NH, c->NKV, c->HS);
+}
+static void gqa_bwd(void* p) {
+    GqaCtx* c = (GqaCtx*)p;
+    cuda_attention_backward_native(be, c->dqkv, c->dout, c->qkv, c->out, c->lse, c->B, c->T, c->NH, c->NKV, c->HS);
+}
+static void bench_attention_gqa(int B, int T, int NH, int NKV, int HS) {
+    GqaCtx c = {B, T, NH, NKV, HS, NULL, NULL, NULL, NULL, NULL};
+    size_t tok = (size_t)B * T;
+    c.qkv = rand_buf(tok * (NH + 2 * NKV) * HS, 1);
+    c.dqkv = rand_buf(tok * (NH + 2 * NKV) * HS, 1);
+    c.out = rand_buf(tok * NH * HS, 1);
+    c.dout = rand_buf(tok * NH * HS, 1);
+    c.lse = rand_f32((size_t)B * NH * T, 1);
+    double fwd = 2.0 * 2.0 * B * NH * ((double)T * T / 2) * HS;
+    char shape[64];
+    snprintf(shape, sizeof shape, "B=%d T=%d NH=%d NKV=%d HS=%d", B, T, NH, NKV, HS);
+    report_flops("attention fwd (gqa)", shape, time_op(gqa_fwd, &c), fwd);
+    report_flops("attention bwd (gqa)", shape, time_op(gqa_bwd, &c), 2.5 * fwd);
+    void* bufs[] = {c.qkv, c.dqkv, c.out, c.dout, c.lse};
+    for (int i = 0; i < 5; i++) be->free(be, bufs[i]);
+}
+
 typedef struct {
     int N, C, V, Vp, B, T;
     void *a, *b, *res, *out, *w, *bias, *dinp, *dw, *db, *logits, *wte, *wpe;
@@ -273,6 +331,87 @@ static void op_adamw(void* p) {
 static void op_norm(void* p) {
     MemCtx* c = (MemCtx*)p;
     be->sum_squares(be, c->scalar, c->b, c->n, 0);
+}
+
+// GPT-2 124M's 148 tensors (T = 1024, padded vocabulary) over the flat buffers,
+// as gpt_update passes them.
+#define G124_TENSORS 148
+static AdamWTensor g124_tensors[G124_TENSORS];
+static size_t g124_layout(void) {
+    size_t C = 768, sizes[G124_TENSORS], k = 0, off = 0;
+    sizes[k++] = 50304 * C;
+    sizes[k++] = 1024 * C;
+    for (int l = 0; l < 12; l++) {
+        size_t layer[12] = {C, C, 3 * C * C, 3 * C, C * C, C, C, C, 4 * C * C, 4 * C, 4 * C * C, C};
+        for (int i = 0; i < 12; i++) sizes[k++] = layer[i];
+    }
+    sizes[k++] = C;
+    sizes[k++] = C;
+    for (int i = 0; i < G124_TENSORS; i++) {
+        AdamWTensor* t = &g124_tensors[i];
+        t->param = t->grad = t->state = t->index_base = off;
+        t->count = sizes[i];
+        t->weight_decay = sizes[i] > C * 4 ? 0.1f : 0.0f;
+        t->amax = NULL;
+        off += sizes[i];
+    }
+    return off;
+}
+static void op_adamw_per_tensor(void* p) {
+    MemCtx* c = (MemCtx*)p;
+    for (int i = 0; i < G124_TENSORS; i++) {
+        const AdamWTensor* t = &g124_tensors[i];
+        AdamWParams a = {1e-4f, 0.9f, 0.95f, 1e-8f, t->weight_decay, 1.0f, 1, 7, t->index_base, NULL};
+        be->adamw(be, (char*)c->a + t->param * 2, c->master + t->state, (char*)c->b + t->grad * 2, c->m + t->state,
+                  c->v + t->state, t->count, &a);
+    }
+}
+static void op_adamw_tensors(void* p) {
+    MemCtx* c = (MemCtx*)p;
+    AdamWParams a = {1e-4f, 0.9f, 0.95f, 1e-8f, 0.0f, 1.0f, 1, 7, 0, NULL};
+    be->adamw_tensors(be, c->a, c->master, c->b, c->m, c->v, g124_tensors, G124_TENSORS, &a);
+}
+
+typedef struct {
+    void* x;
+    void *q, *qt;
+    float *amax, *scale;
+    int rows, cols;
+} CastCtx;
+static void op_amax(void* p) {
+    CastCtx* c = (CastCtx*)p;
+    be->amax(be, c->amax, c->x, (size_t)c->rows * c->cols);
+}
+static void op_cast(void* p) {
+    CastCtx* c = (CastCtx*)p;
+    be->fp8_quantize(be, c->q, NULL, DTYPE_FP8_E4M3, c->x, c->rows, c->cols, c->amax, c->scale, c->scale + 1);
+}
+static void op_cast_transpose(void* p) {
+    CastCtx* c = (CastCtx*)p;
+    be->fp8_quantize(be, c->q, c->qt, DTYPE_FP8_E4M3, c->x, c->rows, c->cols, c->amax, c->scale, c->scale + 1);
+}
+
+// The FP8 casts of a (16K, 3072) BF16 activation (the fc output at 124M).
+static void bench_fp8_casts(void) {
+    CastCtx c;
+    c.rows = 16 * 1024;
+    c.cols = 3072;
+    size_t n = (size_t)c.rows * c.cols;
+    c.x = rand_buf(n, 1);
+    c.q = be->alloc(be, n, "bench q");
+    c.qt = be->alloc(be, n, "bench qt");
+    c.amax = rand_f32(1, 1);
+    c.scale = rand_f32(2, 1);
+    char shape[64];
+    snprintf(shape, sizeof shape, "%d x %d bf16", c.rows, c.cols);
+    report_bytes("fp8 amax", shape, time_op(op_amax, &c), n * 2.0);
+    report_bytes("fp8 cast", shape, time_op(op_cast, &c), n * 3.0);
+    report_bytes("fp8 cast+transpose", shape, time_op(op_cast_transpose, &c), n * 4.0);
+    be->free(be, c.x);
+    be->free(be, c.q);
+    be->free(be, c.qt);
+    be->free(be, c.amax);
+    be->free(be, c.scale);
 }
 
 static void bench_memory_ops(int B, int T, int C, int V) {
@@ -334,6 +473,15 @@ static void bench_memory_ops(int B, int T, int C, int V) {
     c.scalar = rand_f32(1, 1);
     snprintf(shape, sizeof shape, "n=%zuM", c.n >> 20);
     report_bytes("adamw (bf16 + master)", shape, time_op(op_adamw, &c), c.n * (2.0 + 2 + 3 * 8));
+    // 124M as its 148 tensors: one call each, and one adamw_tensors call.
+    size_t n124 = g124_layout();
+    if (n124 <= c.n) {
+        snprintf(shape, sizeof shape, "%d tensors, %.1fM", G124_TENSORS, n124 / 1e6);
+        double per = time_op(op_adamw_per_tensor, &c), one = time_op(op_adamw_tensors, &c);
+        report_bytes("adamw per tensor", shape, per, n124 * (2.0 + 2 + 3 * 8));
+        report_bytes("adamw_tensors (1 launch)", shape, one, n124 * (2.0 + 2 + 3 * 8));
+        printf("adamw_tensors / per-tensor calls: %.2fx the throughput\n", per / one);
+    }
     report_bytes("grad norm (sum_squares)", shape, time_op(op_norm, &c), c.n * 2.0);
     void* bufs[] = {c.a, c.b, c.res, c.out, c.dinp, c.w, c.bias, c.dw, c.db, c.mean, c.rstd, c.losses, c.tok,
                     c.wte, c.wpe, c.m, c.v, c.master, c.scalar};
@@ -559,7 +707,11 @@ int main(int argc, char** argv) {
     bench_attention(4, 4096, 16, 128);
     bench_attention(1, 8192, 16, 128);
     bench_attention(1, 16384, 16, 128);
+    if (!quick) bench_attention(1, 32768, 16, 128);
+    bench_attention_gqa(1, 8192, 32, 8, 128);
+    bench_copy();
     bench_memory_ops(16, 1024, 768, 50257);
+    if (be->fp8_support != FP8_NONE) bench_fp8_casts();
 
     printf("---- models (BF16 training steps) ----\n");
     int steps = quick ? 3 : 10;

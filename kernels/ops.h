@@ -59,6 +59,16 @@ typedef struct {
     float* amax;         // NULL, or the amax (see above) of the parameters written
 } AdamWParams;
 
+// One tensor of an AdamW step over the flat buffers (Backend.adamw_tensors):
+// what would otherwise be one adamw call per tensor.
+typedef struct {
+    size_t param, grad, state;  // its first element in params, in grads, and in master / m / v
+    size_t count;
+    uint64_t index_base;        // AdamWParams.index_base of its first element
+    float weight_decay;         // its own (0: none)
+    float* amax;                // AdamWParams.amax: NULL or its FP8 amax
+} AdamWTensor;
+
 // An FP8 GEMM operand: FP8 codes of a row-major (rows, cols) matrix and/or
 // its transpose, and the multiplier that dequantises them (1 / the scale the
 // values were multiplied by before rounding, in backend memory).
@@ -222,6 +232,12 @@ struct Backend {
     // p->seed); with FP32 params master is NULL and params are updated in place.
     void (*adamw)(Backend* be, void* params, float* master, const void* grads, float* m, float* v,
                   size_t n, const AdamWParams* p);
+    // adamw on each of n tensors of the same buffers, with p's lr, betas, eps,
+    // grad_scale, step and seed and the tensor's offsets, weight decay, index
+    // base and amax (p's own three are ignored): bit for bit the results of n
+    // adamw calls, in one launch on the GPU (a few for thousands of tensors).
+    void (*adamw_tensors)(Backend* be, void* params, float* master, const void* grads, float* m, float* v,
+                          const AdamWTensor* t, int n, const AdamWParams* p);
 
     // ---- FP8 (llm/fp8/fp8.h keeps the scaling state; formats, rounding and scale
     // rules: kernels/fp8_format.h) ------------------------------------------------------

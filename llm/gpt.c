@@ -829,11 +829,13 @@ void gpt_grad_norm_squared(GPT* m, size_t lo, size_t hi) {
 void gpt_update(GPT* m, float lr, float beta1, float beta2, float eps, float weight_decay,
                 float grad_scale, uint64_t seed) {
     Backend* be = m->be;
-    size_t es = dtype_size(m->dtype);
     m->adam_step++;
     fp8_before_update(m->fp8);  // AdamW measures the FP8 weights it writes
-    // One adamw call per tensor inside each owned piece (weight decay differs
-    // per tensor); the zero padding between tensors is never touched.
+    // Each tensor's part of each owned piece, as its own range (weight decay
+    // differs per tensor; the zero padding between tensors is never touched),
+    // all updated by one adamw_tensors call.
+    AdamWTensor* ts = (AdamWTensor*)xmalloc((size_t)(m->layout.num_tensors ? m->layout.num_tensors : 1) * sizeof *ts);
+    int nt = 0;
     for (int i = 0; i < m->layout.num_tensors; i++) {
         const ParamTensor* t = &m->layout.tensors[i];
         size_t lo, state_off, len = gpt_owned_piece(m, t->unit, &lo, &state_off);
@@ -843,19 +845,24 @@ void gpt_update(GPT* m, float lr, float beta1, float beta2, float eps, float wei
         if (a >= b) continue;
         size_t s = state_off + (a - lo);  // index into master / adam_m / adam_v
         // A sharded buffer holds the piece at the optimizer state's index.
-        size_t gi = gpt_grads_sharded(m) ? s : a, pi = gpt_params_sharded(m) ? s : a;
-        AdamWParams p;
-        p.lr = lr;
-        p.beta1 = beta1;
-        p.beta2 = beta2;
-        p.eps = eps;
-        p.weight_decay = t->decay ? weight_decay : 0.0f;
-        p.grad_scale = grad_scale;
-        p.step = m->adam_step;
-        p.seed = seed;
-        p.index_base = a;
-        p.amax = fp8_weight_update_amax(m->fp8, t->kind, t->layer);
-        be->adamw(be, (char*)m->params + pi * es, m->master ? m->master + s : NULL, (char*)m->grads + gi * es,
-                  m->adam_m + s, m->adam_v + s, b - a, &p);
+        AdamWTensor* x = &ts[nt++];
+        x->grad = gpt_grads_sharded(m) ? s : a;
+        x->param = gpt_params_sharded(m) ? s : a;
+        x->state = s;
+        x->count = b - a;
+        x->index_base = a;
+        x->weight_decay = t->decay ? weight_decay : 0.0f;
+        x->amax = fp8_weight_update_amax(m->fp8, t->kind, t->layer);
     }
+    AdamWParams p;
+    memset(&p, 0, sizeof p);
+    p.lr = lr;
+    p.beta1 = beta1;
+    p.beta2 = beta2;
+    p.eps = eps;
+    p.grad_scale = grad_scale;
+    p.step = m->adam_step;
+    p.seed = seed;
+    be->adamw_tensors(be, m->params, m->master, m->grads, m->adam_m, m->adam_v, ts, nt, &p);
+    free(ts);
 }

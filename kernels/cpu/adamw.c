@@ -98,3 +98,17 @@ void cpu_adamw(Backend* be, void* params_, float* master, const void* grads_, fl
     cpu_amax_commit(p->amax, mx);
     if (master && n) memcpy(params, master, n * sizeof(float));
 }
+
+void cpu_adamw_tensors(Backend* be, void* params_, float* master, const void* grads_, float* m, float* v,
+                       const AdamWTensor* t, int n, const AdamWParams* p) {
+    float* params = (float*)params_;
+    const float* grads = (const float*)grads_;
+    for (int i = 0; i < n; i++) {
+        AdamWParams q = *p;
+        q.weight_decay = t[i].weight_decay;
+        q.index_base = t[i].index_base;
+        q.amax = t[i].amax;
+        cpu_adamw(be, params + t[i].param, master ? master + t[i].state : NULL, grads + t[i].grad, m + t[i].state,
+                  v + t[i].state, t[i].count, &q);
+    }
+}

@@ -159,6 +159,7 @@ Backend* cpu_backend_create(DType dtype, int num_threads) {
     be->sum = cpu_sum;
     be->sum_squares = cpu_sum_squares;
     be->adamw = cpu_adamw;
+    be->adamw_tensors = cpu_adamw_tensors;
     be->fp8_support = FP8_ANY_LAYOUT;
     be->amax = cpu_amax;
     be->fp8_amax_fold = cpu_fp8_amax_fold;

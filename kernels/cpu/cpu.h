@@ -150,6 +150,8 @@ void cpu_sum_squares(Backend* be, float* out, const void* x, size_t n, int accum
 
 void cpu_adamw(Backend* be, void* params, float* master, const void* grads, float* m, float* v,
                size_t n, const AdamWParams* p);
+void cpu_adamw_tensors(Backend* be, void* params, float* master, const void* grads, float* m, float* v,
+                       const AdamWTensor* t, int n, const AdamWParams* p);
 
 void cpu_amax(Backend* be, float* amax, const void* x, size_t n);
 void cpu_fp8_amax_fold(Backend* be, float* acc, const float* amax, size_t n);

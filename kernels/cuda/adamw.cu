@@ -122,3 +122,165 @@ void cuda_adamw(Backend* be, void* params, float* master, const void* grads, flo
     }
     CUDA_CHECK_LAUNCH();
 }
+
+// ---- all tensors in one launch ---------------------------------------------------------------------------------
+// The tensor table travels as a kernel parameter (no device memory, nothing to
+// upload): up to ADAMW_TABLE tensors per launch, 8 elements per thread step
+// ("unit"): for a tensor whose offsets are 8-element aligned (and buffers
+// 16-byte aligned) a unit moves with 128-bit loads and stores (two float4
+// per FP32 array, one 16-byte pack of 8 bf16); others, and a tensor's last
+// partial unit, go element by element. Element math, stochastic rounding
+// keys and amaxes are those of adamw_*_kernel, so the results are the same bits.
+#define ADAMW_TABLE 192
+#define ADAMW_UNIT 8
+
+typedef struct {
+    size_t param, grad, state, count;
+    uint64_t index_base;
+    float decay;   // 1 - lr * weight_decay, or 1
+    int vector;    // offsets allow the 128-bit path
+    float* amax;
+} AdamWSlot;
+
+typedef struct {
+    int n;
+    size_t unit_end[ADAMW_TABLE];  // units of tensors 0..i (prefix sums)
+    AdamWSlot t[ADAMW_TABLE];
+} AdamWTable;
+
+template <typename P>
+__device__ inline void adamw_unit(P* params, float* master, const P* grads, float* m, float* v, const AdamWSlot& s,
+                                  size_t first, AdamWCoefficients k, uint32_t* top) {
+    const bool bf = sizeof(P) == 2;
+    size_t n = s.count - first < ADAMW_UNIT ? s.count - first : ADAMW_UNIT;
+    size_t ps = s.param + first, gs = s.grad + first, ss = s.state + first;
+    // The FP32 weights: the master copy (at the state's index) or FP32 params themselves.
+    const float* w_src = master ? master + ss : (const float*)params + ps;
+    k.decay = s.decay;
+    float w[ADAMW_UNIT], g[ADAMW_UNIT], mi[ADAMW_UNIT], vi[ADAMW_UNIT];
+    const bool vec = s.vector && n == ADAMW_UNIT;
+    if (vec) {
+        load_pack<float, 4>(w, w_src);
+        load_pack<float, 4>(w + 4, w_src + 4);
+        load_pack<float, 4>(mi, m + ss);
+        load_pack<float, 4>(mi + 4, m + ss + 4);
+        load_pack<float, 4>(vi, v + ss);
+        load_pack<float, 4>(vi + 4, v + ss + 4);
+        if (bf) {
+            load_pack<P, 8>(g, grads + gs);
+        } else {
+            load_pack<P, 4>(g, grads + gs);
+            load_pack<P, 4>(g + 4, grads + gs + 4);
+        }
+    } else {
+        for (size_t e = 0; e < n; e++) {
+            w[e] = w_src[e];
+            mi[e] = m[ss + e];
+            vi[e] = v[ss + e];
+            g[e] = to_float(grads[gs + e]);
+        }
+    }
+    float out[ADAMW_UNIT];
+    UNROLL for (int e = 0; e < ADAMW_UNIT; e++) {
+        if ((size_t)e >= n) break;
+        adamw_element(&w[e], g[e], &mi[e], &vi[e], k);
+        if (bf) {
+            uint32_t r = (uint32_t)(rng_u64_device(k.seed, s.index_base + first + e) >> 48);
+            out[e] = __bfloat162float(bf16_stochastic(w[e], r));  // exact in bf16: stored as is below
+        } else {
+            out[e] = w[e];
+        }
+        *top = amax_keep(*top, fp8_abs_bits(out[e]));
+    }
+    if (vec) {
+        store_pack<float, 4>(m + ss, mi);
+        store_pack<float, 4>(m + ss + 4, mi + 4);
+        store_pack<float, 4>(v + ss, vi);
+        store_pack<float, 4>(v + ss + 4, vi + 4);
+        if (master) {
+            store_pack<float, 4>(master + ss, w);
+            store_pack<float, 4>(master + ss + 4, w + 4);
+        }
+        if (bf) {
+            store_pack<P, 8>(params + ps, out);
+        } else {
+            store_pack<P, 4>(params + ps, out);
+            store_pack<P, 4>(params + ps + 4, out + 4);
+        }
+    } else {
+        for (size_t e = 0; e < n; e++) {
+            m[ss + e] = mi[e];
+            v[ss + e] = vi[e];
+            if (master) master[ss + e] = w[e];
+            params[ps + e] = from_float<P>(out[e]);
+        }
+    }
+}
+
+// A grid-stride loop over the units of all tensors of the table; a thread
+// commits its amax whenever it moves to another tensor, and at the end.
+template <typename P>
+__global__ void adamw_tensors_kernel(P* params, float* master, const P* grads, float* m, float* v,
+                                     AdamWCoefficients k, const AdamWTable tab) {
+    size_t units = tab.unit_end[tab.n - 1], stride = (size_t)gridDim.x * blockDim.x;
+    int cur = -1;
+    uint32_t top = 0;
+    for (size_t u = (size_t)blockIdx.x * blockDim.x + threadIdx.x; u < units; u += stride) {
+        int lo = 0, hi = tab.n - 1;  // the first tensor whose units end past u
+        while (lo < hi) {
+            int mid = (lo + hi) / 2;
+            if (tab.unit_end[mid] > u) hi = mid;
+            else lo = mid + 1;
+        }
+        if (lo != cur) {
+            if (cur >= 0 && tab.t[cur].amax && top) atomicMax((unsigned int*)tab.t[cur].amax, top);
+            cur = lo;
+            top = 0;
+        }
+        size_t first = (u - (lo ? tab.unit_end[lo - 1] : 0)) * ADAMW_UNIT;
+        adamw_unit<P>(params, master, grads, m, v, tab.t[lo], first, k, &top);
+    }
+    if (cur >= 0 && tab.t[cur].amax && top) atomicMax((unsigned int*)tab.t[cur].amax, top);
+}
+
+void cuda_adamw_tensors(Backend* be, void* params, float* master, const void* grads, float* m, float* v,
+                        const AdamWTensor* t, int n, const AdamWParams* p) {
+    if (p->step < 1) fatal("adamw: step must be >= 1 (it is 1-based), got %d", p->step);
+    const bool bf = be->dtype == DTYPE_BF16;
+    if (bf && !master) fatal("adamw: bf16 parameters need FP32 master weights");
+    AdamWCoefficients k = adamw_coefficients(p);
+    int aligned = aligned_to(params, 16) && aligned_to(grads, 16) && aligned_to(m, 16) && aligned_to(v, 16) &&
+                  (!master || aligned_to(master, 16));
+    AdamWTable tab;  // the kernel's parameter: ~12 KB (CUDA allows 32 KB from Volta on)
+    for (int i0 = 0; i0 < n; i0 += ADAMW_TABLE) {
+        tab.n = 0;
+        size_t units = 0;
+        for (int i = i0; i < n && i < i0 + ADAMW_TABLE; i++) {
+            if (t[i].count == 0) continue;
+            AdamWSlot* s = &tab.t[tab.n];
+            s->param = t[i].param;
+            s->grad = t[i].grad;
+            s->state = t[i].state;
+            s->count = t[i].count;
+            s->index_base = t[i].index_base;
+            AdamWParams q = *p;
+            q.weight_decay = t[i].weight_decay;
+            s->decay = adamw_coefficients(&q).decay;
+            s->vector = aligned && s->param % ADAMW_UNIT == 0 && s->grad % ADAMW_UNIT == 0 &&
+                        s->state % ADAMW_UNIT == 0;
+            s->amax = t[i].amax;
+            units += ceil_div(s->count, (size_t)ADAMW_UNIT);
+            tab.unit_end[tab.n++] = units;
+        }
+        if (tab.n == 0) continue;
+        unsigned grid = grid_for(units, 256, 1);
+        if (bf) {
+            LAUNCH(adamw_tensors_kernel<bf16>, grid, 256, 0, cuda_stream(be), (bf16*)params, master,
+                   (const bf16*)grads, m, v, k, tab);
+        } else {
+            LAUNCH(adamw_tensors_kernel<float>, grid, 256, 0, cuda_stream(be), (float*)params, master,
+                   (const float*)grads, m, v, k, tab);
+        }
+        CUDA_CHECK_LAUNCH();
+    }
+}

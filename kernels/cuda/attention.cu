@@ -3,9 +3,9 @@
 // keeps only out and lse (B, NH, T); backward recomputes the probabilities
 // from lse. No T x T matrix ever exists, so memory grows linearly with T.
 //
-// Two implementations behind one dispatch:
-// - attention_wmma.cu: BF16 on tensor cores (nvcuda::wmma 16x16x16, FP32
-//   accumulators) for head sizes 32, 64, 128: the fast path.
+// Implementations behind one dispatch:
+// - attention_mma.cu: BF16 on tensor cores (mma.sync m16n8k16, FP32
+//   accumulators, FlashAttention-2 style) for head sizes 32, 64, 128: the fast path.
 // - this file: CUDA-core kernels in FP32 arithmetic for any head size up to
 //   256, templated on the storage type: the FP32 path (which must match the
 //   CPU to ~1e-5, so no TF32) and the fallback for other BF16 head sizes.
@@ -322,16 +322,16 @@ static AttnLayout check_shape(int NH, int NKV, int HS) {
 // Whether the tensor-core kernels take this call. In BF16 a call they cannot
 // take falls back to the CUDA-core kernels (FP32 math, several times slower),
 // and the first such call says so on stderr, with the reason.
-static int use_wmma(Backend* be, int HS, const void* a, const void* b, const void* c, const void* d) {
+static int use_mma(Backend* be, int HS, const void* a, const void* b, const void* c, const void* d) {
     if (be->dtype != DTYPE_BF16) return 0;
     char why[160] = "";
-    if (!attention_wmma_head_size(HS))
+    if (!attention_mma_head_size(HS))
         snprintf(why, sizeof why, "head size %d has no tensor-core kernel (32, 64 and 128 have)", HS);
     else if (!(aligned_to(a, 16) && aligned_to(b, 16) && aligned_to(c, 16) && aligned_to(d, 16)))
         snprintf(why, sizeof why, "a buffer is not 16-byte aligned");
-    else if (attention_wmma_smem_bytes(HS) > cuda_state(be)->smem_optin)
+    else if (attention_mma_smem_bytes(HS) > cuda_state(be)->smem_optin)
         snprintf(why, sizeof why, "head size %d needs %zu bytes of shared memory, the GPU allows %zu", HS,
-                 attention_wmma_smem_bytes(HS), cuda_state(be)->smem_optin);
+                 attention_mma_smem_bytes(HS), cuda_state(be)->smem_optin);
     if (!why[0]) return 1;
     static int said;
     if (!said) {
@@ -375,8 +375,8 @@ void cuda_attention_forward(Backend* be, void* out, float* lse, const void* qkv,
                             int HS) {
     AttnLayout L = check_shape(NH, NKV, HS);
     if ((size_t)B * T == 0) return;
-    if (use_wmma(be, HS, out, qkv, out, qkv)) {
-        attention_forward_wmma(be, (bf16*)out, lse, (const bf16*)qkv, B, T, L);
+    if (use_mma(be, HS, out, qkv, out, qkv)) {
+        attention_forward_mma(be, (bf16*)out, lse, (const bf16*)qkv, B, T, NH, NKV, HS);
     } else if (be->dtype == DTYPE_BF16) {
         forward_simt(be, (bf16*)out, lse, (const bf16*)qkv, B, T, L);
     } else {
@@ -400,12 +400,12 @@ void cuda_attention_backward(Backend* be, void* dqkv, const void* dout, const vo
                              const float* lse, int B, int T, int NH, int NKV, int HS) {
     AttnLayout L = check_shape(NH, NKV, HS);
     if ((size_t)B * T == 0) return;
-    if (be->dtype == DTYPE_BF16) {
+    if (use_mma(be, HS, dqkv, dout, qkv, out)) {
+        attention_backward_mma(be, (bf16*)dqkv, (const bf16*)dout, (const bf16*)qkv, (const bf16*)out, lse, B, T, NH,
+                               NKV, HS);
+    } else if (be->dtype == DTYPE_BF16) {
         const float* D = backward_dot(be, (const bf16*)dout, (const bf16*)out, B, T, L);
-        if (use_wmma(be, HS, dqkv, dout, qkv, out))
-            attention_backward_wmma(be, (bf16*)dqkv, (const bf16*)dout, (const bf16*)qkv, lse, D, B, T, L);
-        else
-            backward_simt(be, (bf16*)dqkv, (const bf16*)dout, (const bf16*)qkv, lse, D, B, T, L);
+        backward_simt(be, (bf16*)dqkv, (const bf16*)dout, (const bf16*)qkv, lse, D, B, T, L);
     } else {
         const float* D = backward_dot(be, (const float*)dout, (const float*)out, B, T, L);
         backward_simt(be, (float*)dqkv, (const float*)dout, (const float*)qkv, lse, D, B, T, L);

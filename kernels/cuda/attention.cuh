@@ -1,5 +1,5 @@
 // attention.cuh: what attention.cu (dispatch, the CUDA-core kernels) and
-// attention_wmma.cu (the BF16 tensor-core kernels) share.
+// attention_mma.cu (the BF16 mma.sync tensor-core kernels) share.
 #pragma once
 
 #include <math.h>
@@ -34,18 +34,16 @@ struct AttnLayout {
     __host__ __device__ size_t v(int h) const { return (size_t)(NH + NKV + h / group()) * HS; }
 };
 
-// Head sizes the tensor-core kernels are compiled for.
-static inline int attention_wmma_head_size(int HS) { return HS == 32 || HS == 64 || HS == 128; }
-
-// Shared memory the tensor-core kernels need for head size HS (0 if unsupported).
-size_t attention_wmma_smem_bytes(int HS);
-
-// BF16 tensor-core flash attention. Needs attention_wmma_head_size(HS), 16-byte
-// aligned buffers, and the shared memory above.
-void attention_forward_wmma(Backend* be, bf16* out, float* lse, const bf16* qkv, int B, int T, AttnLayout L);
-// D (B, NH, T) = rowsum(dout * out), computed by the caller.
-void attention_backward_wmma(Backend* be, bf16* dqkv, const bf16* dout, const bf16* qkv, const float* lse,
-                             const float* D, int B, int T, AttnLayout L);
+// BF16 flash attention on mma.sync (attention_mma.cu), with grouped-query
+// attention: qkv (B, T, NH + 2 NKV, HS), out (B, T, NH, HS), lse (B, NH, T),
+// dqkv like qkv. Needs attention_mma_head_size(HS), NH % NKV == 0, 16-byte
+// aligned buffers and attention_mma_smem_bytes(HS) of shared memory.
+int attention_mma_head_size(int HS);
+size_t attention_mma_smem_bytes(int HS);
+void attention_forward_mma(Backend* be, bf16* out, float* lse, const bf16* qkv, int B, int T, int NH, int NKV,
+                           int HS);
+void attention_backward_mma(Backend* be, bf16* dqkv, const bf16* dout, const bf16* qkv, const bf16* out,
+                            const float* lse, int B, int T, int NH, int NKV, int HS);
 
 // Raises a kernel's dynamic shared memory limit when it needs more than the
 // default 48 KiB; fatal if the device cannot give that much.

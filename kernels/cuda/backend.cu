@@ -251,6 +251,7 @@ extern "C" Backend* cuda_backend_create(DType dtype) {
     be->sum = cuda_sum;
     be->sum_squares = cuda_sum_squares;
     be->adamw = cuda_adamw;
+    be->adamw_tensors = cuda_adamw_tensors;
     be->fp8_support = cuda_fp8_support_for(prop.major, prop.minor);
     be->amax = cuda_amax;
     be->fp8_amax_fold = cuda_fp8_amax_fold;

@@ -158,11 +158,17 @@ void cuda_cross_entropy(Backend* be, float* losses, void* logits, const int32_t*
 // order (out has the backend's dtype): the second pass of every deterministic
 // column reduction (layernorm dw/db, matmul dbias).
 void cuda_reduce_partials_add(Backend* be, void* out, const float* partial, int blocks, size_t stride, int C);
+// The same for two outputs of C columns each whose partials are side by side
+// (row b: out's C values, then out2's), in one launch.
+void cuda_reduce_partials_add2(Backend* be, void* out, void* out2, const float* partial, int blocks, size_t stride,
+                               int C);
 void cuda_sum(Backend* be, float* out, const float* x, size_t n, int accumulate);
 void cuda_sum_squares(Backend* be, float* out, const void* x, size_t n, int accumulate);
 
 void cuda_adamw(Backend* be, void* params, float* master, const void* grads, float* m, float* v,
                 size_t n, const AdamWParams* p);
+void cuda_adamw_tensors(Backend* be, void* params, float* master, const void* grads, float* m, float* v,
+                        const AdamWTensor* t, int n, const AdamWParams* p);
 
 // FP8 (fp8.cu; the GEMMs in matmul.cu).
 void cuda_amax(Backend* be, float* amax, const void* x, size_t n);

@@ -6,10 +6,10 @@
 // Forward: one warp per row; the row is read three times (sum, centred sum of
 // squares, output), the second and third time from L1/L2.
 // Backward: deterministic without atomics. Each block owns LN_BWD_ROWS
-// consecutive rows: its warps first update dinp row by row, then its threads
-// sum dw and db partials over those rows column by column in row order, and
-// cuda_reduce_partials_add (reduce.cu) adds the blocks' partials in a fixed
-// order into dw and db.
+// consecutive rows: its warps first update dinp row by row, then all its
+// threads (column packs x row slices) sum dw and db partials over those rows
+// in a fixed order, and cuda_reduce_partials_add2 (reduce.cu) adds the
+// blocks' partials in a fixed order into dw and db, both in one launch.
 #include "kernels/cuda/cuda_backend.cuh"
 
 #define LN_EPS 1e-5f
@@ -166,13 +166,21 @@ __global__ void layernorm_backward_kernel(T* dinp, float* partial, const T* dout
     }
     if (amax) amax_commit_warp(amax, top);  // every warp of the block gets here
 
-    // Column partials of dw = sum dout * xhat and db = sum dout over the rows, in row order.
-    float* pw = partial + (size_t)blockIdx.x * 2 * C;
-    float* pb = pw + C;
-    for (int c = threadIdx.x * V; c < C; c += blockDim.x * V) {
+    // Column partials of dw = sum dout * xhat and db = sum dout over the rows.
+    // Every thread takes part: the block is P column packs x S row slices
+    // (blockDim = P * S, see ln_bwd_threads); slice s sums rows s, s + S, ...
+    // in order, then the slices are added in order through shared memory.
+    // With more packs than threads (P > blockDim, S = 1) a thread takes packs
+    // p, p + blockDim, ...
+    extern __shared__ float ln_slices[];  // [S][2C] when S > 1
+    int P = C / V, fits = P <= (int)blockDim.x;
+    int S = fits ? (int)blockDim.x / P : 1, s = fits ? (int)threadIdx.x / P : 0;
+    float* pw = partial + (size_t)blockIdx.x * 2 * C;  // then db's C partials
+    for (int pk = fits ? (int)threadIdx.x % P : (int)threadIdx.x; s < S && pk < P; pk += blockDim.x) {
+        int c = pk * V;
         float acc_w[V], acc_b[V];
         UNROLL for (int k = 0; k < V; k++) acc_w[k] = acc_b[k] = 0.0f;
-        for (int r = 0; r < rows; r++) {
+        for (int r = s; r < rows; r += S) {
             size_t off = (size_t)(row0 + r) * C;
             float m = mean[row0 + r], rs = rstd[row0 + r];
             float g[V], x[V];
@@ -183,11 +191,30 @@ __global__ void layernorm_backward_kernel(T* dinp, float* partial, const T* dout
                 acc_b[k] += g[k];
             }
         }
+        float* dst_w = S > 1 ? ln_slices + (size_t)s * 2 * C : pw;
+        float* dst_b = dst_w + C;
         UNROLL for (int k = 0; k < V; k++) {
-            pw[c + k] = acc_w[k];
-            pb[c + k] = acc_b[k];
+            dst_w[c + k] = acc_w[k];
+            dst_b[c + k] = acc_b[k];
         }
     }
+    if (S > 1) {
+        __syncthreads();
+        for (int j = threadIdx.x; j < 2 * C; j += blockDim.x) {
+            float total = 0.0f;
+            for (int k = 0; k < S; k++) total += ln_slices[(size_t)k * 2 * C + j];
+            pw[j] = total;
+        }
+    }
+}
+
+// Threads of a backward block: P = C / V column packs times S = 256 / P row
+// slices when P <= 256 (every thread has a pack in the column phase), else P
+// up to 1024, else 1024; rounded up to whole warps (the row phase's warp sums
+// need full warps; the few extra threads idle in the column phase).
+static int ln_bwd_threads(int P) {
+    int t = P <= LN_BWD_THREADS ? P * (LN_BWD_THREADS / P) : P <= 1024 ? P : 1024;
+    return (t + WARP_SIZE - 1) / WARP_SIZE * WARP_SIZE;
 }
 
 // The backward's per-block dw and db column sums.
@@ -203,16 +230,18 @@ static void layernorm_backward_typed(Backend* be, T* dinp, T* dw, T* db, const T
     float* partial = (float*)cuda_scratch(be, cuda_layernorm_scratch_bytes(N, C));
     int vec = C % V == 0 && aligned_to(dinp, 16) && aligned_to(dout, 16) && aligned_to(inp, 16) &&
               aligned_to(w, 16);
+    int P = vec ? C / V : C, threads = ln_bwd_threads(P);
+    int S = P <= threads ? threads / P : 1;
+    size_t smem = S > 1 ? (size_t)S * 2 * C * sizeof(float) : 0;
     if (vec) {
         auto kernel = layernorm_backward_kernel<T, V>;
-        LAUNCH(kernel, blocks, LN_BWD_THREADS, 0, st, dinp, partial, dout, inp, w, mean, rstd, N, C, amax);
+        LAUNCH(kernel, blocks, threads, smem, st, dinp, partial, dout, inp, w, mean, rstd, N, C, amax);
     } else {
         auto kernel = layernorm_backward_kernel<T, 1>;
-        LAUNCH(kernel, blocks, LN_BWD_THREADS, 0, st, dinp, partial, dout, inp, w, mean, rstd, N, C, amax);
+        LAUNCH(kernel, blocks, threads, smem, st, dinp, partial, dout, inp, w, mean, rstd, N, C, amax);
     }
     CUDA_CHECK_LAUNCH();
-    cuda_reduce_partials_add(be, dw, partial, blocks, 2 * (size_t)C, C);
-    cuda_reduce_partials_add(be, db, partial + C, blocks, 2 * (size_t)C, C);
+    cuda_reduce_partials_add2(be, dw, db, partial, blocks, 2 * (size_t)C, C);
 }
 
 void cuda_layernorm_backward(Backend* be, void* dinp, void* dw, void* db, const void* dout,

@@ -11,6 +11,8 @@
 //     for floats) before each block starts;
 //   - warp primitives exchange values among the lanes of a warp when every
 //     lane named in the mask has arrived; wmma fragments are warp-collective;
+//     so are mma.sync m16n8k16 and ldmatrix, with the PTX register layouts,
+//     and cp.async lands only when its group is waited for (sim_mma.h);
 //   - atomics, math intrinsics, bf16/fp8 types (the CUDA headers' host code);
 //   - the runtime, cuBLASLt and NCCL calls are implemented on the CPU
 //     (tests/cuda_sim/*.cpp) behind the real headers' declarations.
@@ -56,4 +58,5 @@
 #include "tests/cuda_sim/sim_device.h"
 #include "tests/cuda_sim/sim_atomic.h"
 #include "tests/cuda_sim/sim_wmma.h"
+#include "tests/cuda_sim/sim_mma.h"
 #include "tests/cuda_sim/sim_launch.h"

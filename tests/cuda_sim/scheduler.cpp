@@ -111,6 +111,15 @@ struct SimThread {
     BarrierKind barrier_kind;
     int barrier_pred, barrier_result;
     WarpGroup* group;
+    // cp.async copies issued and not yet waited for (sim_mma.h), in issue
+    // order, and where each committed group ends in that list.
+    struct AsyncCopy {
+        void* dst;
+        const void* src;
+        int bytes, src_bytes;
+    };
+    std::vector<AsyncCopy> async_copies;
+    std::vector<size_t> async_group_ends;
 };
 
 constexpr int kMaxThreads = 1024;
@@ -287,7 +296,19 @@ void thread_main(void* arg) {
     w->thread_exit(t);
 }
 
+// The first n pending copies of t land: only now are their sources read.
+void complete_async_copies(SimThread* t, size_t n) {
+    for (size_t i = 0; i < n; i++) {
+        const SimThread::AsyncCopy& c = t->async_copies[i];
+        memcpy(c.dst, c.src, (size_t)c.src_bytes);
+        memset((char*)c.dst + c.src_bytes, 0, (size_t)(c.bytes - c.src_bytes));
+    }
+    t->async_copies.erase(t->async_copies.begin(), t->async_copies.begin() + (long)n);
+    for (size_t& e : t->async_group_ends) e = e > n ? e - n : 0;
+}
+
 void Worker::thread_exit(SimThread* t) {
+    complete_async_copies(t, t->async_copies.size());  // a GPU finishes them too
     t->state = DONE;
     done++;
     WarpState* ws = &warps[t->view.warp];
@@ -322,6 +343,8 @@ void Worker::run_block(const LaunchSpec* spec, uint3 b, uint64_t seed) {
         t->view.linear = i;
         t->state = RUNNABLE;
         t->group = nullptr;
+        t->async_copies.clear();
+        t->async_group_ends.clear();
         context_init(&t->ctx, stacks + i * stack_stride + kPage, stack_bytes, thread_main, t);
     }
     int nwarps = (nthreads + 31) / 32;
@@ -687,6 +710,8 @@ void device_trap(const char* what) {
     fatal("%s in %s", what, where(loc, sizeof loc));
 }
 
+std::string lanes_named(unsigned mask) { return lane_list(mask); }
+
 void maybe_yield() {
     Worker* w = tls_worker;
     if (!w || !w->current || !w->random) return;
@@ -746,6 +771,52 @@ void warp_collective(const char* what, unsigned mask, void* lane_data, WarpResol
     t->group = g;
     if (((g->arrived | ws->exited) & mask) == mask) w->complete(ws, g);
     w->yield(t);
+}
+
+// ---- cp.async (sim_mma.h) --------------------------------------------------------------------------------------------------------
+void cp_async(void* dst, const void* src, int bytes, int src_bytes, bool cg) {
+    const char* what = cg ? "cp.async.cg" : "cp.async.ca";
+    Worker* w = current_worker(what);
+    if (cg ? bytes != 16 : !(bytes == 4 || bytes == 8 || bytes == 16))
+        fatal("%s: copy size %d is not allowed (%s)", what, bytes, cg ? "cg copies 16 bytes" : "ca copies 4, 8 or 16");
+    if (src_bytes < 0 || src_bytes > bytes) fatal("%s: source size %d is outside 0..%d", what, src_bytes, bytes);
+    if ((uintptr_t)dst % (unsigned)bytes || (uintptr_t)src % (unsigned)bytes)
+        fatal("%s: %d-byte copy from %p to %p: both addresses must be %d-byte aligned", what, bytes, src, dst, bytes);
+    if (src_bytes > 0 && !device_range(src, (size_t)src_bytes)) {
+        char buf[256];
+        describe_address(src, buf, sizeof buf);
+        fatal("%s: source %p (%d bytes) is not device memory: %s", what, src, src_bytes, buf);
+    }
+    w->current->async_copies.push_back({dst, src, bytes, src_bytes});
+    // A copy may land at any time between its issue and the wait for its group.
+    // In order it lands at the wait (the latest: a missing wait reads stale
+    // bytes); under random scheduling each copy lands at the issue or at the
+    // wait by a coin flip, so a tile refilled while other threads still read
+    // it (a missing barrier before the refill) is caught too.
+    if (w->random && (w->rng.next() & 1)) {
+        SimThread* t = w->current;
+        SimThread::AsyncCopy c = t->async_copies.back();
+        t->async_copies.pop_back();
+        memcpy(c.dst, c.src, (size_t)c.src_bytes);
+        memset((char*)c.dst + c.src_bytes, 0, (size_t)(c.bytes - c.src_bytes));
+    }
+    maybe_yield();
+}
+
+void cp_async_commit() {
+    SimThread* t = current_worker("cp.async.commit_group")->current;
+    t->async_group_ends.push_back(t->async_copies.size());  // an empty group is allowed
+}
+
+void cp_async_wait(int n) {
+    SimThread* t = current_worker("cp.async.wait_group")->current;
+    if (n < 0) fatal("cp.async.wait_group %d: the count must be at least 0", n);
+    size_t groups = t->async_group_ends.size();
+    if (groups <= (size_t)n) return;
+    size_t done = groups - (size_t)n;  // the oldest groups, all of whose copies land
+    complete_async_copies(t, t->async_group_ends[done - 1]);
+    t->async_group_ends.erase(t->async_group_ends.begin(), t->async_group_ends.begin() + (long)done);
+    maybe_yield();
 }
 
 unsigned active_mask() {

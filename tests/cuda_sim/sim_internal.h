@@ -4,6 +4,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include <string>
+
 #include "tests/cuda_sim/cuda_sim.h"
 
 namespace cuda_sim {
@@ -27,6 +29,8 @@ void set_abort_hook(void (*hook)());
 // "kernel 'k' block (x,y,z) thread (x,y,z)" for the running simulated thread, or "".
 const char* where(char* buf, size_t n);
 bool in_kernel();
+// "lanes 3, 5-7" style list of the lanes in mask (scheduler.cpp).
+std::string lanes_named(unsigned mask);
 
 // ---- runtime.cpp: device memory, streams, errors ----
 bool device_accessible(const void* p);
