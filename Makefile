@@ -25,6 +25,7 @@ WARN     := -Wall -Wextra -Wshadow -Wno-unused-parameter -Wno-sign-compare
 CFLAGS   ?= -O3 -march=native -g
 CFLAGS   += -std=c11 -fopenmp -D_GNU_SOURCE -I. $(WARN)
 LDLIBS   := -lopenblas -lzstd -lxxhash -lpthread -lm -ldl
+LDLIBS   += -lpcre2-8   # data/bpe.c: tiktoken's split patterns
 
 # MPI starts the ranks (llm/parallel/comm.c); every build links it, and a plain ./train_gpt
 # runs as a world of one. Flags come from the MPI compiler wrapper.
@@ -115,6 +116,11 @@ test: tests
 # ---- data, demo, benchmarks --------------------------------------------------------------------
 DATA_DIR := data/kjv
 $(BUILD)/prepare_data: dev/prepare_data.c $(BUILD)/libtrain.a
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -o $@ $< $(BUILD)/libtrain.a $(LDLIBS)
+
+# dev/tokenize: encode/decode with a tiktoken rank file or llm.c's gpt2_tokenizer.bin (data/bpe.h).
+$(BUILD)/tokenize: dev/tokenize.c $(BUILD)/libtrain.a
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -o $@ $< $(BUILD)/libtrain.a $(LDLIBS)
 

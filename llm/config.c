@@ -33,7 +33,7 @@ static const Flag FLAGS[] = {
 
     {"train-data", F_STRING, OFF(train_data), "data/kjv/kjv_train_*.bin", "GLOB", "training shards (llm.c format, .bin or .bin.zst)", "Data"},
     {"val-data", F_STRING, OFF(val_data), "data/kjv/kjv_val_*.bin", "GLOB", "validation shards; empty to skip validation", NULL},
-    {"tokenizer", F_STRING, OFF(tokenizer), "data/kjv/tokenizer.bin", "FILE", "vocabulary for printing samples (llm.c tokenizer format); empty: print token ids", NULL},
+    {"tokenizer", F_STRING, OFF(tokenizer), "data/kjv/tokenizer.bin", "FILE", "vocabulary for printing samples (llm.c tokenizer format, or a tiktoken rank file: gpt2.tiktoken, cl100k_base.tiktoken); empty: print token ids", NULL},
     {"shuffle", F_BOOL, OFF(shuffle), "1", "0|1", "shuffle shard and window order each epoch (deterministic from --seed)", NULL},
 
     {"seq-len", F_INT, OFF(seq_len), "256", "T", "tokens per sequence", "Batch"},
