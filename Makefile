@@ -115,9 +115,9 @@ test: tests
 
 # ---- data, demo, benchmarks --------------------------------------------------------------------
 DATA_DIR := data/kjv
-$(BUILD)/prepare_data: dev/prepare_data.c $(BUILD)/libtrain.a
+$(BUILD)/prepare_data: dev/prepare_data.c dev/prepare_shards.c dev/prepare_shards.h $(BUILD)/libtrain.a
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) -o $@ $< $(BUILD)/libtrain.a $(LDLIBS)
+	$(CC) $(CFLAGS) -o $@ dev/prepare_data.c dev/prepare_shards.c $(BUILD)/libtrain.a $(LDLIBS)
 
 # dev/tokenize: encode/decode with a tiktoken rank file or llm.c's gpt2_tokenizer.bin (data/bpe.h).
 $(BUILD)/tokenize: dev/tokenize.c $(BUILD)/libtrain.a

@@ -1,7 +1,11 @@
-// prepare_data.c: turns the bundled corpus (zstd-compressed KJV text, one
-// chapter per document) into a trained tokenizer plus train/val token shards.
-// tokenizer.bin is written last because it is the Makefile's target: a run
-// that stops half-way leaves no tokenizer and is redone.
+// prepare_data.c: text to token shards, in one of two modes.
+//   --corpus: the bundled corpus (zstd-compressed KJV text, one chapter per
+//     document) into our own trained tokenizer plus train/val shards.
+//     tokenizer.bin is written last because it is the Makefile's target: a run
+//     that stops half-way leaves no tokenizer and is redone.
+//   --tokenizer FILE INPUTS...: any corpus (.txt, .jsonl, .jsonl.zst files,
+//     globs, folders) encoded with a tiktoken-compatible tokenizer into
+//     shards of a chosen size (dev/prepare_shards.h).
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -9,8 +13,12 @@
 #include <sys/stat.h>
 #include <zstd.h>
 
+#include <unistd.h>
+
+#include "data/bpe.h"
 #include "data/shard.h"
 #include "data/tokenizer.h"
+#include "dev/prepare_shards.h"
 #include "llm/util/util.h"
 
 typedef struct {
@@ -18,13 +26,44 @@ typedef struct {
     const char* out_dir;
     int vocab_size;
     int val_every;
+    ShardOptions shards;  // the --tokenizer mode
 } Options;
 
 static void usage(FILE* f) {
     fprintf(f,
             "usage: prepare_data --corpus FILE.txt.zst --out-dir DIR [--vocab-size 4096] [--val-every 20]\n"
             "  Trains a byte-level BPE tokenizer on the corpus and writes DIR/kjv_train_000.bin,\n"
-            "  DIR/kjv_val_000.bin (every val-every-th document) and DIR/tokenizer.bin (last).\n");
+            "  DIR/kjv_val_000.bin (every val-every-th document) and DIR/tokenizer.bin (last).\n"
+            "\n"
+            "usage: prepare_data --tokenizer FILE --out-dir DIR [options] INPUT...\n"
+            "  Encodes every document of the inputs as tiktoken does and writes llm.c shards\n"
+            "  DIR/PREFIX_train_000000.bin, ..., DIR/PREFIX_val_000000.bin, ..., then DIR/manifest.json.\n"
+            "  INPUT: .txt / .txt.zst files (a document each), .jsonl / .jsonl.zst files (a document\n"
+            "  per line), glob patterns, folders (searched recursively). Each document is preceded by\n"
+            "  the end-of-text token; tokens are uint16 when the vocabulary fits, else uint32.\n"
+            "  --tokenizer FILE       tiktoken rank file (gpt2.tiktoken, cl100k_base.tiktoken, Llama 3's\n"
+            "                         tokenizer.model) or llm.c's gpt2_tokenizer.bin\n"
+            "  --pattern NAME         split pattern: %s (default: from the vocabulary)\n"
+            "  --text-field NAME      the .jsonl member with the text (default text)\n"
+            "  --shard-tokens N       tokens per shard (default 100000000, llm.c's)\n"
+            "  --val-fraction F       share of documents in the validation split, chosen by a hash of\n"
+            "                         each document's text (default 0.005)\n"
+            "  --prefix NAME          shard name prefix (default data)\n"
+            "  --memory-mb N          memory for batches and buffers (default 1024)\n"
+            "  --threads N            encoding threads (default: all cores)\n",
+            BPE_PATTERN_NAMES);
+}
+
+static const char* string_arg(const char* flag, const char* value) {
+    if (!value || !value[0]) fatal("%s needs a value", flag);
+    return value;
+}
+
+static double fraction_arg(const char* flag, const char* value) {
+    double v;
+    if (!value) fatal("%s needs a value", flag);
+    if (!parse_double(value, &v) || !(v >= 0 && v <= 1)) fatal("%s: '%s' is not a number in [0, 1]", flag, value);
+    return v;
 }
 
 static int int_arg(const char* flag, const char* value, int min) {
@@ -35,7 +74,14 @@ static int int_arg(const char* flag, const char* value, int min) {
 }
 
 static Options parse_args(int argc, char** argv) {
-    Options o = {NULL, NULL, 4096, 20};
+    Options o = {NULL, NULL, 4096, 20, {0}};
+    ShardOptions* so = &o.shards;
+    so->prefix = "data";
+    so->text_field = "text";
+    so->shard_tokens = 100000000;
+    so->val_fraction = 0.005;
+    so->memory_mb = 1024;
+    so->inputs = (char**)xmalloc((size_t)argc * sizeof *so->inputs);
     for (int i = 1; i < argc; i++) {
         const char* a = argv[i];
         const char* v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -56,12 +102,43 @@ static Options parse_args(int argc, char** argv) {
         } else if (!strcmp(a, "--val-every")) {
             o.val_every = int_arg(a, v, 2);
             i++;
-        } else {
+        } else if (!strcmp(a, "--tokenizer")) {
+            so->tokenizer = string_arg(a, v);
+            i++;
+        } else if (!strcmp(a, "--pattern")) {
+            so->pattern = string_arg(a, v);
+            i++;
+        } else if (!strcmp(a, "--text-field")) {
+            so->text_field = string_arg(a, v);
+            i++;
+        } else if (!strcmp(a, "--prefix")) {
+            so->prefix = string_arg(a, v);
+            i++;
+        } else if (!strcmp(a, "--shard-tokens")) {
+            so->shard_tokens = (uint64_t)int_arg(a, v, 1);
+            i++;
+        } else if (!strcmp(a, "--val-fraction")) {
+            so->val_fraction = fraction_arg(a, v);
+            i++;
+        } else if (!strcmp(a, "--memory-mb")) {
+            so->memory_mb = (size_t)int_arg(a, v, 1);
+            i++;
+        } else if (!strcmp(a, "--threads")) {
+            so->threads = int_arg(a, v, 1);
+            i++;
+        } else if (a[0] == '-' && a[1]) {
             fatal("unknown flag '%s' (see --help)", a);
+        } else {
+            so->inputs[so->num_inputs++] = argv[i];
         }
     }
-    if (!o.corpus) fatal("--corpus is required (see --help)");
     if (!o.out_dir) fatal("--out-dir is required (see --help)");
+    if (o.corpus && so->tokenizer) fatal("--corpus and --tokenizer are different modes: give one (see --help)");
+    if (!o.corpus && !so->tokenizer) fatal("--corpus or --tokenizer is required (see --help)");
+    if (o.corpus && so->num_inputs) fatal("--corpus takes no inputs ('%s'; see --help)", so->inputs[0]);
+    if (so->tokenizer && !so->num_inputs) fatal("--tokenizer needs input files, globs or folders (see --help)");
+    so->out_dir = o.out_dir;
+    so->progress = isatty(2);
     return o;
 }
 
@@ -185,6 +262,11 @@ int main(int argc, char** argv) {
     Options o = parse_args(argc, argv);
     double t0 = now_seconds();
     make_dir(o.out_dir);  // before the work, so a bad directory fails at once
+    if (o.shards.tokenizer) {
+        prepare_shards(&o.shards);
+        free(o.shards.inputs);
+        return 0;
+    }
     size_t len;
     char* text = read_zst_text(o.corpus, &len);
     int num_docs;
