@@ -138,6 +138,12 @@ run: deps
 bench: train_gpt $(BUILD)/bench_cpu
 	$(BUILD)/bench_cpu
 
+# prepare_data's MB/s next to tiktoken's encode_ordinary_batch, same text and threads (dev/bench_prepare.sh).
+.PHONY: bench-prepare
+bench: bench-prepare
+bench-prepare: $(BUILD)/prepare_data
+	dev/bench_prepare.sh
+
 $(BUILD)/bench_cpu: dev/bench_cpu.c $(BUILD)/libtrain.a
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -o $@ $< $(BUILD)/libtrain.a $(LDLIBS)

@@ -300,7 +300,7 @@ void prepare_shards(const ShardOptions* o) {
     if (p.nrec) encode_batch(&p);
     for (int k = 0; k < 2; k++)
         if (p.split[k].open) close_shard(&p, &p.split[k]);
-    report(&p, p.total_in, 1);
+    if (o->progress) report(&p, p.total_in, 1);  // (without a terminal the summary line says it)
     int stale = remove_stale(&p, &p.split[0], p.split[0].shards) + remove_stale(&p, &p.split[1], p.split[1].shards);
     write_manifest(&p);
     running = NULL;
