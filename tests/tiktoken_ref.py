@@ -1,6 +1,7 @@
 """tiktoken_ref.py: the reference side of tests/test_tiktoken.sh.
 
   tiktoken_ref.py torture OUT          writes the Unicode torture text (bytes, some invalid UTF-8)
+  tiktoken_ref.py long OUT             writes text of very long pieces (letters, digits, punctuation)
   tiktoken_ref.py encode RANKS PATTERN MODE IN OUT
                                        tiktoken's tokens for IN (decoded as UTF-8 with errors="replace")
                                        as little-endian uint32; MODE ordinary or special
@@ -60,10 +61,22 @@ def torture():
     return text
 
 
+def long_pieces():
+    import random
+    rng = random.Random(18)
+    letters = "".join(rng.choice("abcdefghijklmnopqrstuvwxyzABCDEFGHIJ") for _ in range(30000))
+    accents = "".join(rng.choice("éèàçüößñøåæœЖжλΩ") for _ in range(5000))
+    digits = "".join(rng.choice("0123456789") for _ in range(8000))
+    punct = "".join(rng.choice("!?.,;:-_=+*/\\()[]{}<>|#@$%^&~`\"") for _ in range(6000))
+    return (letters + " " + accents + " " + digits + " " + punct + "\n" + " " * 5000 + "end\n").encode()
+
+
 def main():
     cmd = sys.argv[1]
     if cmd == "torture":
         open(sys.argv[2], "wb").write(torture())
+    elif cmd == "long":
+        open(sys.argv[2], "wb").write(long_pieces())
     elif cmd == "encode":
         ranks, pattern, mode, src, dst = sys.argv[2:7]
         enc = encoding(ranks, pattern)
