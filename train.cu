@@ -12,6 +12,7 @@
 #include "llm/checkpoint/checkpoint.h"
 #include "llm/parallel/comm.h"
 #include "llm/config.h"
+#include "llm/eval.h"
 #include "llm/platform/device.h"
 #include "llm/checkpoint/divergence.h"
 #include "llm/plan/plan_cli.h"
@@ -55,6 +56,7 @@ int main(int argc, char** argv) {
 
     // 4. Checkpoints: continue from the newest complete one (--resume auto);
     //    SIGTERM/SIGINT from here on end the run with a checkpoint.
+    EvalFile* eval = eval_open(&tr);  // --eval-data: multiple-choice accuracy
     Checkpointer* ck = checkpointer_create(&cfg, &tr);
     divergence_check_flags(&cfg, ck);
     checkpoint_resume(ck);
@@ -71,6 +73,7 @@ int main(int argc, char** argv) {
     for (int step = tr.first_step; step < cfg.steps && !stopped; step++) {
         watchdog_set_step(step + 1);
         if (tr.has_val && every(step, cfg.val_every)) report_validation(&tr, step, trainer_validate(&tr));
+        if (eval && every(step, cfg.eval_every)) eval_and_report(&tr, step, eval);
         if (every(step, cfg.sample_every)) {
             char* text = trainer_sample(&tr, step);
             report_sample(&tr, step, text);
@@ -90,6 +93,7 @@ int main(int argc, char** argv) {
     //    after a stop signal only the checkpoint matters, and the clock runs.
     if (!stopped) {
         if (tr.has_val) report_validation(&tr, cfg.steps, trainer_validate(&tr));
+        if (eval) eval_and_report(&tr, cfg.steps, eval);
         if (cfg.sample_every > 0) {
             char* text = trainer_sample(&tr, cfg.steps);
             report_sample(&tr, cfg.steps, text);
@@ -105,6 +109,7 @@ int main(int argc, char** argv) {
 
     report_close(&tr);
     checkpointer_free(ck);
+    eval_close(eval);
     trainer_free(&tr);
     comm_finalize(comm);
     be->destroy(be);

@@ -52,6 +52,8 @@ static const Flag FLAGS[] = {
     {"seed", F_LONG, OFF(seed), "1337", "N", "seed for initialisation, data order and sampling", NULL},
 
     {"val-every", F_INT, OFF(val_every), "100", "N", "validation loss every N steps (and at the end); 0 disables", "Evaluation and output"},
+    {"eval-data", F_STRING, OFF(eval_data), "", "FILE", "multiple-choice eval (llm.c's HellaSwag format; make data writes data/kjv/kjv_eval.bin): accuracy and length-normalised accuracy", NULL},
+    {"eval-every", F_INT, OFF(eval_every), "0", "N", "run --eval-data every N steps (and at the end); 0: only at the end", NULL},
     {"val-batches", F_INT, OFF(val_batches), "8", "N", "micro-batches per validation; 0: the whole validation set", NULL},
     {"sample-every", F_INT, OFF(sample_every), "150", "N", "print a generated sample every N steps (and at the end); 0 disables", NULL},
     {"sample-tokens", F_INT, OFF(sample_tokens), "96", "N", "tokens per generated sample", NULL},

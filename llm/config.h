@@ -37,6 +37,8 @@ typedef struct {
     long seed;
     // evaluation and output
     int val_every, val_batches, sample_every, sample_tokens, log_every;
+    char* eval_data;      // multiple-choice eval file (llm.c's format), "" for none
+    int eval_every;       // steps between evaluations (and at the end); 0: only at the end
     char* export_path;    // final weights in llm.c's layout
     char* export_dtype;   // fp32|bf16
     // checkpoints
