@@ -16,9 +16,11 @@
 #include <unistd.h>
 
 #include "data/bpe.h"
+#include "data/eval_file.h"
 #include "data/shard.h"
 #include "data/tokenizer.h"
 #include "dev/prepare_shards.h"
+#include "llm/util/rng.h"
 #include "llm/util/util.h"
 
 typedef struct {
@@ -258,6 +260,83 @@ static char* join_path(const char* dir, const char* name) {
     return p;
 }
 
+// ---- the multiple-choice eval ------------------------------------------------------------------
+
+#define EVAL_EXAMPLES 400
+#define EVAL_CHOICES 4
+#define EVAL_MAX_COMPLETION 48  // tokens, so that --seq-len 64 runs the eval too
+
+typedef struct {
+    size_t start, len;
+    int doc;
+} Verse;
+
+// In the validation chapters, a verse (and its newline) is the context and
+// the verse after it the right completion, against three verses drawn from
+// other validation chapters; the right one's place is drawn too. Chance is 25%.
+// Examples with a completion over EVAL_MAX_COMPLETION tokens are left out.
+static int write_kjv_eval(const Tokenizer* tok, const char* text, const Doc* docs, int num_docs, int val_every,
+                          const char* path) {
+    int nv = 0, cap = 1024;
+    Verse* v = (Verse*)xmalloc((size_t)cap * sizeof *v);
+    for (int d = val_every - 1; d < num_docs; d += val_every) {
+        size_t i = docs[d].start, end = docs[d].start + docs[d].len;
+        i = line_end(text, end, i) + 1;  // past the heading
+        while (i < end) {
+            size_t e = line_end(text, end, i);
+            if (e > i) {
+                if (nv == cap) v = (Verse*)xrealloc(v, (size_t)(cap *= 2) * sizeof *v);
+                v[nv++] = (Verse){i, e - i, d};
+            }
+            i = e + 1;
+        }
+    }
+    int pairs = 0;
+    for (int i = 0; i + 1 < nv; i++) pairs += v[i].doc == v[i + 1].doc;
+    int stride = pairs / EVAL_EXAMPLES > 1 ? pairs / EVAL_EXAMPLES : 1;
+    int n = 0;
+    int labels[EVAL_EXAMPLES], counts[EVAL_EXAMPLES], ctx_len[EVAL_EXAMPLES];
+    int32_t* ctx[EVAL_EXAMPLES];
+    int32_t** comps[EVAL_EXAMPLES];
+    int* comp_lens[EVAL_EXAMPLES];
+    uint64_t key = rng_key(20240522, 18, 0);
+    for (int i = 0, pair = 0; i + 1 < nv && n < EVAL_EXAMPLES; i++) {
+        if (v[i].doc != v[i + 1].doc || pair++ % stride) continue;
+        labels[n] = (int)rng_below(key, (uint64_t)i * 8, EVAL_CHOICES);
+        counts[n] = EVAL_CHOICES;
+        ctx_len[n] = (int)tokenizer_encode(tok, text + v[i].start, v[i].len + 1, &ctx[n]);  // with its "\n"
+        comps[n] = (int32_t**)xmalloc(EVAL_CHOICES * sizeof *comps[n]);
+        comp_lens[n] = (int*)xmalloc(EVAL_CHOICES * sizeof *comp_lens[n]);
+        for (int c = 0, draw = 1; c < EVAL_CHOICES; c++) {
+            const Verse* w = &v[i + 1];
+            if (c != labels[n]) {
+                do w = &v[rng_below(key, (uint64_t)i * 8 + (uint64_t)draw++, (uint64_t)nv)];
+                while (w->doc == v[i].doc);
+            }
+            comp_lens[n][c] = (int)tokenizer_encode(tok, text + w->start, w->len, &comps[n][c]);
+        }
+        int longest = 0;
+        for (int c = 0; c < EVAL_CHOICES; c++) longest = comp_lens[n][c] > longest ? comp_lens[n][c] : longest;
+        if (longest <= EVAL_MAX_COMPLETION) {
+            n++;
+            continue;
+        }
+        for (int c = 0; c < EVAL_CHOICES; c++) free(comps[n][c]);
+        free(comps[n]);
+        free(comp_lens[n]);
+        free(ctx[n]);
+    }
+    eval_file_write(path, n, labels, counts, ctx, ctx_len, comps, comp_lens);
+    for (int i = 0; i < n; i++) {
+        for (int c = 0; c < EVAL_CHOICES; c++) free(comps[i][c]);
+        free(comps[i]);
+        free(comp_lens[i]);
+        free(ctx[i]);
+    }
+    free(v);
+    return n;
+}
+
 int main(int argc, char** argv) {
     Options o = parse_args(argc, argv);
     double t0 = now_seconds();
@@ -301,6 +380,8 @@ int main(int argc, char** argv) {
         shard_write(path, split[s].tokens, split[s].n, version);
         free(path);
     }
+    char* eval_path = join_path(o.out_dir, "kjv_eval.bin");
+    int eval_examples = write_kjv_eval(&tok, text, docs, num_docs, o.val_every, eval_path);
     char* tok_path = join_path(o.out_dir, "tokenizer.bin");
     tokenizer_save(&tok, tok_path);
 
@@ -311,9 +392,12 @@ int main(int argc, char** argv) {
            (unsigned long long)split[0].n, (unsigned long long)split[1].n, tok.eot);
     printf("prepare_data: %.3f bytes/token; tokenizer trained in %.2fs, encoded in %.2fs, %.2fs in all\n",
            (double)(split_bytes[0] + split_bytes[1]) / (double)doc_tokens, t_train, t_encode, now_seconds() - t0);
-    printf("prepare_data: wrote %s/{%s,%s,tokenizer.bin}\n", o.out_dir, names[0], names[1]);
+    printf("prepare_data: eval: %d multiple-choice examples from the validation chapters (the next verse or 3 others)\n",
+           eval_examples);
+    printf("prepare_data: wrote %s/{%s,%s,kjv_eval.bin,tokenizer.bin}\n", o.out_dir, names[0], names[1]);
 
     free(tok_path);
+    free(eval_path);
     tokenizer_free(&tok);
     free(split[0].tokens);
     free(split[1].tokens);
