@@ -13,6 +13,7 @@
 #include "llm/parallel/comm.h"
 #include "llm/config.h"
 #include "llm/eval.h"
+#include "llm/generate.h"
 #include "llm/platform/device.h"
 #include "llm/checkpoint/divergence.h"
 #include "llm/plan/plan_cli.h"
@@ -60,6 +61,16 @@ int main(int argc, char** argv) {
     Checkpointer* ck = checkpointer_create(&cfg, &tr);
     divergence_check_flags(&cfg, ck);
     checkpoint_resume(ck);
+    // --generate: continue --prompt with these weights, and stop.
+    if (cfg.generate) {
+        generate_run(&tr);
+        checkpointer_free(ck);
+        eval_close(eval);
+        trainer_free(&tr);
+        comm_finalize(comm);
+        be->destroy(be);
+        return 0;
+    }
     RankReducer across_ranks = comm_rank_reducer(comm);  // memory and telemetry: min/max over the ranks
     report_set_reducer(&across_ranks);
     report_open(&tr);

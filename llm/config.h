@@ -39,6 +39,10 @@ typedef struct {
     int val_every, val_batches, sample_every, sample_tokens, log_every;
     char* eval_data;      // multiple-choice eval file (llm.c's format), "" for none
     int eval_every;       // steps between evaluations (and at the end); 0: only at the end
+    int generate;         // --generate: continue --prompt from the loaded weights, then exit
+    char* prompt;         // text (token ids without a tokenizer); "" starts from end-of-text
+    double temperature;   // 0: greedy
+    int top_k;            // sample among the k most likely tokens; 0: all
     char* export_path;    // final weights in llm.c's layout
     char* export_dtype;   // fp32|bf16
     // checkpoints
