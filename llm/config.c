@@ -54,7 +54,7 @@ static const Flag FLAGS[] = {
     {"val-every", F_INT, OFF(val_every), "100", "N", "validation loss every N steps (and at the end); 0 disables", "Evaluation and output"},
     {"eval-data", F_STRING, OFF(eval_data), "", "FILE", "multiple-choice eval (llm.c's HellaSwag format; make data writes data/kjv/kjv_eval.bin): accuracy and length-normalised accuracy", NULL},
     {"eval-every", F_INT, OFF(eval_every), "0", "N", "run --eval-data every N steps (and at the end); 0: only at the end", NULL},
-    {"generate", F_BOOL, OFF(generate), "0", "0|1", "generate --sample-tokens tokens after --prompt from the newest checkpoint or --init-from weights, streamed to stdout, then exit", NULL},
+    {"generate", F_BOOL, OFF(generate), "0", "", "generate --sample-tokens tokens after --prompt from the newest checkpoint or --init-from weights, streamed to stdout, then exit", NULL},
     {"prompt", F_STRING, OFF(prompt), "", "TEXT", "--generate's prompt (space-separated token ids with --tokenizer ''); empty: end-of-text", NULL},
     {"temperature", F_DOUBLE, OFF(temperature), "1.0", "X", "--generate: sampling temperature; 0: greedy (the most likely token)", NULL},
     {"top-k", F_INT, OFF(top_k), "0", "K", "--generate: sample among the K most likely tokens; 0: all", NULL},
