@@ -29,10 +29,11 @@ WARN     := -Wall -Wextra -Wshadow -Wno-unused-parameter -Wno-sign-compare
 CFLAGS   ?= -O3 -march=native -g
 CFLAGS   += -std=c11 -fopenmp -D_GNU_SOURCE -I. $(WARN)
 LDLIBS   := -lopenblas -lzstd -lxxhash -lpthread -lm -ldl
+LDLIBS   += -lpcre2-8   # data/bpe.c: tiktoken's split patterns
 # STATIC_DEPS=1 (make gpu-kit): OpenBLAS, zstd, xxhash and the C++/OpenMP runtimes linked in,
 # so that the binaries run where none of them is installed; glibc stays dynamic.
 ifeq ($(STATIC_DEPS),1)
-  LDLIBS := -static-libgcc -Wl,--as-needed -Wl,-Bstatic -lopenblas -lzstd -lxxhash -lgomp -lstdc++ \
+  LDLIBS := -static-libgcc -Wl,--as-needed -Wl,-Bstatic -lopenblas -lzstd -lxxhash -lpcre2-8 -lgomp -lstdc++ \
             -Wl,-Bdynamic -lpthread -lm -ldl
 endif
 
@@ -140,7 +141,12 @@ test: tests
 
 # ---- data, demo, benchmarks --------------------------------------------------------------------
 DATA_DIR := data/kjv
-$(BUILD)/prepare_data: dev/prepare_data.c $(BUILD)/libtrain.a
+$(BUILD)/prepare_data: dev/prepare_data.c dev/prepare_shards.c dev/prepare_shards.h $(BUILD)/libtrain.a
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -o $@ dev/prepare_data.c dev/prepare_shards.c $(BUILD)/libtrain.a $(LDLIBS)
+
+# dev/tokenize: encode/decode with a tiktoken rank file or llm.c's gpt2_tokenizer.bin (data/bpe.h).
+$(BUILD)/tokenize: dev/tokenize.c $(BUILD)/libtrain.a
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -o $@ $< $(BUILD)/libtrain.a $(LDLIBS)
 
@@ -157,6 +163,12 @@ run: deps
 
 bench: train_gpt $(BUILD)/bench_cpu
 	$(BUILD)/bench_cpu
+
+# prepare_data's MB/s next to tiktoken's encode_ordinary_batch, same text and threads (dev/bench_prepare.sh).
+.PHONY: bench-prepare
+bench: bench-prepare
+bench-prepare: $(BUILD)/prepare_data
+	dev/bench_prepare.sh
 
 $(BUILD)/bench_cpu: dev/bench_cpu.c $(BUILD)/libtrain.a
 	@mkdir -p $(dir $@)

@@ -12,6 +12,8 @@
 #include "llm/checkpoint/checkpoint.h"
 #include "llm/parallel/comm.h"
 #include "llm/config.h"
+#include "llm/eval.h"
+#include "llm/generate.h"
 #include "llm/platform/device.h"
 #include "llm/checkpoint/divergence.h"
 #include "llm/plan/plan_cli.h"
@@ -58,9 +60,20 @@ int main(int argc, char** argv) {
 
     // 4. Checkpoints: continue from the newest complete one (--resume auto);
     //    SIGTERM/SIGINT from here on end the run with a checkpoint.
+    EvalFile* eval = eval_open(&tr);  // --eval-data: multiple-choice accuracy
     Checkpointer* ck = checkpointer_create(&cfg, &tr);
     divergence_check_flags(&cfg, ck);
     checkpoint_resume(ck);
+    // --generate: continue --prompt with these weights, and stop.
+    if (cfg.generate) {
+        generate_run(&tr);
+        checkpointer_free(ck);
+        eval_close(eval);
+        trainer_free(&tr);
+        comm_finalize(comm);
+        be->destroy(be);
+        return 0;
+    }
     RankReducer across_ranks = comm_rank_reducer(comm);  // memory and telemetry: min/max over the ranks
     report_set_reducer(&across_ranks);
     report_open(&tr);
@@ -77,6 +90,7 @@ int main(int argc, char** argv) {
             double val_loss = trainer_validate(&tr);
             if (!tr.stop_requested) report_validation(&tr, step, val_loss);  // (not a partial one)
         }
+        if (eval && every(step, cfg.eval_every) && !tr.stop_requested) eval_and_report(&tr, step, eval);
         if (every(step, cfg.sample_every) && !tr.stop_requested) {
             char* text = trainer_sample(&tr, step);
             report_sample(&tr, step, text);
@@ -104,6 +118,7 @@ int main(int argc, char** argv) {
             double val_loss = trainer_validate(&tr);
             if (!tr.stop_requested) report_validation(&tr, cfg.steps, val_loss);
         }
+        if (eval && !tr.stop_requested) eval_and_report(&tr, cfg.steps, eval);
         if (cfg.sample_every > 0 && !tr.stop_requested) {
             char* text = trainer_sample(&tr, cfg.steps);
             report_sample(&tr, cfg.steps, text);
@@ -119,6 +134,7 @@ int main(int argc, char** argv) {
 
     report_close(&tr);
     checkpointer_free(ck);
+    eval_close(eval);
     trainer_free(&tr);
     comm_finalize(comm);
     be->destroy(be);

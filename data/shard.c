@@ -347,6 +347,52 @@ void shard_write(const char* path, const int32_t* tokens, uint64_t n, int versio
 
 // ---- glob ---------------------------------------------------------------------------------------
 
+void shard_writer_open(ShardWriter* w, const char* path, int version) {
+    check_writable_tokens(path, NULL, 0, version);
+    w->path = xstrdup(path);
+    size_t tmp_len = strlen(path) + 5;
+    w->tmp = (char*)xmalloc(tmp_len);
+    snprintf(w->tmp, tmp_len, "%s.tmp", path);
+    w->f = xfopen(w->tmp, "wb");
+    w->version = version;
+    w->n = 0;
+    int32_t h[SHARD_HEADER_INTS];
+    fill_header(h, 0, version);  // rewritten with the count on close
+    xfwrite(h, SHARD_HEADER_BYTES, w->f, w->tmp);
+}
+
+void shard_writer_append(ShardWriter* w, const int32_t* tokens, size_t n) {
+    check_writable_tokens(w->path, tokens, n, w->version);
+    enum { CHUNK = 1 << 14 };
+    uint16_t narrow[CHUNK];
+    if (w->version == SHARD_VERSION_U32) {
+        xfwrite(tokens, n * 4, w->f, w->tmp);  // int32 and uint32 agree below 2^31 (checked above)
+    } else {
+        for (size_t i = 0; i < n; i += CHUNK) {
+            size_t m = n - i < CHUNK ? n - i : CHUNK;
+            for (size_t j = 0; j < m; j++) narrow[j] = (uint16_t)tokens[i + j];
+            xfwrite(narrow, m * 2, w->f, w->tmp);
+        }
+    }
+    w->n += n;
+}
+
+void shard_writer_close(ShardWriter* w) {
+    int32_t h[SHARD_HEADER_INTS];
+    fill_header(h, w->n, w->version);
+    if (fseek(w->f, 0, SEEK_SET) != 0) fatal("shard '%s': cannot seek: %s", w->tmp, strerror(errno));
+    xfwrite(h, SHARD_HEADER_BYTES, w->f, w->tmp);
+    if (fflush(w->f) != 0 || fsync(fileno(w->f)) != 0)
+        fatal("shard '%s': cannot flush to disk: %s", w->tmp, strerror(errno));
+    xfclose(w->f, w->tmp);
+    if (rename(w->tmp, w->path) != 0)
+        fatal("shard '%s': cannot rename '%s' into place: %s", w->path, w->tmp, strerror(errno));
+    fsync_parent_dir(w->path);
+    free(w->path);
+    free(w->tmp);
+    memset(w, 0, sizeof *w);
+}
+
 static int compare_paths(const void* a, const void* b) {
     return strcmp(*(const char* const*)a, *(const char* const*)b);
 }

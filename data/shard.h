@@ -49,6 +49,21 @@ void shard_read(const Shard* s, uint64_t start, size_t count, int32_t* out, int 
 // Written atomically: to "<path>.tmp", then renamed.
 void shard_write(const char* path, const int32_t* tokens, uint64_t n, int version);
 
+// A plain shard written as tokens come (dev/prepare_data): to "<path>.tmp",
+// the header filled in and the file renamed into place by shard_writer_close.
+typedef struct {
+    char* path;
+    char* tmp;
+    FILE* f;
+    int version;
+    uint64_t n;  // tokens appended so far
+} ShardWriter;
+
+void shard_writer_open(ShardWriter* w, const char* path, int version);
+// Appends tokens; fatal if one does not fit the version (uint16: < 65536).
+void shard_writer_append(ShardWriter* w, const int32_t* tokens, size_t n);
+void shard_writer_close(ShardWriter* w);
+
 // Expands a glob pattern into a sorted list of paths; fatal (naming the
 // pattern and the flag it came from) if nothing matches.
 char** glob_paths(const char* pattern, const char* flag, int* count);

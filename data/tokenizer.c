@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "data/bpe.h"
 #include "llm/util/rng.h"
 
 #define TOKENIZER_VERSION 2
@@ -539,6 +540,14 @@ static void tokbuf_append(TokenBuf* b, const int32_t* src, size_t n) {
 }
 
 size_t tokenizer_encode(const Tokenizer* tok, const char* text, size_t len, int32_t** out) {
+    if (tok->bpe) {
+        BpeWork* w = bpe_work_new((const Bpe*)tok->bpe);
+        size_t n = 0, cap = 0;
+        *out = NULL;
+        bpe_encode(w, text, len, 0, out, &n, &cap);
+        bpe_work_free(w);
+        return n;
+    }
     const U64Map* ranks = (const U64Map*)tok->encode_index;
     if (!ranks) fatal("tokenizer has no merges (a decode-only file): it cannot encode text");
     const uint8_t* t = (const uint8_t*)text;
@@ -649,7 +658,31 @@ static void check_merges(const Tokenizer* tok, const char* path) {
     }
 }
 
+// A tiktoken rank file: the bytes of every id (specials: their text) for
+// decoding, and the tiktoken-compatible encoder for encoding.
+static void load_rank_file(Tokenizer* tok, const char* path) {
+    Bpe* b = bpe_load(path, NULL, "--tokenizer");
+    memset(tok, 0, sizeof *tok);
+    tok->vocab_size = bpe_vocab_size(b);
+    tok->eot = bpe_eot(b);
+    tok->bytes = (uint8_t**)xcalloc((size_t)tok->vocab_size, sizeof *tok->bytes);
+    tok->len = (int*)xcalloc((size_t)tok->vocab_size, sizeof *tok->len);
+    for (int id = 0; id < tok->vocab_size; id++) {
+        int n;
+        const uint8_t* p = bpe_token_bytes(b, id, &n);
+        if (!p) continue;
+        tok->bytes[id] = (uint8_t*)xmalloc((size_t)n);
+        memcpy(tok->bytes[id], p, (size_t)n);
+        tok->len[id] = n;
+    }
+    tok->bpe = b;
+}
+
 void tokenizer_load(Tokenizer* tok, const char* path) {
+    if (bpe_is_rank_file(path)) {
+        load_rank_file(tok, path);
+        return;
+    }
     FILE* f = xfopen(path, "rb");
     int64_t size = file_size(path);
     if (size < 0) fatal("tokenizer '%s': cannot stat: %s", path, strerror(errno));
@@ -706,6 +739,7 @@ void tokenizer_free(Tokenizer* tok) {
         u64map_free((U64Map*)tok->encode_index);
         free(tok->encode_index);
     }
+    bpe_free((Bpe*)tok->bpe);
     memset(tok, 0, sizeof *tok);
 }
 

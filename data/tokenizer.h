@@ -13,7 +13,10 @@
 //   for each token id: uint8 length (1..255), then that many bytes
 //   then for each merge i (token 256 + i): uint32 left id, uint32 right id
 // A file without the merge section (llm.c's GPT-2 tokenizer) decodes but
-// cannot encode.
+// cannot encode here (data/bpe.h encodes it as tiktoken does).
+// tokenizer_load also reads a tiktoken rank file ("<base64 bytes> <rank>"
+// lines: gpt2.tiktoken, cl100k_base.tiktoken, Llama 3's tokenizer.model);
+// such a tokenizer encodes through data/bpe.h (tiktoken's encode_ordinary).
 #pragma once
 
 #include <stddef.h>
@@ -33,6 +36,7 @@ typedef struct {
     int* len;
     int32_t* merges;    // (num_merges, 2): token 256+i = merges[2i] ++ merges[2i+1]
     void* encode_index; // private lookup for encode
+    void* bpe;          // the data/bpe.h encoder of a tiktoken rank file, else NULL
 } Tokenizer;
 
 // Learns merges from text until the vocabulary (bytes + merges + eot) has

@@ -1,7 +1,11 @@
-// prepare_data.c: turns the bundled corpus (zstd-compressed KJV text, one
-// chapter per document) into a trained tokenizer plus train/val token shards.
-// tokenizer.bin is written last because it is the Makefile's target: a run
-// that stops half-way leaves no tokenizer and is redone.
+// prepare_data.c: text to token shards, in one of two modes.
+//   --corpus: the bundled corpus (zstd-compressed KJV text, one chapter per
+//     document) into our own trained tokenizer plus train/val shards.
+//     tokenizer.bin is written last because it is the Makefile's target: a run
+//     that stops half-way leaves no tokenizer and is redone.
+//   --tokenizer FILE INPUTS...: any corpus (.txt, .jsonl, .jsonl.zst files,
+//     globs, folders) encoded with a tiktoken-compatible tokenizer into
+//     shards of a chosen size (dev/prepare_shards.h).
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -9,8 +13,14 @@
 #include <sys/stat.h>
 #include <zstd.h>
 
+#include <unistd.h>
+
+#include "data/bpe.h"
+#include "data/eval_file.h"
 #include "data/shard.h"
 #include "data/tokenizer.h"
+#include "dev/prepare_shards.h"
+#include "llm/util/rng.h"
 #include "llm/util/util.h"
 
 typedef struct {
@@ -18,13 +28,44 @@ typedef struct {
     const char* out_dir;
     int vocab_size;
     int val_every;
+    ShardOptions shards;  // the --tokenizer mode
 } Options;
 
 static void usage(FILE* f) {
     fprintf(f,
             "usage: prepare_data --corpus FILE.txt.zst --out-dir DIR [--vocab-size 4096] [--val-every 20]\n"
             "  Trains a byte-level BPE tokenizer on the corpus and writes DIR/kjv_train_000.bin,\n"
-            "  DIR/kjv_val_000.bin (every val-every-th document) and DIR/tokenizer.bin (last).\n");
+            "  DIR/kjv_val_000.bin (every val-every-th document) and DIR/tokenizer.bin (last).\n"
+            "\n"
+            "usage: prepare_data --tokenizer FILE --out-dir DIR [options] INPUT...\n"
+            "  Encodes every document of the inputs as tiktoken does and writes llm.c shards\n"
+            "  DIR/PREFIX_train_000000.bin, ..., DIR/PREFIX_val_000000.bin, ..., then DIR/manifest.json.\n"
+            "  INPUT: .txt / .txt.zst files (a document each), .jsonl / .jsonl.zst files (a document\n"
+            "  per line), glob patterns, folders (searched recursively). Each document is preceded by\n"
+            "  the end-of-text token; tokens are uint16 when the vocabulary fits, else uint32.\n"
+            "  --tokenizer FILE       tiktoken rank file (gpt2.tiktoken, cl100k_base.tiktoken, Llama 3's\n"
+            "                         tokenizer.model) or llm.c's gpt2_tokenizer.bin\n"
+            "  --pattern NAME         split pattern: %s (default: from the vocabulary)\n"
+            "  --text-field NAME      the .jsonl member with the text (default text)\n"
+            "  --shard-tokens N       tokens per shard (default 100000000, llm.c's)\n"
+            "  --val-fraction F       share of documents in the validation split, chosen by a hash of\n"
+            "                         each document's text (default 0.005)\n"
+            "  --prefix NAME          shard name prefix (default data)\n"
+            "  --memory-mb N          memory for batches and buffers (default 1024)\n"
+            "  --threads N            encoding threads (default: all cores)\n",
+            BPE_PATTERN_NAMES);
+}
+
+static const char* string_arg(const char* flag, const char* value) {
+    if (!value || !value[0]) fatal("%s needs a value", flag);
+    return value;
+}
+
+static double fraction_arg(const char* flag, const char* value) {
+    double v;
+    if (!value) fatal("%s needs a value", flag);
+    if (!parse_double(value, &v) || !(v >= 0 && v <= 1)) fatal("%s: '%s' is not a number in [0, 1]", flag, value);
+    return v;
 }
 
 static int int_arg(const char* flag, const char* value, int min) {
@@ -35,7 +76,14 @@ static int int_arg(const char* flag, const char* value, int min) {
 }
 
 static Options parse_args(int argc, char** argv) {
-    Options o = {NULL, NULL, 4096, 20};
+    Options o = {NULL, NULL, 4096, 20, {0}};
+    ShardOptions* so = &o.shards;
+    so->prefix = "data";
+    so->text_field = "text";
+    so->shard_tokens = 100000000;
+    so->val_fraction = 0.005;
+    so->memory_mb = 1024;
+    so->inputs = (char**)xmalloc((size_t)argc * sizeof *so->inputs);
     for (int i = 1; i < argc; i++) {
         const char* a = argv[i];
         const char* v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -56,12 +104,43 @@ static Options parse_args(int argc, char** argv) {
         } else if (!strcmp(a, "--val-every")) {
             o.val_every = int_arg(a, v, 2);
             i++;
-        } else {
+        } else if (!strcmp(a, "--tokenizer")) {
+            so->tokenizer = string_arg(a, v);
+            i++;
+        } else if (!strcmp(a, "--pattern")) {
+            so->pattern = string_arg(a, v);
+            i++;
+        } else if (!strcmp(a, "--text-field")) {
+            so->text_field = string_arg(a, v);
+            i++;
+        } else if (!strcmp(a, "--prefix")) {
+            so->prefix = string_arg(a, v);
+            i++;
+        } else if (!strcmp(a, "--shard-tokens")) {
+            so->shard_tokens = (uint64_t)int_arg(a, v, 1);
+            i++;
+        } else if (!strcmp(a, "--val-fraction")) {
+            so->val_fraction = fraction_arg(a, v);
+            i++;
+        } else if (!strcmp(a, "--memory-mb")) {
+            so->memory_mb = (size_t)int_arg(a, v, 1);
+            i++;
+        } else if (!strcmp(a, "--threads")) {
+            so->threads = int_arg(a, v, 1);
+            i++;
+        } else if (a[0] == '-' && a[1]) {
             fatal("unknown flag '%s' (see --help)", a);
+        } else {
+            so->inputs[so->num_inputs++] = argv[i];
         }
     }
-    if (!o.corpus) fatal("--corpus is required (see --help)");
     if (!o.out_dir) fatal("--out-dir is required (see --help)");
+    if (o.corpus && so->tokenizer) fatal("--corpus and --tokenizer are different modes: give one (see --help)");
+    if (!o.corpus && !so->tokenizer) fatal("--corpus or --tokenizer is required (see --help)");
+    if (o.corpus && so->num_inputs) fatal("--corpus takes no inputs ('%s'; see --help)", so->inputs[0]);
+    if (so->tokenizer && !so->num_inputs) fatal("--tokenizer needs input files, globs or folders (see --help)");
+    so->out_dir = o.out_dir;
+    so->progress = isatty(2);
     return o;
 }
 
@@ -181,10 +260,92 @@ static char* join_path(const char* dir, const char* name) {
     return p;
 }
 
+// ---- the multiple-choice eval ------------------------------------------------------------------
+
+#define EVAL_EXAMPLES 400
+#define EVAL_CHOICES 4
+#define EVAL_MAX_COMPLETION 48  // tokens, so that --seq-len 64 runs the eval too
+
+typedef struct {
+    size_t start, len;
+    int doc;
+} Verse;
+
+// In the validation chapters, a verse (and its newline) is the context and
+// the verse after it the right completion, against three verses drawn from
+// other validation chapters; the right one's place is drawn too. Chance is 25%.
+// Examples with a completion over EVAL_MAX_COMPLETION tokens are left out.
+static int write_kjv_eval(const Tokenizer* tok, const char* text, const Doc* docs, int num_docs, int val_every,
+                          const char* path) {
+    int nv = 0, cap = 1024;
+    Verse* v = (Verse*)xmalloc((size_t)cap * sizeof *v);
+    for (int d = val_every - 1; d < num_docs; d += val_every) {
+        size_t i = docs[d].start, end = docs[d].start + docs[d].len;
+        i = line_end(text, end, i) + 1;  // past the heading
+        while (i < end) {
+            size_t e = line_end(text, end, i);
+            if (e > i) {
+                if (nv == cap) v = (Verse*)xrealloc(v, (size_t)(cap *= 2) * sizeof *v);
+                v[nv++] = (Verse){i, e - i, d};
+            }
+            i = e + 1;
+        }
+    }
+    int pairs = 0;
+    for (int i = 0; i + 1 < nv; i++) pairs += v[i].doc == v[i + 1].doc;
+    int stride = pairs / EVAL_EXAMPLES > 1 ? pairs / EVAL_EXAMPLES : 1;
+    int n = 0;
+    int labels[EVAL_EXAMPLES], counts[EVAL_EXAMPLES], ctx_len[EVAL_EXAMPLES];
+    int32_t* ctx[EVAL_EXAMPLES];
+    int32_t** comps[EVAL_EXAMPLES];
+    int* comp_lens[EVAL_EXAMPLES];
+    uint64_t key = rng_key(20240522, 18, 0);
+    for (int i = 0, pair = 0; i + 1 < nv && n < EVAL_EXAMPLES; i++) {
+        if (v[i].doc != v[i + 1].doc || pair++ % stride) continue;
+        labels[n] = (int)rng_below(key, (uint64_t)i * 8, EVAL_CHOICES);
+        counts[n] = EVAL_CHOICES;
+        ctx_len[n] = (int)tokenizer_encode(tok, text + v[i].start, v[i].len + 1, &ctx[n]);  // with its "\n"
+        comps[n] = (int32_t**)xmalloc(EVAL_CHOICES * sizeof *comps[n]);
+        comp_lens[n] = (int*)xmalloc(EVAL_CHOICES * sizeof *comp_lens[n]);
+        for (int c = 0, draw = 1; c < EVAL_CHOICES; c++) {
+            const Verse* w = &v[i + 1];
+            if (c != labels[n]) {
+                do w = &v[rng_below(key, (uint64_t)i * 8 + (uint64_t)draw++, (uint64_t)nv)];
+                while (w->doc == v[i].doc);
+            }
+            comp_lens[n][c] = (int)tokenizer_encode(tok, text + w->start, w->len, &comps[n][c]);
+        }
+        int longest = 0;
+        for (int c = 0; c < EVAL_CHOICES; c++) longest = comp_lens[n][c] > longest ? comp_lens[n][c] : longest;
+        if (longest <= EVAL_MAX_COMPLETION) {
+            n++;
+            continue;
+        }
+        for (int c = 0; c < EVAL_CHOICES; c++) free(comps[n][c]);
+        free(comps[n]);
+        free(comp_lens[n]);
+        free(ctx[n]);
+    }
+    eval_file_write(path, n, labels, counts, ctx, ctx_len, comps, comp_lens);
+    for (int i = 0; i < n; i++) {
+        for (int c = 0; c < EVAL_CHOICES; c++) free(comps[i][c]);
+        free(comps[i]);
+        free(comp_lens[i]);
+        free(ctx[i]);
+    }
+    free(v);
+    return n;
+}
+
 int main(int argc, char** argv) {
     Options o = parse_args(argc, argv);
     double t0 = now_seconds();
     make_dir(o.out_dir);  // before the work, so a bad directory fails at once
+    if (o.shards.tokenizer) {
+        prepare_shards(&o.shards);
+        free(o.shards.inputs);
+        return 0;
+    }
     size_t len;
     char* text = read_zst_text(o.corpus, &len);
     int num_docs;
@@ -219,6 +380,8 @@ int main(int argc, char** argv) {
         shard_write(path, split[s].tokens, split[s].n, version);
         free(path);
     }
+    char* eval_path = join_path(o.out_dir, "kjv_eval.bin");
+    int eval_examples = write_kjv_eval(&tok, text, docs, num_docs, o.val_every, eval_path);
     char* tok_path = join_path(o.out_dir, "tokenizer.bin");
     tokenizer_save(&tok, tok_path);
 
@@ -229,9 +392,12 @@ int main(int argc, char** argv) {
            (unsigned long long)split[0].n, (unsigned long long)split[1].n, tok.eot);
     printf("prepare_data: %.3f bytes/token; tokenizer trained in %.2fs, encoded in %.2fs, %.2fs in all\n",
            (double)(split_bytes[0] + split_bytes[1]) / (double)doc_tokens, t_train, t_encode, now_seconds() - t0);
-    printf("prepare_data: wrote %s/{%s,%s,tokenizer.bin}\n", o.out_dir, names[0], names[1]);
+    printf("prepare_data: eval: %d multiple-choice examples from the validation chapters (the next verse or 3 others)\n",
+           eval_examples);
+    printf("prepare_data: wrote %s/{%s,%s,kjv_eval.bin,tokenizer.bin}\n", o.out_dir, names[0], names[1]);
 
     free(tok_path);
+    free(eval_path);
     tokenizer_free(&tok);
     free(split[0].tokens);
     free(split[1].tokens);

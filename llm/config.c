@@ -69,7 +69,7 @@ static const Flag FLAGS[] = {
 
     {"train-data", F_STRING, OFF(train_data), "data/kjv/kjv_train_*.bin", "GLOB", "training shards (llm.c format, .bin or .bin.zst)", "Data", NULL},
     {"val-data", F_STRING, OFF(val_data), "data/kjv/kjv_val_*.bin", "GLOB", "validation shards; empty to skip validation", NULL, NULL},
-    {"tokenizer", F_STRING, OFF(tokenizer), "data/kjv/tokenizer.bin", "FILE", "vocabulary for printing samples (llm.c tokenizer format); empty: print token ids", NULL, NULL},
+    {"tokenizer", F_STRING, OFF(tokenizer), "data/kjv/tokenizer.bin", "FILE", "vocabulary for printing samples (llm.c tokenizer format, or a tiktoken rank file: gpt2.tiktoken, cl100k_base.tiktoken); empty: print token ids", NULL, NULL},
     {"shuffle", F_BOOL, OFF(shuffle), "1", "0|1", "shuffle shard and window order each epoch (deterministic from --seed)", NULL, NULL},
     {"llmc-compat", F_BOOL, OFF(llmc_compat), "0", "0|1", "reproduce llm.c's train_gpt2: its data order (batches of micro-batch x seq-len + 1 tokens per rank, shards and batches shuffled with its MT19937 seeded 42 + rank; --seed does not enter) and its cosine schedule (float, never reaching the floor)", NULL, NULL},
 
@@ -89,6 +89,12 @@ static const Flag FLAGS[] = {
     {"seed", F_LONG, OFF(seed), "1337", "N", "seed for initialisation, data order and sampling", NULL, NULL},
 
     {"val-every", F_INT, OFF(val_every), "100", "N", "validation loss every N steps (and at the end); 0 disables", "Evaluation and output", "[0, inf)"},
+    {"eval-data", F_STRING, OFF(eval_data), "", "FILE", "multiple-choice eval (llm.c's HellaSwag format; make data writes data/kjv/kjv_eval.bin): accuracy and length-normalised accuracy", NULL, NULL},
+    {"eval-every", F_INT, OFF(eval_every), "0", "N", "run --eval-data every N steps (and at the end); 0: only at the end", NULL, "[0, inf)"},
+    {"generate", F_BOOL, OFF(generate), "0", "0|1", "generate --sample-tokens tokens after --prompt from the newest checkpoint or --init-from weights, streamed to stdout, then exit", NULL, NULL},
+    {"prompt", F_STRING, OFF(prompt), "", "TEXT", "--generate's prompt (space-separated token ids with --tokenizer ''); empty: end-of-text", NULL, NULL},
+    {"temperature", F_DOUBLE, OFF(temperature), "1.0", "X", "--generate: sampling temperature; 0: greedy (the most likely token)", NULL, "[0, inf)"},
+    {"top-k", F_INT, OFF(top_k), "0", "K", "--generate: sample among the K most likely tokens; 0: all", NULL, "[0, inf)"},
     {"val-batches", F_INT, OFF(val_batches), "8", "N", "micro-batches per validation; 0: the whole validation set", NULL, "[0, inf)"},
     {"sample-every", F_INT, OFF(sample_every), "150", "N", "print a generated sample every N steps (and at the end); 0 disables", NULL, "[0, inf)"},
     {"sample-tokens", F_INT, OFF(sample_tokens), "96", "N", "tokens per generated sample", NULL, "[0, 1000000]"},

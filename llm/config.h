@@ -59,6 +59,12 @@ typedef struct {
     long seed;
     // evaluation and output
     int val_every, val_batches, sample_every, sample_tokens, log_every;
+    char* eval_data;      // multiple-choice eval file (llm.c's format), "" for none
+    int eval_every;       // steps between evaluations (and at the end); 0: only at the end
+    int generate;         // --generate: continue --prompt from the loaded weights, then exit
+    char* prompt;         // text (token ids without a tokenizer); "" starts from end-of-text
+    double temperature;   // 0: greedy
+    int top_k;            // sample among the k most likely tokens; 0: all
     char* export_path;    // final weights in llm.c's layout
     ExportDtype export_dtype;
     // checkpoints

@@ -9,6 +9,7 @@ packages=(
   libzstd-dev zstd        # .bin.zst shards
   libopenmpi-dev openmpi-bin  # multi-rank runs
   libxxhash-dev           # checkpoint checksums
+  libpcre2-dev            # data/bpe.c: tiktoken's split patterns (PCRE2 with JIT)
   awscli                  # scripts/s3_sync.sh (and its test, against a local S3 server)
   python3-venv            # tests/test_s3_sync.sh installs moto's S3 server into build/s3venv
   python3-numpy python3-torch  # dev/reference.py parity checks

@@ -35,10 +35,10 @@ test-fp8-exhaustive: $(BUILD)/tests/test_fp8_format
 
 # The data and checkpoint readers again, under AddressSanitizer and UBSan.
 ASAN_FLAGS := -O1 -g -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=all
-ASAN_SRCS  := $(wildcard data/*.c) llm/util/util.c
+ASAN_SRCS  := $(wildcard data/*.c) llm/util/util.c llm/util/json_read.c
 $(BUILD)/asan/test_data: tests/test_data.c $(ASAN_SRCS) tests/testlib.h
 	@mkdir -p $(dir $@)
-	$(CC) -std=c11 -fopenmp -D_GNU_SOURCE -I. $(WARN) $(ASAN_FLAGS) -DUNDER_ASAN -o $@ $< $(ASAN_SRCS) -lzstd -lm
+	$(CC) -std=c11 -fopenmp -D_GNU_SOURCE -I. $(WARN) $(ASAN_FLAGS) -DUNDER_ASAN -o $@ $< $(ASAN_SRCS) -lzstd -lpcre2-8 -lm
 
 # The checkpoint format tests (JSON and manifest readers, resharding) under the sanitizers too.
 $(BUILD)/asan/test_checkpoint: tests/test_checkpoint.c $(LIB_SRCS) $(wildcard llm/*.h llm/*/*.h) tests/testlib.h
@@ -74,3 +74,7 @@ $(BUILD)/gpu/bench_gpu: dev/bench_gpu.c $(BUILD)/libtrain.a $(CUDA_OBJS)
 $(BUILD)/gpu/%: tests/gpu/%.c tests/gpu/gpu_test.h tests/testlib.h $(BUILD)/libtrain.a $(CUDA_OBJS)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -o $@ $< $(CUDA_OBJS) $(BUILD)/libtrain.a $(CUDA_LIBS) $(LDLIBS)
+
+# ---- tiktoken-compatible tokenizer (data/bpe.c) -----------------------------------------------
+# test_tiktoken.sh runs dev/tokenize against tiktoken (from PyPI, cached in build/tiktoken).
+tests: $(BUILD)/tokenize

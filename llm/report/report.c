@@ -416,6 +416,22 @@ void report_validation(const Trainer* tr, int step, double val_loss) {
     }
 }
 
+void report_eval(const Trainer* tr, int step, int examples, double acc, double acc_norm, double loss) {
+    if (tr->rank != 0) return;
+    printf("eval %5d/%d | acc %.4f | acc_norm %.4f | loss %.4f | %d examples\n", step, tr->cfg->steps, acc, acc_norm,
+           loss, examples);
+    fflush(stdout);
+    if (R.log.f) {
+        JsonWriter* j = metrics_log_begin(&R.log, "eval");
+        json_int(j, "step", step);
+        json_number(j, "acc", acc);
+        json_number(j, "acc_norm", acc_norm);
+        json_number(j, "loss", loss);
+        json_int(j, "examples", examples);
+        metrics_log_commit(&R.log);
+    }
+}
+
 void report_rollback(const Trainer* tr, int steps_done, int to_step, int bad_in_row, const char* reason) {
     if (tr->rank != 0) return;
     printf("rollback  | step %d: %d steps in a row skipped (the last for %s), reaching --max-bad-steps %d: reloaded the "

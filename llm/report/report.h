@@ -30,6 +30,10 @@ void report_run_summary(const Trainer* tr);
 // "step    5/300 | loss 7.1234 | norm 1.2345 | lr 1.67e-04 | 123.4 ms | 16597 tok/s | mfu 41.2% | mem 243/250 MiB"
 void report_step(const Trainer* tr, int step, const StepResult* r);
 void report_validation(const Trainer* tr, int step, double val_loss);
+// A multiple-choice evaluation (llm/eval.h): examples, accuracy by summed and
+// by mean completion loss, the correct completions' mean token loss.
+// "eval   100/300 | acc 0.3120 | acc_norm 0.3340 | loss 3.2101 | 500 examples"
+void report_eval(const Trainer* tr, int step, int examples, double acc, double acc_norm, double loss);
 void report_sample(const Trainer* tr, int step, const char* text);
 // --on-divergence rollback reloaded the checkpoint of to_step after step steps_done.
 void report_rollback(const Trainer* tr, int steps_done, int to_step, int bad_in_row, const char* reason);
