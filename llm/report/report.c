@@ -421,14 +421,14 @@ void report_eval(const Trainer* tr, int step, int examples, double acc, double a
     printf("eval %5d/%d | acc %.4f | acc_norm %.4f | loss %.4f | %d examples\n", step, tr->cfg->steps, acc, acc_norm,
            loss, examples);
     fflush(stdout);
-    if (R.log.f) {
-        JsonWriter* j = metrics_log_begin(&R.log, "eval");
+    if (run_report.log.f) {
+        JsonWriter* j = metrics_log_begin(&run_report.log, "eval");
         json_int(j, "step", step);
         json_number(j, "acc", acc);
         json_number(j, "acc_norm", acc_norm);
         json_number(j, "loss", loss);
         json_int(j, "examples", examples);
-        metrics_log_commit(&R.log);
+        metrics_log_commit(&run_report.log);
     }
 }
 
