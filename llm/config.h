@@ -48,6 +48,7 @@ typedef struct {
     char* model_dir;      // final weights (llm.c layout) go here: auto|""|DIR
     // runtime
     char* device;         // auto|cpu|cuda
+    char* attention;      // auto|cudnn|native (CUDA attention, llm/platform/device.h)
     char* precision;      // fp32|bf16|fp8|auto (auto is resolved before the backend opens: llm/precision.h)
     char* fp8_recipe;     // current|delayed (llm/fp8/fp8.h)
     int fp8_amax_history; // delayed scaling: history length

@@ -3,7 +3,8 @@
 // keeps only out and lse (B, NH, T); backward recomputes the probabilities
 // from lse. No T x T matrix ever exists, so memory grows linearly with T.
 //
-// Two implementations behind one dispatch:
+// cuDNN's fused attention (attention_cudnn.cu) takes the call first where
+// --attention chooses it; otherwise two implementations behind one dispatch:
 // - attention_wmma.cu: BF16 on tensor cores (nvcuda::wmma 16x16x16, FP32
 //   accumulators) for head sizes 32, 64, 128: the fast path.
 // - this file: CUDA-core kernels in FP32 arithmetic for any head size up to
@@ -22,6 +23,7 @@
 #include <math.h>
 
 #include "kernels/cuda/attention.cuh"
+#include "kernels/cuda/attention_cudnn.cuh"
 
 #define SIMT_THREADS 256
 
@@ -343,6 +345,11 @@ static void backward_simt(Backend* be, T* dqkv, const T* dout, const T* qkv, con
 void cuda_attention_forward(Backend* be, void* out, float* lse, const void* qkv, int B, int T, int C, int NH) {
     int HS = check_shape(B, T, C, NH);
     if ((size_t)B * T * C == 0) return;
+    // --attention: cuDNN's fused attention where chosen and possible (attention_cudnn.cu).
+    if (attention_cudnn_use(be, 0, B, T, NH, NH, HS, out, lse, qkv, qkv)) {
+        attention_cudnn_forward(be, out, lse, qkv, B, T, NH, NH, HS);
+        return;
+    }
     if (use_wmma(be, HS, out, qkv, out, qkv)) {
         attention_forward_wmma(be, (bf16*)out, lse, (const bf16*)qkv, B, T, C, NH);
     } else if (be->dtype == DTYPE_BF16) {
@@ -366,6 +373,10 @@ void cuda_attention_backward(Backend* be, void* dqkv, const void* dout, const vo
                              const float* lse, int B, int T, int C, int NH) {
     int HS = check_shape(B, T, C, NH);
     if ((size_t)B * T * C == 0) return;
+    if (attention_cudnn_use(be, 1, B, T, NH, NH, HS, dqkv, dout, qkv, out)) {
+        attention_cudnn_backward(be, dqkv, dout, qkv, out, lse, B, T, NH, NH, HS);
+        return;
+    }
     if (be->dtype == DTYPE_BF16) {
         const float* D = backward_dot(be, (const bf16*)dout, (const bf16*)out, B, T, C, NH);
         if (use_wmma(be, HS, dqkv, dout, qkv, out))

@@ -42,3 +42,15 @@ Backend* backend_open(const char* device, const char* precision, int threads, in
     if (cuda_select_device) cuda_select_device(local_rank % gpus_present());
     return cuda_backend_create(dtype);
 }
+
+void backend_choose_attention(Backend* be, const char* mode) {
+    if (strcmp(mode, "auto") && strcmp(mode, "cudnn") && strcmp(mode, "native"))
+        fatal("--attention '%s' is not one of auto, cudnn, native", mode);
+    if (strcmp(be->name, "cuda") || !cuda_attention_select) {
+        if (!strcmp(mode, "cudnn"))
+            fatal("--attention cudnn: cuDNN runs on the CUDA backend; this run uses the %s backend (--device)",
+                  be->name);
+        return;
+    }
+    cuda_attention_select(be, mode);
+}

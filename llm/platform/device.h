@@ -16,6 +16,10 @@ EXTERN_C_BEGIN
 Backend* backend_open(const char* device, const char* precision, int threads, int local_rank, int local_world);
 // Whether --device (auto, cpu, cuda) means the CUDA backend on this machine.
 int device_wants_cuda(const char* device);
+// --attention auto|cudnn|native for the backend: the CUDA backend's choice
+// of cuDNN's fused attention or its own kernels. Fatal on an unknown word,
+// and for cudnn when the backend is not CUDA or cuDNN cannot be loaded.
+void backend_choose_attention(Backend* be, const char* mode);
 // Whether this build has the CUDA backend and a GPU is visible: what --device auto takes.
 int device_cuda_available(void);
 
@@ -24,5 +28,7 @@ int cuda_device_count(void) __attribute__((weak));
 Backend* cuda_backend_create(DType dtype) __attribute__((weak));
 // Makes GPU `index` the current device of this process (before the backend is created).
 void cuda_select_device(int index) __attribute__((weak));
+// kernels/cuda/attention_cudnn.cu: --attention for the CUDA backend.
+void cuda_attention_select(Backend* be, const char* mode) __attribute__((weak));
 
 EXTERN_C_END
