@@ -15,7 +15,7 @@
 //             index, else -inf); softmax as max, sub, exp, sum, div, with
 //             stats = max + log(sum) (exactly our lse: natural-log LSE of the
 //             scaled scores, so no conversion); O = P V with P in BF16.
-//   backward: D = rowsum(dO * O) (FP32, in our workspace); P = exp(S*scale -
+//   backward: D = rowsum(dO * O) * 1 (FP32, in our workspace); P = exp(S*scale -
 //             lse) masked; dV = P^T dO; dS = P * (dO V^T - D) * scale;
 //             dK = dS^T Q; dQ = dS K, written directly (no FP32 dQ
 //             accumulator with atomics: cuDNN's deterministic backward).
@@ -223,7 +223,7 @@ static void graph_free(Graph* g) {
 
 // Non-virtual tensors' unique ids (the variant pack names them); virtual
 // tensors take ids from 100 up.
-enum { UID_Q = 1, UID_K, UID_V, UID_O, UID_STATS, UID_SCALE, UID_NEG_INF, UID_DO, UID_DQ, UID_DK, UID_DV, UID_D };
+enum { UID_Q = 1, UID_K, UID_V, UID_O, UID_STATS, UID_SCALE, UID_NEG_INF, UID_DO, UID_DQ, UID_DK, UID_DV, UID_D, UID_ONE };
 
 typedef struct {
     cudnnBackendDescriptor_t d;
@@ -410,12 +410,14 @@ static void backward_graph(Graph* g, OpList* ops, int B, int T, int NH, int NKV,
     int64_t sd[4] = {B, NH, T, 1}, ss[4] = {(int64_t)NH * T, T, 1, 1};
     Tensor stats = tensor(g, UID_STATS, CUDNN_DATA_FLOAT, sd, ss, 0);
     Tensor dsum = tensor(g, UID_D, CUDNN_DATA_FLOAT, sd, ss, 0);  // D = rowsum(dO * O), our workspace
-    Tensor scale = scalar(g, UID_SCALE), neg_inf = scalar(g, UID_NEG_INF);
+    Tensor scale = scalar(g, UID_SCALE), neg_inf = scalar(g, UID_NEG_INF), one = scalar(g, UID_ONE);
 
-    // D = rowsum(dO * O)
-    Tensor prod = virt(g, CUDNN_DATA_FLOAT, B, NH, T, HS);
+    // D = rowsum(dO * O) * 1 (the factor is where dropout's 1/(1-p) would go;
+    // cudnn-frontend's graph has it, and the engines match that pattern)
+    Tensor prod = virt(g, CUDNN_DATA_FLOAT, B, NH, T, HS), rowsum = virt(g, CUDNN_DATA_FLOAT, B, NH, T, 1);
     pointwise(g, ops, CUDNN_POINTWISE_MUL, &dout, &o, NULL, &prod, 0, "dO * O");
-    reduction(g, ops, CUDNN_REDUCE_TENSOR_ADD, &prod, &dsum, "rowsum(dO * O)");
+    reduction(g, ops, CUDNN_REDUCE_TENSOR_ADD, &prod, &rowsum, "rowsum(dO * O)");
+    pointwise(g, ops, CUDNN_POINTWISE_MUL, &rowsum, &one, NULL, &dsum, 0, "D");
 
     // P = exp(S * scale - lse), causal
     Tensor s = virt(g, CUDNN_DATA_FLOAT, B, NH, T, T), s_scaled = like(g, CUDNN_DATA_FLOAT, &s);
@@ -432,7 +434,7 @@ static void backward_graph(Graph* g, OpList* ops, int B, int T, int NH, int NKV,
     if (NKV == NH) {
         matmul(g, ops, &pt, &dout, &dv, "dV = P^T dO");
     } else {
-        Tensor dv_full = virt(g, CUDNN_DATA_FLOAT, B, NH, T, HS);
+        Tensor dv_full = virt(g, CUDNN_DATA_BFLOAT16, B, NH, T, HS);  // the I/O type, as cudnn-frontend has it
         matmul(g, ops, &pt, &dout, &dv_full, "P^T dO per query head");
         reduction(g, ops, CUDNN_REDUCE_TENSOR_ADD, &dv_full, &dv, "dV = group sum");
     }
@@ -451,7 +453,7 @@ static void backward_graph(Graph* g, OpList* ops, int B, int T, int NH, int NKV,
     if (NKV == NH) {
         matmul(g, ops, &dst, &q, &dk, "dK = dS^T Q");
     } else {
-        Tensor dk_full = virt(g, CUDNN_DATA_FLOAT, B, NH, T, HS);
+        Tensor dk_full = virt(g, CUDNN_DATA_BFLOAT16, B, NH, T, HS);
         matmul(g, ops, &dst, &q, &dk_full, "dS^T Q per query head");
         reduction(g, ops, CUDNN_REDUCE_TENSOR_ADD, &dk_full, &dk, "dK = group sum");
     }
@@ -610,7 +612,10 @@ static void execute(Backend* be, Plan* p, const int64_t* uids, void* const* ptrs
     graph_free(&vp_g);
 }
 
-static const float kNegInf = -INFINITY;
+// The masked scores' value: -inf, or the lowest float before cuDNN 9.10
+// (which preferred a finite mask value, as cudnn-frontend notes).
+static float neg_inf_value(void) { return g_api.version >= 91000 ? -INFINITY : -3.402823466e38f; }
+static const float kOne = 1.0f;
 
 void attention_cudnn_forward(Backend* be, void* out, float* lse, const void* qkv, int B, int T, int NH, int NKV,
                              int HS) {
@@ -619,9 +624,10 @@ void attention_cudnn_forward(Backend* be, void* out, float* lse, const void* qkv
     if (!p) fatal("attention (cuDNN) forward, B=%d T=%d NH=%d NKV=%d HS=%d: %s", B, T, NH, NKV, HS, why);
     float scale = 1.0f / sqrtf((float)HS);
     const bf16* base = (const bf16*)qkv;
+    float neg_inf = neg_inf_value();
     int64_t uids[] = {UID_Q, UID_K, UID_V, UID_O, UID_STATS, UID_SCALE, UID_NEG_INF};
     void* ptrs[] = {(void*)base, (void*)(base + (size_t)NH * HS), (void*)(base + (size_t)(NH + NKV) * HS), out,
-                    lse, &scale, (void*)&kNegInf};
+                    lse, &scale, &neg_inf};
     void* ws = p->workspace ? cuda_scratch(be, (size_t)p->workspace) : NULL;
     execute(be, p, uids, ptrs, 7, ws, "forward");
 }
@@ -637,8 +643,9 @@ void attention_cudnn_backward(Backend* be, void* dqkv, const void* dout, const v
     char* scratch = (char*)cuda_scratch(be, d_bytes + (size_t)p->workspace);
     const bf16* base = (const bf16*)qkv;
     bf16* dbase = (bf16*)dqkv;
+    float neg_inf = neg_inf_value();
     int64_t uids[] = {UID_Q, UID_K, UID_V, UID_O, UID_DO, UID_STATS, UID_D, UID_DQ, UID_DK, UID_DV, UID_SCALE,
-                      UID_NEG_INF};
+                      UID_NEG_INF, UID_ONE};
     void* ptrs[] = {(void*)base,
                     (void*)(base + (size_t)NH * HS),
                     (void*)(base + (size_t)(NH + NKV) * HS),
@@ -650,8 +657,9 @@ void attention_cudnn_backward(Backend* be, void* dqkv, const void* dout, const v
                     dbase + (size_t)NH * HS,
                     dbase + (size_t)(NH + NKV) * HS,
                     &scale,
-                    (void*)&kNegInf};
-    execute(be, p, uids, ptrs, 12, p->workspace ? scratch + d_bytes : NULL, "backward");
+                    &neg_inf,
+                    (void*)&kOne};
+    execute(be, p, uids, ptrs, 13, p->workspace ? scratch + d_bytes : NULL, "backward");
 }
 
 // ---- the choice -------------------------------------------------------------------------------------

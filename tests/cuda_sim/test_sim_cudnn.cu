@@ -162,11 +162,15 @@ void check_shape(int B, int T, int NH, int NKV, int HS) {
         want[which].push_back(r.dqkv[i]);
     }
     const char* names[3] = {"dQ", "dK", "dV"};
-    CHECK(e_out < 1e-2, "B=%d T=%d NH=%d NKV=%d HS=%d: out error %.3g", B, T, NH, NKV, HS, e_out);
+    double e_grad[3];
+    for (int k = 0; k < 3; k++) e_grad[k] = rel_err(part[k], want[k]);
+    printf("# B=%d T=%d NH=%d NKV=%d HS=%d: error out %.2g lse %.2g dQ %.2g dK %.2g dV %.2g\n", B, T, NH, NKV, HS,
+           e_out, e_lse, e_grad[0], e_grad[1], e_grad[2]);
+    CHECK(e_out < 8e-3, "B=%d T=%d NH=%d NKV=%d HS=%d: out error %.3g", B, T, NH, NKV, HS, e_out);
     CHECK(e_lse < 1e-6, "B=%d T=%d NH=%d NKV=%d HS=%d: lse error %.3g", B, T, NH, NKV, HS, e_lse);
     for (int k = 0; k < 3; k++) {
-        double e = rel_err(part[k], want[k]);
-        CHECK(e < 2e-2, "B=%d T=%d NH=%d NKV=%d HS=%d: %s error %.3g", B, T, NH, NKV, HS, names[k], e);
+        double e = e_grad[k];
+        CHECK(e < 1e-2, "B=%d T=%d NH=%d NKV=%d HS=%d: %s error %.3g", B, T, NH, NKV, HS, names[k], e);
     }
     gpu->free(gpu, d_qkv);
     gpu->free(gpu, d_dout);

@@ -483,9 +483,10 @@ std::map<Desc*, std::shared_ptr<GraphInfo>> g_graphs;
 // or grouped-query with the dK and dV group sums).
 const char* kForward = "matmul mul index index ge select max sub exp sum log add div matmul";
 const char* kBackwardMha =
-    "mul sum matmul mul sub index index ge select exp reshape matmul matmul sub mul mul reshape matmul reshape matmul";
+    "mul sum mul matmul mul sub index index ge select exp reshape matmul matmul sub mul mul reshape matmul reshape "
+    "matmul";
 const char* kBackwardGqa =
-    "mul sum matmul mul sub index index ge select exp reshape matmul sum matmul sub mul mul reshape matmul sum "
+    "mul sum mul matmul mul sub index index ge select exp reshape matmul sum matmul sub mul mul reshape matmul sum "
     "reshape matmul";
 
 cudnnStatus_t check_attention_pattern(GraphInfo* g) {
