@@ -5,7 +5,8 @@
 //   shapes: T not a multiple of 64, NH not a power of two, HS 64 and 128,
 //   NKV = NH, NKV < NH and NKV = 1; outputs poisoned before each call;
 // - the backend's attention op (the dispatch point) against the CPU backend;
-// - the backward is bit-for-bit repeatable; plans are built once per shape;
+// - the backward is bit-for-bit repeatable; plans are built once per shape
+//   and a repeat allocates nothing; a misaligned tensor is refused;
 // - the fake rejects malformed graphs (wrong strides, missing attributes,
 //   duplicate ids, an unknown operation sequence), so it cannot pass anything.
 #include <dlfcn.h>
@@ -210,6 +211,7 @@ void test_backend_op_matches_cpu() {
     gpu->attention_forward(gpu, d_out, d_lse, d_qkv, B, T, C, NH);
     gpu->attention_backward(gpu, d_dqkv, d_dout, d_qkv, d_out, d_lse, B, T, C, NH);
     std::vector<float> first = download_bf16(d_dqkv, dqkv.size());
+    size_t held = gpu->allocated_bytes(gpu);
     counts(&g1, &x1);
     CHECK(g1 - g0 == 2 && x1 - x0 == 2, "forward + backward: %lld graphs, %lld executions (want 2, 2)",
           (long long)(g1 - g0), (long long)(x1 - x0));
@@ -226,12 +228,32 @@ void test_backend_op_matches_cpu() {
     CHECK(g1 - g0 == 2 && x1 - x0 == 4, "repeat: %lld graphs, %lld executions (want 2, 4)", (long long)(g1 - g0),
           (long long)(x1 - x0));
     CHECK(memcmp(first.data(), second.data(), first.size() * 4) == 0, "the backward is not bit-for-bit repeatable");
+    CHECK(gpu->allocated_bytes(gpu) == held, "the repeat allocated device memory (%zu -> %zu bytes)", held,
+          gpu->allocated_bytes(gpu));
     gpu->free(gpu, d_qkv);
     gpu->free(gpu, d_dout);
     gpu->free(gpu, d_out);
     gpu->free(gpu, d_lse);
     gpu->free(gpu, d_dqkv);
     cpu->destroy(cpu);
+}
+
+// A misaligned tensor in the variant pack (qkv 2 bytes off) is refused at
+// execution, and the path stops with one error line naming the call.
+void test_misaligned_pointer_is_refused() {
+    int B = 1, T = 8, NH = 2, HS = 64, W = 3 * NH * HS;
+    char* qkv = (char*)gpu->alloc(gpu, ((size_t)B * T * W + 8) * 2, "test");
+    void* out = gpu->alloc(gpu, (size_t)B * T * NH * HS * 2, "test");
+    float* lse = (float*)gpu->alloc(gpu, (size_t)B * NH * T * 4, "test");
+    std::string err;
+    int status = run_in_child([&] { attention_cudnn_forward(gpu, out, lse, qkv + 2, B, T, NH, NH, HS); }, &err);
+    CHECK(status == 1, "exit status %d, expected 1; stderr: %s", status, err.c_str());
+    CHECK(err.find("train_gpt: error: attention (cuDNN) forward") != std::string::npos &&
+              err.find("MISALIGNED") != std::string::npos && err.find("not 16-byte aligned") != std::string::npos,
+          "stderr: %s", err.c_str());
+    gpu->free(gpu, qkv);
+    gpu->free(gpu, out);
+    gpu->free(gpu, lse);
 }
 
 // ---- the fake library rejects what cuDNN would ---------------------------------------------------
@@ -411,6 +433,7 @@ int main(int argc, char** argv) {
     RUN(test_mqa_hs64);
     RUN(test_single_token);
     RUN(test_backend_op_matches_cpu);
+    RUN(test_misaligned_pointer_is_refused);
     RUN(test_fake_rejects_overlapping_strides);
     RUN(test_fake_rejects_missing_uid);
     RUN(test_fake_rejects_matmul_without_output);
