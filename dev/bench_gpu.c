@@ -37,7 +37,7 @@
 
 Backend* cuda_backend_create(DType dtype);
 // kernels/cuda/attention_cudnn.cu: --attention, and whether the last call used cuDNN.
-void cuda_attention_select(Backend* be, const char* mode);
+void cuda_attention_select(Backend* be, const char* mode, int verbose);
 int attention_cudnn_last_used(void);
 
 static Backend* be;
@@ -276,7 +276,7 @@ static void bench_attention_grid(int quick) {
             c.lse = rand_f32((size_t)B * NH * T, 1);
             reps = saved * 1024 / T > 2 ? saved * 1024 / T : 2;
             for (int pi = 0; pi < 2; pi++) {
-                cuda_attention_select(be, pi == 0 ? "auto" : "native");
+                cuda_attention_select(be, pi == 0 ? "auto" : "native", 1);
                 double tf = time_op(at_fwd, &c);
                 int fwd_cudnn = attention_cudnn_last_used();
                 double tb = time_op(at_bwd, &c);
@@ -293,7 +293,7 @@ static void bench_attention_grid(int quick) {
             be->free(be, c.lse);
         }
     reps = saved;
-    cuda_attention_select(be, "auto");
+    cuda_attention_select(be, "auto", 1);
 }
 
 typedef struct {

@@ -34,6 +34,7 @@
 
 static AttentionChoice g_choice = ATTN_AUTO;
 static int g_last_used;  // whether the last attention call went to cuDNN
+static int g_verbose = 1;  // print the choice (rank 0 of a run)
 
 #if __has_include(<cudnn_graph.h>)
 #include <cudnn_graph.h>
@@ -702,7 +703,7 @@ int attention_cudnn_use(Backend* be, int backward, int B, int T, int NH, int NKV
               backward ? "backward" : "forward", B, T, NH, NKV, HS, why);
     int use = !*why;
     g_last_used = use;
-    if (announced != use) {
+    if (announced != use && g_verbose) {
         announced = use;
         if (!use) printf("attention: native kernels (cuDNN not used for the %s: %s)\n", backward ? "backward" : "forward", why);
         else printf("attention: cuDNN %zu fused attention (%s)\n", g_api.version, g_api.path);
@@ -723,7 +724,7 @@ int attention_cudnn_use(Backend*, int, int, int, int, int, int, const void*, con
     const char* why;
     attention_cudnn_version(&why);
     if (g_choice == ATTN_CUDNN) fatal("--attention cudnn: %s", why);
-    if (g_choice == ATTN_AUTO && !announced++) printf("attention: native kernels (cuDNN not used: %s)\n", why);
+    if (g_choice == ATTN_AUTO && g_verbose && !announced++) printf("attention: native kernels (cuDNN not used: %s)\n", why);
     return 0;
 }
 void attention_cudnn_forward(Backend*, void*, float*, const void*, int, int, int, int, int) {
@@ -738,8 +739,9 @@ void attention_cudnn_backward(Backend*, void*, const void*, const void*, const v
 
 extern "C" int attention_cudnn_last_used(void) { return g_last_used; }
 
-extern "C" void cuda_attention_select(Backend* be, const char* mode) {
+extern "C" void cuda_attention_select(Backend* be, const char* mode, int verbose) {
     (void)be;
+    g_verbose = verbose;
     if (!strcmp(mode, "auto")) g_choice = ATTN_AUTO;
     else if (!strcmp(mode, "cudnn")) g_choice = ATTN_CUDNN;
     else if (!strcmp(mode, "native")) g_choice = ATTN_NATIVE;

@@ -15,7 +15,8 @@ typedef enum { ATTN_AUTO = 0, ATTN_CUDNN, ATTN_NATIVE } AttentionChoice;
 
 // --attention: fatal on an unknown word. With cudnn, loads cuDNN now and is
 // fatal with the reason (library not found, version) when it cannot.
-extern "C" void cuda_attention_select(Backend* be, const char* mode);
+// verbose: print the choice when it is made (rank 0 of a run).
+extern "C" void cuda_attention_select(Backend* be, const char* mode, int verbose);
 
 // Whether this forward (backward = 0) or backward call goes to cuDNN: auto
 // takes it when cuDNN loads and builds a plan for the shape (and prints the

@@ -43,7 +43,7 @@ Backend* backend_open(const char* device, const char* precision, int threads, in
     return cuda_backend_create(dtype);
 }
 
-void backend_choose_attention(Backend* be, const char* mode) {
+void backend_choose_attention(Backend* be, const char* mode, int verbose) {
     if (strcmp(mode, "auto") && strcmp(mode, "cudnn") && strcmp(mode, "native"))
         fatal("--attention '%s' is not one of auto, cudnn, native", mode);
     if (strcmp(be->name, "cuda") || !cuda_attention_select) {
@@ -52,5 +52,5 @@ void backend_choose_attention(Backend* be, const char* mode) {
                   be->name);
         return;
     }
-    cuda_attention_select(be, mode);
+    cuda_attention_select(be, mode, verbose);
 }

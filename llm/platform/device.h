@@ -19,7 +19,8 @@ int device_wants_cuda(const char* device);
 // --attention auto|cudnn|native for the backend: the CUDA backend's choice
 // of cuDNN's fused attention or its own kernels. Fatal on an unknown word,
 // and for cudnn when the backend is not CUDA or cuDNN cannot be loaded.
-void backend_choose_attention(Backend* be, const char* mode);
+// verbose: print the choice once made (rank 0 of a run).
+void backend_choose_attention(Backend* be, const char* mode, int verbose);
 // Whether this build has the CUDA backend and a GPU is visible: what --device auto takes.
 int device_cuda_available(void);
 
@@ -29,6 +30,6 @@ Backend* cuda_backend_create(DType dtype) __attribute__((weak));
 // Makes GPU `index` the current device of this process (before the backend is created).
 void cuda_select_device(int index) __attribute__((weak));
 // kernels/cuda/attention_cudnn.cu: --attention for the CUDA backend.
-void cuda_attention_select(Backend* be, const char* mode) __attribute__((weak));
+void cuda_attention_select(Backend* be, const char* mode, int verbose) __attribute__((weak));
 
 EXTERN_C_END

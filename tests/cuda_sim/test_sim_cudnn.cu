@@ -426,7 +426,7 @@ int main(int argc, char** argv) {
     std::string lib = std::string(dirname(dirname(exe))) + "/libcudnn_sim.so";
     setenv("TRAIN_GPT_CUDNN_LIB", lib.c_str(), 0);
     gpu = cuda_backend_create(DTYPE_BF16);
-    cuda_attention_select(gpu, "cudnn");
+    cuda_attention_select(gpu, "cudnn", 1);
     RUN(test_mha_hs64);
     RUN(test_mha_hs128);
     RUN(test_gqa_hs128);

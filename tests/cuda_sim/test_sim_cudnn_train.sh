@@ -10,7 +10,7 @@ cd "$(dirname "$0")/../.."
 # shellcheck source=tests/lib.sh
 . tests/lib.sh
 TG=${SIM_TG:-build/sim/train_gpt}
-FAKE=$PWD/build/sim/libcudnn_sim.so
+FAKE=${SIM_CUDNN_LIB:-$PWD/build/sim/libcudnn_sim.so}
 T=$TEST_TMP
 unset TRAIN_GPT_CUDNN_LIB
 # Head size 64, T = 40 (not a multiple of 64).
