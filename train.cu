@@ -53,6 +53,7 @@ int main(int argc, char** argv) {
 
     // 2. The compute backend: a GPU when present (this rank's, by local rank), else the CPU reference.
     Backend* be = backend_open(cfg.device, cfg.precision, cfg.threads, comm->local_rank, comm->local_world);
+    backend_choose_attention(be, cfg.attention, comm->rank == 0);  // cuDNN's fused attention or ours (--attention)
 
     // 3. Sharding over the ranks, model, data, tokenizer, batch geometry; print what we are about to do.
     Trainer tr;

@@ -19,6 +19,9 @@
 // optimizer step in training); then training steps of a hidden-4096 model
 // (4 layers, T = 1024) in BF16 and in FP8 (current scaling), as tokens/s
 // and their ratio.
+// Part 1b, attention grid: forward and backward TFLOP/s of cuDNN's fused
+// attention and of our kernels at T = 1K..32K, head sizes 64 and 128, in
+// the line format dev/bench_attention_torch.py uses for PyTorch's SDPA.
 // The last lines are the summary table.
 //
 //   bench_gpu [--quick]     --quick: fewer repetitions and only the first model
@@ -29,6 +32,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "kernels/cuda_seam.h"
 #include "kernels/ops.h"
 #include "llm/fp8/fp8.h"
 #include "llm/gpt.h"
@@ -40,6 +44,8 @@ void cuda_attention_forward_native(Backend* be, void* out, float* lse, const voi
                                    int HS);
 void cuda_attention_backward_native(Backend* be, void* dqkv, const void* dout, const void* qkv, const void* out,
                                     const float* lse, int B, int T, int NH, int NKV, int HS);
+// kernels/cuda/attention_cudnn.cu: whether the last attention call used cuDNN.
+int attention_cudnn_last_used(void);
 
 static Backend* be;
 static double peak_tflops;   // dense BF16
@@ -288,6 +294,63 @@ static void bench_attention_gqa(int B, int T, int NH, int NKV, int HS) {
     report_flops("attention bwd (gqa)", shape, time_op(gqa_bwd, &c), 2.5 * fwd);
     void* bufs[] = {c.qkv, c.dqkv, c.out, c.dout, c.lse};
     for (int i = 0; i < 5; i++) be->free(be, bufs[i]);
+// One line of the attention grid, in the format dev/bench_attention_torch.py
+// prints too (path "torch"), so that the GPU check can divide them:
+//   attention fwd|bwd PATH T=.. HS=.. B=.. NH=.. <ms> ms <TFLOP/s> TFLOP/s   (or n/a)
+static void attention_line(const char* dir, const char* path, int T, int HS, int B, int NH, double sec,
+                           double flops, int in_summary) {
+    char head[96];
+    snprintf(head, sizeof head, "attention %s %-6s T=%d HS=%d B=%d NH=%d", dir, path, T, HS, B, NH);
+    if (sec <= 0) {
+        printf("%-52s n/a\n", head);
+        return;
+    }
+    printf("%-52s %9.3f ms %7.1f TFLOP/s\n", head, sec * 1e3, flops / sec / 1e12);
+    if (in_summary) add_row("%-52s %9.3f ms %7.1f TFLOP/s", head, sec * 1e3, flops / sec / 1e12);
+}
+
+// Causal attention forward and backward through cuDNN (--attention cudnn's
+// path, "n/a" where cuDNN is absent or declines the shape) and our kernels, at
+// T = 1K..32K and head sizes 64 and 128: 32K tokens per call (B = 32768 / T),
+// 2048 channels (NH = 2048 / HS). FLOPs as bench_attention counts them.
+static void bench_attention_grid(int quick) {
+    int Ts[] = {1024, 2048, 4096, 8192, 16384, 32768}, HSs[] = {64, 128};
+    const char* paths[] = {"cudnn", "native"};
+    int saved = reps;
+    for (int hi = 0; hi < 2; hi++)
+        for (int ti = 0; ti < 6; ti++) {
+            int T = Ts[ti], HS = HSs[hi], B = 32768 / T, NH = 2048 / HS;
+            if (quick && T > 8192) continue;
+            double fwd = 2.0 * 2.0 * B * NH * ((double)T * T / 2) * HS;
+            AttnCtx c;
+            memset(&c, 0, sizeof c);
+            c.B = B, c.T = T, c.C = NH * HS, c.NH = NH;
+            size_t n = (size_t)B * T * c.C;
+            c.qkv = rand_buf(3 * n, 1);
+            c.out = rand_buf(n, 1);
+            c.dout = rand_buf(n, 1);
+            c.dqkv = rand_buf(3 * n, 1);
+            c.lse = rand_f32((size_t)B * NH * T, 1);
+            reps = saved * 1024 / T > 2 ? saved * 1024 / T : 2;
+            for (int pi = 0; pi < 2; pi++) {
+                cuda_attention_select(be, pi == 0 ? 0 : 2, 1);  // auto, native
+                double tf = time_op(at_fwd, &c);
+                int fwd_cudnn = attention_cudnn_last_used();
+                double tb = time_op(at_bwd, &c);
+                int bwd_cudnn = attention_cudnn_last_used();
+                int ok_f = pi == 1 || fwd_cudnn, ok_b = pi == 1 || bwd_cudnn;
+                int summary = T == 8192 && HS == 128;
+                attention_line("fwd", paths[pi], T, HS, B, NH, ok_f ? tf : 0, fwd, summary);
+                attention_line("bwd", paths[pi], T, HS, B, NH, ok_b ? tb : 0, 2.5 * fwd, summary);
+            }
+            be->free(be, c.qkv);
+            be->free(be, c.out);
+            be->free(be, c.dout);
+            be->free(be, c.dqkv);
+            be->free(be, c.lse);
+        }
+    reps = saved;
+    cuda_attention_select(be, 0, 1);  // auto
 }
 
 typedef struct {
@@ -712,6 +775,8 @@ int main(int argc, char** argv) {
     bench_copy();
     bench_memory_ops(16, 1024, 768, 50257);
     if (be->fp8_support != FP8_NONE) bench_fp8_casts();
+    printf("---- attention: cuDNN and native (BF16, causal; dev/bench_attention_torch.py prints PyTorch's rows) ----\n");
+    bench_attention_grid(quick);
 
     printf("---- models (BF16 training steps) ----\n");
     int steps = quick ? 3 : 10;

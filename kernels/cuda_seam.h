@@ -8,6 +8,7 @@
 //
 // Defined in: kernels/cuda/device.cu (count, select), device_memory.cu
 // (memory), gpu_info.cu (current device), backend.cu (the backend),
+// attention_cudnn.cu (--attention),
 // llm/parallel/comm_nccl.cu (collectives on GPU memory).
 #pragma once
 
@@ -37,6 +38,10 @@ int cuda_current_compute_capability(int* major, int* minor) CUDA_SEAM;
 
 // ---- the backend (kernels/ops.h's table on the current GPU) --------------------------------------
 Backend* cuda_backend_create(DType dtype) CUDA_SEAM;
+// --attention for the CUDA backend (kernels/cuda/attention_cudnn.cu): choice 0
+// auto (cuDNN where it loads and takes the shape), 1 cudnn (fatal when it
+// cannot), 2 native; verbose: print the choice once made.
+void cuda_attention_select(Backend* be, int choice, int verbose) CUDA_SEAM;
 
 // ---- collectives on GPU memory (llm/parallel/comm.h) ----------------------------------------------
 // Groups of one rank need no NCCL; NCCL is loaded when a group has two or more.

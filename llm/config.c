@@ -41,7 +41,7 @@ typedef struct {
 } Flag;
 
 // Enum fields are written through an int pointer.
-_Static_assert(sizeof(DeviceChoice) == sizeof(int) && sizeof(PrecisionChoice) == sizeof(int) &&
+_Static_assert(sizeof(DeviceChoice) == sizeof(int) && sizeof(AttentionChoice) == sizeof(int) && sizeof(PrecisionChoice) == sizeof(int) &&
                    sizeof(RecomputeMode) == sizeof(int) && sizeof(DivergenceAction) == sizeof(int) &&
                    sizeof(ShardScope) == sizeof(int) && sizeof(ExportDtype) == sizeof(int),
                "enum flags are int-sized");
@@ -115,6 +115,7 @@ static const Flag FLAGS[] = {
     {"fp8-amax-history", F_INT, OFF(fp8_amax_history), "1024", "N", "delayed scaling: steps in each tensor's amax history (1: the last step's amax)", NULL, "[1, inf)"},
     {"fp8-margin", F_INT, OFF(fp8_margin), "0", "M", "delayed scaling: scales are fp8 max / 2^M / amax, leaving room for growth", NULL, "[0, 31]"},
     {"fp8-skip", F_STRING, OFF(fp8_skip), "", "LIST", "GEMMs kept in bf16 with --precision fp8, comma-separated: qkv, attproj, fc, fcproj (in every layer); L, L-M, first, last (every GEMM of those layers, 0-based); GEMM@L or GEMM@L-M. E.g. first,last or fcproj@0-3", NULL, NULL},
+    {"attention", F_ENUM, OFF(attention), "auto", NULL, "CUDA attention: cudnn = cuDNN's fused attention (loaded at run time; fails naming why when it cannot), native = our kernels, auto = cuDNN where it loads and supports the shape, else native (the choice is printed). Bit for bit run to run: native always; cudnn on the same GPU, cuDNN version and shapes (its deterministic backward, no atomics); the two differ from each other within bf16 rounding", NULL, "auto|cudnn|native"},
     {"threads", F_INT, OFF(threads), "0", "N", "CPU threads per rank; 0: the machine's cores divided by its ranks (OMP_NUM_THREADS also works)", NULL, "[0, 1024]"},
 
     {"recompute", F_ENUM, OFF(recompute), "none", NULL, "activation recompute: none; selective (recompute layernorm and GELU outputs in backward); full (keep only each layer's input, re-run its forward in backward)", "Memory and planning", "none|selective|full"},

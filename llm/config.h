@@ -22,6 +22,7 @@ typedef enum { PRECISION_FP32 = 0, PRECISION_BF16, PRECISION_FP8, PRECISION_AUTO
 typedef enum { ON_DIVERGENCE_STOP = 0, ON_DIVERGENCE_ROLLBACK } DivergenceAction;        // --on-divergence
 typedef enum { SHARD_SCOPE_WORLD = 0, SHARD_SCOPE_NODE } ShardScope;                     // --shard-scope
 typedef enum { EXPORT_FP32 = 0, EXPORT_BF16 } ExportDtype;                               // --export-dtype
+typedef enum { ATTENTION_AUTO = 0, ATTENTION_CUDNN, ATTENTION_NATIVE } AttentionChoice;       // --attention
 // --recompute is a RecomputeMode (llm/recompute.h) and --fp8-recipe an
 // Fp8Recipe (llm/fp8/fp8.h), in the same order (tests/test_config.c checks).
 // --resume is a directory or a keyword:
@@ -76,6 +77,7 @@ typedef struct {
     char* model_dir;      // final weights (llm.c layout) go here: auto|""|DIR
     // runtime
     DeviceChoice device;
+    AttentionChoice attention;  // CUDA attention (llm/platform/device.h)
     PrecisionChoice precision;  // auto is resolved before the backend opens (llm/precision.h)
     int fp8_recipe;       // an Fp8Recipe (llm/fp8/fp8.h)
     int fp8_amax_history; // delayed scaling: history length

@@ -3,7 +3,8 @@
 // keeps only out and lse (B, NH, T); backward recomputes the probabilities
 // from lse. No T x T matrix ever exists, so memory grows linearly with T.
 //
-// Implementations behind one dispatch:
+// cuDNN's fused attention (attention_cudnn.cu) takes the call first where
+// --attention chooses it; otherwise two implementations behind one dispatch:
 // - attention_mma.cu: BF16 on tensor cores (mma.sync m16n8k16, FP32
 //   accumulators, FlashAttention-2 style) for head sizes 32, 64, 128: the fast path.
 // - this file: CUDA-core kernels in FP32 arithmetic for any head size up to
@@ -29,6 +30,7 @@
 #include <stdio.h>
 
 #include "kernels/cuda/attention.cuh"
+#include "kernels/cuda/attention_cudnn.cuh"
 
 #define SIMT_THREADS 256
 
@@ -375,6 +377,11 @@ void cuda_attention_forward(Backend* be, void* out, float* lse, const void* qkv,
                             int HS) {
     AttnLayout L = check_shape(NH, NKV, HS);
     if ((size_t)B * T == 0) return;
+    // --attention: cuDNN's fused attention where chosen and possible (attention_cudnn.cu).
+    if (attention_cudnn_use(be, 0, B, T, NH, NKV, HS, out, lse, qkv, qkv)) {
+        attention_cudnn_forward(be, out, lse, qkv, B, T, NH, NKV, HS);
+        return;
+    }
     if (use_mma(be, HS, out, qkv, out, qkv)) {
         attention_forward_mma(be, (bf16*)out, lse, (const bf16*)qkv, B, T, NH, NKV, HS);
     } else if (be->dtype == DTYPE_BF16) {
@@ -400,6 +407,10 @@ void cuda_attention_backward(Backend* be, void* dqkv, const void* dout, const vo
                              const float* lse, int B, int T, int NH, int NKV, int HS) {
     AttnLayout L = check_shape(NH, NKV, HS);
     if ((size_t)B * T == 0) return;
+    if (attention_cudnn_use(be, 1, B, T, NH, NKV, HS, dqkv, dout, qkv, out)) {
+        attention_cudnn_backward(be, dqkv, dout, qkv, out, lse, B, T, NH, NKV, HS);
+        return;
+    }
     if (use_mma(be, HS, dqkv, dout, qkv, out)) {
         attention_backward_mma(be, (bf16*)dqkv, (const bf16*)dout, (const bf16*)qkv, (const bf16*)out, lse, B, T, NH,
                                NKV, HS);

@@ -46,3 +46,13 @@ Backend* backend_open(DeviceChoice device, PrecisionChoice precision, int thread
     device_select_gpu(device, local_rank);
     return cuda_backend_create(dtype);
 }
+
+void backend_choose_attention(Backend* be, AttentionChoice choice, int verbose) {
+    if (strcmp(be->name, "cuda") || !cuda_attention_select) {
+        if (choice == ATTENTION_CUDNN)
+            fatal("--attention cudnn: cuDNN runs on the CUDA backend; this run uses the %s backend (--device)",
+                  be->name);
+        return;
+    }
+    cuda_attention_select(be, (int)choice, verbose);
+}

@@ -18,6 +18,11 @@ EXTERN_C_BEGIN
 Backend* backend_open(DeviceChoice device, PrecisionChoice precision, int threads, int local_rank, int local_world);
 // Whether --device (auto, cpu, cuda) means the CUDA backend on this machine.
 int device_wants_cuda(DeviceChoice device);
+// --attention auto|cudnn|native for the backend: the CUDA backend's choice
+// of cuDNN's fused attention or its own kernels. Fatal for cudnn when the
+// backend is not CUDA or cuDNN cannot be loaded.
+// verbose: print the choice once made (rank 0 of a run).
+void backend_choose_attention(Backend* be, AttentionChoice choice, int verbose);
 // Whether this build has the CUDA backend and a GPU is visible: what --device auto takes.
 int device_cuda_available(void);
 // Makes this rank's GPU (its local rank, as the launcher's environment says

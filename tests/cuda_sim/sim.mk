@@ -82,3 +82,13 @@ $(SIM)/train_gpt: $(SIM)/train.o $(SIM_KERNEL_OBJS) $(SIM)/libcudasim.a $(BUILD)
 $(SIM)/train.o: train.cu
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -MMD -MP -x c -c $< -o $@
+
+# cuDNN on the CPU (tests/cuda_sim/cudnn): the fake libcudnn_sim.so that the harness's
+# cuDNN attention path dlopens through TRAIN_GPT_CUDNN_LIB; its tests need it built.
+SIM_CUDNN_LIB := $(SIM)/libcudnn_sim.so
+$(SIM_CUDNN_LIB): tests/cuda_sim/cudnn/fake_cudnn.cpp
+	@mkdir -p $(dir $@)
+	$(SIM_CXX) -std=c++17 -O2 -g -fPIC -shared -Wall -isystem $(CUDA_HOME)/include $< -o $@
+$(SIM)/bin/test_sim_cudnn: $(SIM_CUDNN_LIB)
+SIM_TESTS += $(if $(SIM_ENABLED),tests/cuda_sim/test_sim_cudnn_train.sh,)
+sim-tests: $(if $(SIM_ENABLED),$(SIM_CUDNN_LIB))

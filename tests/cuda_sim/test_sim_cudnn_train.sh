@@ -1,0 +1,74 @@
+#!/usr/bin/env bash
+# test_sim_cudnn_train.sh: --attention on train_gpt itself on the simulated
+# GPU, with the fake cuDNN of tests/cuda_sim/cudnn (TRAIN_GPT_CUDNN_LIB):
+# BF16 training with --attention cudnn follows --attention native within
+# BF16 tolerance and is bit-for-bit repeatable; auto prints its choice (cuDNN
+# when it loads, the native kernels when not); cudnn fails with one clear
+# line when cuDNN cannot run (no library, wrong version, fp32, the CPU).
+set -u
+cd "$(dirname "$0")/../.."
+# shellcheck source=tests/lib.sh
+. tests/lib.sh
+TG=${SIM_TG:-build/sim/train_gpt}
+FAKE=${SIM_CUDNN_LIB:-$PWD/build/sim/libcudnn_sim.so}
+T=$TEST_TMP
+unset TRAIN_GPT_CUDNN_LIB
+# Head size 64, T = 40 (not a multiple of 64).
+tiny=(--layers 2 --channels 128 --heads 2 --seq-len 40 --micro-batch 2 --steps 8 --warmup 2 --lr 3e-3
+      --val-every 0 --sample-every 0 --device cuda --precision bf16)
+
+run() {  # run NAME ARGS...: train_gpt into $T/NAME.log with the fake cuDNN
+  local name=$1
+  shift
+  TRAIN_GPT_CUDNN_LIB=$FAKE "$TG" "${tiny[@]}" "$@" >"$T/$name.log" 2>&1
+}
+
+# 1. cudnn follows native: per-step losses within 0.02 (BF16 rounding differs:
+#    cuDNN's P is rounded to BF16 before P V), and both learn.
+run native --attention native
+run cudnn --attention cudnn
+run cudnn2 --attention cudnn
+d=$(paste <(step_losses "$T/native.log" | cut -d' ' -f1) <(step_losses "$T/cudnn.log" | cut -d' ' -f1) |
+    awk '{ d = $1 - $2; if (d < 0) d = -d; if (d > m) m = d; n++ } END { if (n == 8) print m }')
+if within "$d" 0.02 && grep -q '^attention: cuDNN' "$T/cudnn.log" && ! grep -q '^attention: cuDNN' "$T/native.log"; then
+  ok sim_cudnn_follows_native
+else
+  fail sim_cudnn_follows_native "max loss difference '${d}'; $(grep -E '^attention|error' "$T/cudnn.log" | head -n 3)"
+fi
+if [ -n "$(step_losses "$T/cudnn.log")" ] && [ "$(step_losses "$T/cudnn.log")" = "$(step_losses "$T/cudnn2.log")" ]; then
+  ok sim_cudnn_deterministic
+else
+  fail sim_cudnn_deterministic "two --attention cudnn runs differ"
+fi
+
+# 2. auto: cuDNN where it loads (printed once), the native kernels where not.
+run auto --attention auto --steps 2
+if [ "$(grep -c '^attention: cuDNN' "$T/auto.log")" -eq 1 ] && [ "$(step_losses "$T/auto.log" | wc -l)" -eq 2 ]; then
+  ok sim_cudnn_auto_takes_cudnn
+else
+  fail sim_cudnn_auto_takes_cudnn "$(grep -E '^attention|error' "$T/auto.log" | head -n 3)"
+fi
+"$TG" "${tiny[@]}" --steps 2 >"$T/auto_none.log" 2>&1
+if grep -q '^attention: native kernels (cuDNN not used.*library not found' "$T/auto_none.log" &&
+   [ "$(step_losses "$T/auto_none.log" | wc -l)" -eq 2 ]; then
+  ok sim_cudnn_auto_without_library
+else
+  fail sim_cudnn_auto_without_library "$(grep -E '^attention|error' "$T/auto_none.log" | head -n 3)"
+fi
+
+# 3. --attention cudnn where it cannot run: one error line naming why, exit 1.
+expect_error sim_cudnn_no_library '--attention cudnn: library not found' "$TG" "${tiny[@]}" --attention cudnn
+expect_error sim_cudnn_bad_path '--attention cudnn: cannot load /nonexistent/libcudnn_graph.so.9' \
+  env TRAIN_GPT_CUDNN_LIB=/nonexistent/libcudnn_graph.so.9 "$TG" "${tiny[@]}" --attention cudnn
+expect_error sim_cudnn_old_version 'cuDNN version 8907; the fused attention graphs need 9.x' \
+  env TRAIN_GPT_CUDNN_LIB="$FAKE" CUDA_SIM_CUDNN_VERSION=8907 "$TG" "${tiny[@]}" --attention cudnn
+expect_error sim_cudnn_fp32 '--attention cudnn: cannot run the forward .*runs in bf16' \
+  env TRAIN_GPT_CUDNN_LIB="$FAKE" "$TG" "${tiny[@]}" --precision fp32 --attention cudnn
+expect_error sim_cudnn_head_size '--attention cudnn: cannot run the forward .*HS=20: head size 20' \
+  env TRAIN_GPT_CUDNN_LIB="$FAKE" "$TG" "${tiny[@]}" --channels 40 --attention cudnn
+expect_error sim_cudnn_on_cpu '--attention cudnn: cuDNN runs on the CUDA backend; this run uses the cpu backend' \
+  "$TG" "${tiny[@]}" --device cpu --precision fp32 --attention cudnn
+expect_error sim_attention_bad_word "--attention 'fast' is not one of auto, cudnn, native" \
+  "$TG" "${tiny[@]}" --attention fast
+
+finish
