@@ -357,7 +357,7 @@ void config_print_help(FILE* f) {
     fprintf(f,
             "usage: train_gpt [flags]          (mpirun -np N ./train_gpt [flags] for N ranks)\n"
             "\n"
-            "Trains a GPT-2 model. With no flags it trains a small model on the bundled\n"
+            "Trains a GPT-2 or Llama 3 model. With no flags it trains a small model on the bundled\n"
             "King James Bible corpus (run `make data` once first) and prints samples.\n"
             "Flags take a value as `--flag value` or `--flag=value`; a 0|1 flag given alone means 1.\n"
             "[x] is the default; {range} the values a flag accepts.\n");
