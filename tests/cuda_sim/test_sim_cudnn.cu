@@ -193,8 +193,8 @@ void test_backend_op_matches_cpu() {
     Backend* cpu = cpu_backend_create(DTYPE_F32, 1);
     std::vector<float> qkv = random_bf16((size_t)B * T * 3 * C, 1.5f), dout = random_bf16((size_t)B * T * C, 1.0f);
     std::vector<float> out(B * T * C), lse(B * NH * T), dqkv(B * T * 3 * C);
-    cpu->attention_forward(cpu, out.data(), lse.data(), qkv.data(), B, T, C, NH);
-    cpu->attention_backward(cpu, dqkv.data(), dout.data(), qkv.data(), out.data(), lse.data(), B, T, C, NH);
+    cpu->attention_forward(cpu, out.data(), lse.data(), qkv.data(), B, T, NH, NH, HS);
+    cpu->attention_backward(cpu, dqkv.data(), dout.data(), qkv.data(), out.data(), lse.data(), B, T, NH, NH, HS);
     int64_t g0, x0, g1, x1;
     void (*counts)(int64_t*, int64_t*) = NULL;
     void* lib = dlopen(getenv("TRAIN_GPT_CUDNN_LIB"), RTLD_NOW | RTLD_NOLOAD);
@@ -208,8 +208,8 @@ void test_backend_op_matches_cpu() {
     float* d_lse = (float*)gpu->alloc(gpu, (size_t)B * NH * T * 4, "test");
     void* d_dqkv = gpu->alloc(gpu, (size_t)B * T * 3 * C * 2, "test");
     poison(d_dqkv, (size_t)B * T * 3 * C * 2);
-    gpu->attention_forward(gpu, d_out, d_lse, d_qkv, B, T, C, NH);
-    gpu->attention_backward(gpu, d_dqkv, d_dout, d_qkv, d_out, d_lse, B, T, C, NH);
+    gpu->attention_forward(gpu, d_out, d_lse, d_qkv, B, T, NH, NH, HS);
+    gpu->attention_backward(gpu, d_dqkv, d_dout, d_qkv, d_out, d_lse, B, T, NH, NH, HS);
     std::vector<float> first = download_bf16(d_dqkv, dqkv.size());
     size_t held = gpu->allocated_bytes(gpu);
     counts(&g1, &x1);
@@ -221,8 +221,8 @@ void test_backend_op_matches_cpu() {
     CHECK(rel_err(first, w_d) < 2e-2, "dqkv differs from the CPU backend");
     // Again: the cached plans (no new graph), and the same bits.
     poison(d_dqkv, (size_t)B * T * 3 * C * 2);
-    gpu->attention_forward(gpu, d_out, d_lse, d_qkv, B, T, C, NH);
-    gpu->attention_backward(gpu, d_dqkv, d_dout, d_qkv, d_out, d_lse, B, T, C, NH);
+    gpu->attention_forward(gpu, d_out, d_lse, d_qkv, B, T, NH, NH, HS);
+    gpu->attention_backward(gpu, d_dqkv, d_dout, d_qkv, d_out, d_lse, B, T, NH, NH, HS);
     std::vector<float> second = download_bf16(d_dqkv, dqkv.size());
     counts(&g1, &x1);
     CHECK(g1 - g0 == 2 && x1 - x0 == 4, "repeat: %lld graphs, %lld executions (want 2, 4)", (long long)(g1 - g0),
