@@ -294,6 +294,8 @@ static void bench_attention_gqa(int B, int T, int NH, int NKV, int HS) {
     report_flops("attention bwd (gqa)", shape, time_op(gqa_bwd, &c), 2.5 * fwd);
     void* bufs[] = {c.qkv, c.dqkv, c.out, c.dout, c.lse};
     for (int i = 0; i < 5; i++) be->free(be, bufs[i]);
+}
+
 // One line of the attention grid, in the format dev/bench_attention_torch.py
 // prints too (path "torch"), so that the GPU check can divide them:
 //   attention fwd|bwd PATH T=.. HS=.. B=.. NH=.. <ms> ms <TFLOP/s> TFLOP/s   (or n/a)

@@ -54,17 +54,17 @@ static void test_attention_backward_rows(void) {
     gpu = cuda_backend_create(saved->dtype);
     void *g_qkv = gpu_from(qkv, nqkv), *g_dout = gpu_from(dout, nout), *g_out = gpu_nan(nout);
     float* g_lse = gpu_nan_f32(nlse);
-    gpu->attention_forward(gpu, g_out, g_lse, g_qkv, B, T, C, NH);
+    gpu->attention_forward(gpu, g_out, g_lse, g_qkv, B, T, NH, NH, C / NH);
 
     lower_cap(rows * 32, 1);  // the D kernel: one warp (32 threads) per row
     void* g_full = gpu_nan(nqkv);
-    gpu->attention_backward(gpu, g_full, g_dout, g_qkv, g_out, g_lse, B, T, C, NH);
+    gpu->attention_backward(gpu, g_full, g_dout, g_qkv, g_out, g_lse, B, T, NH, NH, C / NH);
     void* g_split = gpu_nan(nqkv);
     for (int half = 0; half < 2; half++) {
         size_t b0 = (size_t)half * Bh;
         gpu->attention_backward(gpu, offset(g_split, b0 * T * 3 * C), offset(g_dout, b0 * T * C),
                                 offset(g_qkv, b0 * T * 3 * C), offset(g_out, b0 * T * C),
-                                offset_f32(g_lse, b0 * NH * T), Bh, T, C, NH);
+                                offset_f32(g_lse, b0 * NH * T), Bh, T, NH, NH, HS);
     }
     restore_cap();
     float *full = gpu_read(g_full, nqkv), *split = gpu_read(g_split, nqkv);

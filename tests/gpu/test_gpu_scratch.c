@@ -23,12 +23,12 @@ static void scratch_case(int B, int T, int C, int NH, int V) {
     float *d_lse = gpu_nan_f32((size_t)B * NH * T), *d_mean = gpu_from_f32(x, (size_t)N), *d_rstd = gpu_from_f32(x, (size_t)N);
     float* d_sum = gpu_nan_f32(1);
     int32_t* d_tok = gpu_tokens(tok, (size_t)N);
-    gpu->attention_forward(gpu, d_out, d_lse, d_qkv, B, T, C, NH);
+    gpu->attention_forward(gpu, d_out, d_lse, d_qkv, B, T, NH, NH, C / NH);
     gpu->synchronize(gpu);
 
     gpu->reserve_scratch(gpu, B, T, C, H, NH);
     size_t before = gpu->allocated_bytes(gpu);
-    gpu->attention_backward(gpu, d_dqkv, d_dout, d_qkv, d_out, d_lse, B, T, C, NH);
+    gpu->attention_backward(gpu, d_dqkv, d_dout, d_qkv, d_out, d_lse, B, T, NH, NH, C / NH);
     gpu->encoder_backward(gpu, d_wte, d_wpe, d_dout, d_tok, B, T, C);
     gpu->layernorm_backward(gpu, d_din, d_lnw, d_lnw, d_dout, d_dout, d_lnw, d_mean, d_rstd, N, C, NULL);
     gpu->matmul_backward(gpu, d_din, d_dw, d_db, d_h, d_dout, d_w, N, C, H);  // dbias over (N, 4C)
