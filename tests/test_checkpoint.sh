@@ -52,7 +52,8 @@ assert "fp8" in m and m["rng"]["seed"] == 1337 and m["rng"]["step"] == 20
 assert m["data"]["train_position"] == 20 * 2 * 2, m["data"]  # 20 steps x 2 micro-steps x 2 windows
 W = m["data"]["windows_per_epoch"]
 assert (m["data"]["epoch"], m["data"]["window_in_epoch"]) == (80 // W, 80 % W), m["data"]
-assert m["model"] == {"layers": 2, "channels": 128, "heads": 2, "vocab_size": 4096, "padded_vocab_size": 4096, "max_seq_len": 32}
+assert m["model"] == {"arch": "gpt2", "layers": 2, "channels": 128, "heads": 2, "kv_heads": 2, "mlp_hidden": 512,
+                      "tie_embeddings": 1, "rope_theta": 0, "rope_scaling": 0, "vocab_size": 4096, "padded_vocab_size": 4096, "max_seq_len": 32}, m["model"]
 names = sorted(f["name"] for f in m["files"])
 assert names == ["model.bin", "shard_00000_of_00001.bin"], names
 for f in m["files"]:

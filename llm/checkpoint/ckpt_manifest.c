@@ -232,10 +232,11 @@ char* manifest_to_json(const Manifest* man) {
               (long long)man->tokens_per_step);
     sb_printf(&sb,
               "  \"model\": {\"arch\": \"%s\", \"layers\": %d, \"channels\": %d, \"heads\": %d, \"kv_heads\": %d, "
-              "\"mlp_hidden\": %d, \"tie_embeddings\": %d, \"vocab_size\": %d, \"padded_vocab_size\": %d, "
-              "\"max_seq_len\": %d},\n",
+              "\"mlp_hidden\": %d, \"tie_embeddings\": %d, \"rope_theta\": %.9g, \"rope_scaling\": %g, "
+              "\"vocab_size\": %d, \"padded_vocab_size\": %d, \"max_seq_len\": %d},\n",
               arch_name(c->arch), c->num_layers, c->channels, c->num_heads, c->num_kv_heads, c->mlp_hidden,
-              c->tie_embeddings, c->vocab_size, c->padded_vocab_size, c->max_seq_len);
+              c->tie_embeddings, c->rope_theta, c->rope_scaling.factor, c->vocab_size, c->padded_vocab_size,
+              c->max_seq_len);
     if (man->guard.present) {
         const CkptGuard* g = &man->guard;
         sb_printf(&sb,
@@ -671,13 +672,27 @@ int manifest_parse(const char* text, size_t len, Manifest* man, char* why, size_
                         get_int(&p, model, "padded_vocab_size", &c->padded_vocab_size, 2) &&
                         get_int(&p, model, "max_seq_len", &c->max_seq_len, 1)))
             problem(&p, "'model' is incomplete");
-        // Manifests from before Llama have no arch: GPT-2, whose other fields gpt_config_finish fixes.
+        // Manifests from before Llama have no arch: GPT-2, with its fixed kv heads, MLP and tied head.
         const char* arch = json_get_string(model, "arch");
         if (!p.bad && arch && !arch_from_name(arch, &c->arch)) problem(&p, "'model.arch' '%s' is unknown", arch);
-        if (!p.bad && c->arch == ARCH_LLAMA &&
-            !(get_int(&p, model, "kv_heads", &c->num_kv_heads, 1) && get_int(&p, model, "mlp_hidden", &c->mlp_hidden, 1) &&
-              get_int(&p, model, "tie_embeddings", &c->tie_embeddings, 0)))
-            problem(&p, "'model' is incomplete for a Llama");
+        if (!p.bad && c->arch == ARCH_LLAMA) {
+            const JsonValue* theta = json_get(model, "rope_theta");
+            const JsonValue* scaling = json_get(model, "rope_scaling");
+            if (!(get_int(&p, model, "kv_heads", &c->num_kv_heads, 1) &&
+                  get_int(&p, model, "mlp_hidden", &c->mlp_hidden, 1) &&
+                  get_int(&p, model, "tie_embeddings", &c->tie_embeddings, 0)) ||
+                !theta || theta->type != JSON_NUMBER || !scaling || scaling->type != JSON_NUMBER) {
+                problem(&p, "'model' is incomplete for a Llama");
+            } else {
+                c->rope_theta = (float)theta->number;
+                // --rope-scaling sets Llama 3.1's one set of values (llm/presets.c).
+                if (scaling->number > 0) c->rope_scaling = (RopeScaling){8.0f, 1.0f, 4.0f, 8192};
+            }
+        } else if (!p.bad) {
+            c->num_kv_heads = c->num_heads;
+            c->mlp_hidden = 4 * c->channels;
+            c->tie_embeddings = 1;
+        }
         if (!p.bad && parse_layout(&p, root, man) && parse_sections_and_files(&p, root, man) &&
             parse_config(&p, root, man) && parse_guard(&p, root, man) && parse_fp8(&p, root, man) &&
             check_step_and_data(&p, root, man))
@@ -700,10 +715,13 @@ int manifest_matches_model(const Manifest* man, const GPT* m, char* why, size_t 
         return 0;
     }
     if (a->arch == ARCH_LLAMA && (a->num_kv_heads != b->num_kv_heads || a->mlp_hidden != b->mlp_hidden ||
-                                  a->tie_embeddings != b->tie_embeddings)) {
+                                  a->tie_embeddings != b->tie_embeddings || a->rope_theta != b->rope_theta ||
+                                  a->rope_scaling.factor != b->rope_scaling.factor)) {
         snprintf(why, whysize,
-                 "written for another Llama (kv heads %d, MLP %d, tied %d; this run: kv heads %d, MLP %d, tied %d)",
-                 a->num_kv_heads, a->mlp_hidden, a->tie_embeddings, b->num_kv_heads, b->mlp_hidden, b->tie_embeddings);
+                 "written for another Llama (kv heads %d, MLP %d, tied %d, RoPE theta %g, scaling %g; this run: kv "
+                 "heads %d, MLP %d, tied %d, RoPE theta %g, scaling %g)",
+                 a->num_kv_heads, a->mlp_hidden, a->tie_embeddings, a->rope_theta, a->rope_scaling.factor,
+                 b->num_kv_heads, b->mlp_hidden, b->tie_embeddings, b->rope_theta, b->rope_scaling.factor);
         return 0;
     }
     if (a->num_layers != b->num_layers || a->channels != b->channels || a->num_heads != b->num_heads ||

@@ -84,6 +84,7 @@ static void read_header(const char* path, int32_t h[256]) {
 static GPTConfig read_config(const char* path, int32_t h[256], int* file_vp) {
     read_header(path, h);
     GPTConfig c;
+    memset(&c, 0, sizeof c);  // a GPT-2 (ARCH_GPT2): llm.c's format holds no other
     c.max_seq_len = h[2];
     c.vocab_size = h[3];
     c.num_layers = h[4];

@@ -241,6 +241,7 @@ static void test_gemms_match_emulation(void) {
 
 static GPTConfig fp8_config(int T) {
     GPTConfig c;
+    memset(&c, 0, sizeof c);  // GPT-2 (arch 0), the Llama fields unset
     c.max_seq_len = T;
     c.vocab_size = small ? 256 : 1024;
     c.num_layers = 2;

@@ -22,6 +22,7 @@ static int small;
 
 static GPTConfig small_config(int T) {
     GPTConfig c;
+    memset(&c, 0, sizeof c);  // GPT-2 (arch 0), the Llama fields unset
     c.max_seq_len = T;
     c.vocab_size = small ? 250 : 1000;
     c.num_layers = 2;
@@ -230,6 +231,7 @@ static void test_recompute_policies_bitwise_bf16(void) { test_recompute_policies
 static void test_long_context_step(void) {
     int T = 131072;
     GPTConfig c;
+    memset(&c, 0, sizeof c);  // GPT-2 (arch 0), the Llama fields unset
     c.max_seq_len = T;
     c.vocab_size = 512;
     c.num_layers = 1;
