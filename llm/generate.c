@@ -7,23 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "kernels/bf16.h"
 #include "llm/util/rng.h"
-
-// Row `row` of the last forward's logits as float32 on the host.
-static void logits_row(GPT* m, int row, float* out) {
-    int Vp = m->config.padded_vocab_size;
-    size_t es = dtype_size(m->dtype);
-    const char* src = (const char*)m->arena + m->acts.offset[A_LOGITS] + (size_t)row * Vp * es;
-    if (m->dtype == DTYPE_F32) {
-        m->be->to_host(m->be, out, src, (size_t)Vp * sizeof(float));
-        return;
-    }
-    uint16_t* tmp = (uint16_t*)xmalloc((size_t)Vp * 2);
-    m->be->to_host(m->be, tmp, src, (size_t)Vp * 2);
-    for (int i = 0; i < Vp; i++) out[i] = bf16_to_f32(tmp[i]);
-    free(tmp);
-}
 
 static int compare_desc(const void* a, const void* b) {
     float x = *(const float*)a, y = *(const float*)b;
@@ -112,7 +96,7 @@ int generate_run(Trainer* tr) {
         int len = n + i, ctx = len < T ? len : T;
         tr->be->to_device(tr->be, m->inputs, toks + (len - ctx), (size_t)ctx * sizeof *toks);
         gpt_forward(m, m->inputs, NULL, 1, ctx, 0.0f);
-        logits_row(m, ctx - 1, logits);
+        gpt_logits_row(m, ctx - 1, logits);
         int next = generate_pick(logits, V, cfg->temperature, cfg->top_k, rng_uniform(key, (uint64_t)i));
         toks[len] = next;
         if (tr->rank != 0) continue;

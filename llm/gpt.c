@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "kernels/bf16.h"
 #include "llm/fp8/fp8.h"
 #include "llm/gpt_internal.h"
 #include "llm/util/rng.h"
@@ -865,4 +866,18 @@ void gpt_update(GPT* m, float lr, float beta1, float beta2, float eps, float wei
     p.seed = seed;
     be->adamw_tensors(be, m->params, m->master, m->grads, m->adam_m, m->adam_v, ts, nt, &p);
     free(ts);
+}
+
+void gpt_logits_row(GPT* m, int row, float* out) {
+    int Vp = m->config.padded_vocab_size;
+    size_t es = dtype_size(m->dtype);
+    const char* src = (const char*)m->arena + m->acts.offset[A_LOGITS] + (size_t)row * Vp * es;
+    if (m->dtype == DTYPE_F32) {
+        m->be->to_host(m->be, out, src, (size_t)Vp * sizeof(float));
+        return;
+    }
+    uint16_t* tmp = (uint16_t*)xmalloc((size_t)Vp * 2);
+    m->be->to_host(m->be, tmp, src, (size_t)Vp * 2);
+    for (int i = 0; i < Vp; i++) out[i] = bf16_to_f32(tmp[i]);
+    free(tmp);
 }

@@ -325,6 +325,9 @@ void gpt_get_params_f32(const GPT* m, float* host_flat);
 // per-token losses; returns nothing (read the loss via gpt_loss_sum).
 // If dloss != 0 the logits buffer is turned into its gradient for backward.
 void gpt_forward(GPT* m, const int32_t* inputs, const int32_t* targets, int B, int T, float dloss);
+// Row `row` of the last forward's logits (Vp values) as float32 on the host:
+// what sampling and generation read.
+void gpt_logits_row(GPT* m, int row, float* out);
 // Backward of the last forward (which must have had dloss != 0); gradients += .
 void gpt_backward(GPT* m, const int32_t* inputs, int B, int T);
 void gpt_zero_grads(GPT* m);

@@ -5,7 +5,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "kernels/bf16.h"
 #include "kernels/cuda_seam.h"
 #include "llm/platform/efa.h"
 #include "llm/checkpoint/llmc_io.h"
@@ -279,21 +278,6 @@ void trainer_export(Trainer* tr, const char* path, DType dtype) {
 // ---------------------------------------------------------------------------
 // sampling
 
-// Reads row `row` of the logits as float32 on the host.
-static void read_logits_row(GPT* m, int row, float* out) {
-    int Vp = m->config.padded_vocab_size;
-    size_t es = dtype_size(m->dtype);
-    const char* src = (const char*)m->arena + m->acts.offset[A_LOGITS] + (size_t)row * Vp * es;
-    if (m->dtype == DTYPE_F32) {
-        m->be->to_host(m->be, out, src, (size_t)Vp * sizeof(float));
-        return;
-    }
-    uint16_t* tmp = (uint16_t*)xmalloc((size_t)Vp * 2);
-    m->be->to_host(m->be, tmp, src, (size_t)Vp * 2);
-    for (int i = 0; i < Vp; i++) out[i] = bf16_to_f32(tmp[i]);
-    free(tmp);
-}
-
 // Draws from softmax(logits[:V]) with one uniform number.
 static int sample_token(const float* logits, int V, float u) {
     float mx = logits[0];
@@ -324,7 +308,7 @@ char* trainer_sample(Trainer* tr, int step) {
         int ctx = i < T ? i : T;
         tr->be->to_device(tr->be, m->inputs, tokens + (i - ctx), (size_t)ctx * sizeof(int32_t));
         gpt_forward(m, m->inputs, NULL, 1, ctx, 0.0f);
-        read_logits_row(m, ctx - 1, logits);
+        gpt_logits_row(m, ctx - 1, logits);
         int next = sample_token(logits, V, rng_uniform(key, (uint64_t)i));
         tokens[i] = next;
         if (cap - len < 512) {  // room for the longest token (255 bytes) or an id
