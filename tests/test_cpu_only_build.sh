@@ -20,18 +20,18 @@ else
   ok no_mpi_build_has_no_mpi
 fi
 tiny=(--depth 1 --seq-len 32 --micro-batch 2 --steps 3 --val-every 0 --sample-every 0 --device cpu --checkpoint-dir "")
-if "$out/train_gpt" "${tiny[@]}" >"$TEST_TMP/run.log" 2>&1 &&
+if "$out/train_gpt" "${tiny[@]}" --log-dir "$TEST_TMP/run.metrics" >"$TEST_TMP/run.log" 2>&1 &&
    grep -q 'backend cpu' "$TEST_TMP/run.log" && [ "$(grep -c '^step ' "$TEST_TMP/run.log")" -eq 3 ]; then
   ok cpu_only_binary_trains
 else
   fail cpu_only_binary_trains "$(tail -n 3 "$TEST_TMP/run.log")"
 fi
 # The same run in the default build (MPI, a world of one): the same losses and norms, bit for bit.
-if ./train_gpt "${tiny[@]}" >"$TEST_TMP/mpi.log" 2>&1 && [ -n "$(step_losses "$TEST_TMP/mpi.log")" ] &&
-   [ "$(step_losses "$TEST_TMP/mpi.log")" = "$(step_losses "$TEST_TMP/run.log")" ]; then
+if ./train_gpt "${tiny[@]}" --log-dir "$TEST_TMP/mpi.metrics" >"$TEST_TMP/mpi.log" 2>&1 && [ -n "$(step_losses "$TEST_TMP/mpi.metrics")" ] &&
+   [ "$(step_losses "$TEST_TMP/mpi.metrics")" = "$(step_losses "$TEST_TMP/run.metrics")" ]; then
   ok no_mpi_matches_mpi_build
 else
-  fail no_mpi_matches_mpi_build "$(step_losses "$TEST_TMP/run.log" | tr '\n' ';') vs $(step_losses "$TEST_TMP/mpi.log" | tr '\n' ';')"
+  fail no_mpi_matches_mpi_build "$(step_losses "$TEST_TMP/run.metrics" | tr '\n' ';') vs $(step_losses "$TEST_TMP/mpi.metrics" | tr '\n' ';')"
 fi
 expect_error cpu_only_rejects_cuda "--device cuda.*without CUDA" "$out/train_gpt" --device cuda
 expect_error no_mpi_rejects_open_mpi_ranks "built without MPI.*Open MPI started it as rank 1 of 4" \

@@ -602,11 +602,14 @@ static int check_layout(Problem* p, Manifest* man) {
     if (c.padded_vocab_size != padded)
         return problem(p, "'model': padded_vocab_size %d, but vocab_size %d pads to %d", padded, c.vocab_size,
                        c.padded_vocab_size);
-    if (man->num_tensors != 4 + 12 * (int64_t)c.num_layers || man->num_units != c.num_layers + 2)
-        return problem(p, "'layout' has %d tensors in %d units; %d layers have %lld in %d", man->num_tensors,
-                       man->num_units, c.num_layers, 4 + 12 * (long long)c.num_layers, c.num_layers + 2);
     ParamLayout pl;
     param_layout_build(&pl, &c, man->layout_world);
+    if (man->num_tensors != pl.num_tensors || man->num_units != pl.num_units) {
+        problem(p, "'layout' has %d tensors in %d units; a %d-layer %s model has %d in %d", man->num_tensors,
+                man->num_units, c.num_layers, arch_name(c.arch), pl.num_tensors, pl.num_units);
+        param_layout_free(&pl);
+        return 0;
+    }
     int ok = 1;
     for (int u = 0; ok && u <= pl.num_units; u++)
         if (man->unit_begin[u] != (int64_t)pl.unit_begin[u])

@@ -20,7 +20,7 @@ tiny=(--layers 2 --channels 128 --heads 2 --seq-len 40 --micro-batch 2 --steps 8
 run() {  # run NAME ARGS...: train_gpt into $T/NAME.log with the fake cuDNN
   local name=$1
   shift
-  TRAIN_GPT_CUDNN_LIB=$FAKE "$TG" "${tiny[@]}" "$@" >"$T/$name.log" 2>&1
+  TRAIN_GPT_CUDNN_LIB=$FAKE "$TG" "${tiny[@]}" "$@" --log-dir "$T/$name.metrics" >"$T/$name.log" 2>&1
 }
 
 # 1. cudnn follows native: per-step losses within 0.02 (BF16 rounding differs:
@@ -28,14 +28,14 @@ run() {  # run NAME ARGS...: train_gpt into $T/NAME.log with the fake cuDNN
 run native --attention native
 run cudnn --attention cudnn
 run cudnn2 --attention cudnn
-d=$(paste <(step_losses "$T/native.log" | cut -d' ' -f1) <(step_losses "$T/cudnn.log" | cut -d' ' -f1) |
+d=$(paste <(step_losses "$T/native.metrics" | cut -d' ' -f1) <(step_losses "$T/cudnn.metrics" | cut -d' ' -f1) |
     awk '{ d = $1 - $2; if (d < 0) d = -d; if (d > m) m = d; n++ } END { if (n == 8) print m }')
 if within "$d" 0.02 && grep -q '^attention: cuDNN' "$T/cudnn.log" && ! grep -q '^attention: cuDNN' "$T/native.log"; then
   ok sim_cudnn_follows_native
 else
   fail sim_cudnn_follows_native "max loss difference '${d}'; $(grep -E '^attention|error' "$T/cudnn.log" | head -n 3)"
 fi
-if [ -n "$(step_losses "$T/cudnn.log")" ] && [ "$(step_losses "$T/cudnn.log")" = "$(step_losses "$T/cudnn2.log")" ]; then
+if [ -n "$(step_losses "$T/cudnn.metrics")" ] && [ "$(step_losses "$T/cudnn.metrics")" = "$(step_losses "$T/cudnn2.metrics")" ]; then
   ok sim_cudnn_deterministic
 else
   fail sim_cudnn_deterministic "two --attention cudnn runs differ"
@@ -43,14 +43,14 @@ fi
 
 # 2. auto: cuDNN where it loads (printed once), the native kernels where not.
 run auto --attention auto --steps 2
-if [ "$(grep -c '^attention: cuDNN' "$T/auto.log")" -eq 1 ] && [ "$(step_losses "$T/auto.log" | wc -l)" -eq 2 ]; then
+if [ "$(grep -c '^attention: cuDNN' "$T/auto.log")" -eq 1 ] && [ "$(step_losses "$T/auto.metrics" | wc -l)" -eq 2 ]; then
   ok sim_cudnn_auto_takes_cudnn
 else
   fail sim_cudnn_auto_takes_cudnn "$(grep -E '^attention|error' "$T/auto.log" | head -n 3)"
 fi
-"$TG" "${tiny[@]}" --steps 2 >"$T/auto_none.log" 2>&1
+"$TG" "${tiny[@]}" --steps 2 --log-dir "$T/auto_none.metrics" >"$T/auto_none.log" 2>&1
 if grep -q '^attention: native kernels (cuDNN not used.*library not found' "$T/auto_none.log" &&
-   [ "$(step_losses "$T/auto_none.log" | wc -l)" -eq 2 ]; then
+   [ "$(step_losses "$T/auto_none.metrics" | wc -l)" -eq 2 ]; then
   ok sim_cudnn_auto_without_library
 else
   fail sim_cudnn_auto_without_library "$(grep -E '^attention|error' "$T/auto_none.log" | head -n 3)"

@@ -24,20 +24,20 @@ else
 fi
 
 # 2. The sync check: announced, and the same losses and norms bit for bit.
-"$TG" "${tiny[@]}" --device cuda --precision bf16 >"$T/plain.log" 2>&1
-TRAIN_GPT_SYNC_CHECK=1 "$TG" "${tiny[@]}" --device cuda --precision bf16 >"$T/sync.log" 2>&1
+"$TG" "${tiny[@]}" --device cuda --precision bf16 --log-dir "$T/plain.metrics" >"$T/plain.log" 2>&1
+TRAIN_GPT_SYNC_CHECK=1 "$TG" "${tiny[@]}" --device cuda --precision bf16 --log-dir "$T/sync.metrics" >"$T/sync.log" 2>&1
 if grep -q 'TRAIN_GPT_SYNC_CHECK=1: the GPU is synchronized after every op' "$T/sync.log" &&
-   [ "$(step_losses "$T/sync.log" | wc -l)" -eq 3 ] && [ "$(step_losses "$T/sync.log")" = "$(step_losses "$T/plain.log")" ]; then
+   [ "$(step_losses "$T/sync.metrics" | wc -l)" -eq 3 ] && [ "$(step_losses "$T/sync.metrics")" = "$(step_losses "$T/plain.metrics")" ]; then
   ok sim_sync_check_changes_nothing
 else
-  fail sim_sync_check_changes_nothing "$(step_losses "$T/sync.log" | tr '\n' ';') vs $(step_losses "$T/plain.log" | tr '\n' ';') $(tail -n 2 "$T/sync.log")"
+  fail sim_sync_check_changes_nothing "$(step_losses "$T/sync.metrics" | tr '\n' ';') vs $(step_losses "$T/plain.metrics" | tr '\n' ';') $(tail -n 2 "$T/sync.log")"
 fi
 expect_error sim_sync_check_bad_value "TRAIN_GPT_SYNC_CHECK='yes'" env TRAIN_GPT_SYNC_CHECK=yes "$TG" "${tiny[@]}" --device cuda
 
 # The op profile: a table of GPU time per op whose shares add up, and again the same bits.
-TRAIN_GPT_OP_PROFILE=1 "$TG" "${tiny[@]}" --device cuda --precision bf16 >"$T/prof.log" 2>&1
+TRAIN_GPT_OP_PROFILE=1 "$TG" "${tiny[@]}" --device cuda --precision bf16 --log-dir "$T/prof.metrics" >"$T/prof.log" 2>&1
 if grep -Eq '^op profile \| matmul_forward +[0-9]+ ' "$T/prof.log" && grep -Eq '^op profile \| attention_backward ' "$T/prof.log" &&
-   grep -Eq '^op profile \| all ops .* 100\.0%$' "$T/prof.log" && [ "$(step_losses "$T/prof.log")" = "$(step_losses "$T/plain.log")" ]; then
+   grep -Eq '^op profile \| all ops .* 100\.0%$' "$T/prof.log" && [ "$(step_losses "$T/prof.metrics")" = "$(step_losses "$T/plain.metrics")" ]; then
   ok sim_op_profile_table
 else
   fail sim_op_profile_table "$(grep '^op profile' "$T/prof.log" | head -n 3) $(tail -n 2 "$T/prof.log")"
@@ -51,9 +51,9 @@ else
 fi
 
 # 4. Head size 16 in BF16: one note naming the head size, then training goes on.
-"$TG" "${tiny[@]}" --channels 32 --heads 2 --device cuda --precision bf16 >"$T/hs16.log" 2>&1
+"$TG" "${tiny[@]}" --channels 32 --heads 2 --device cuda --precision bf16 --log-dir "$T/hs16.metrics" >"$T/hs16.log" 2>&1
 notes=$(grep -c 'note: attention runs on the CUDA-core kernels.*head size 16 has no tensor-core kernel' "$T/hs16.log")
-if [ "$notes" -eq 1 ] && [ "$(step_losses "$T/hs16.log" | wc -l)" -eq 3 ]; then
+if [ "$notes" -eq 1 ] && [ "$(step_losses "$T/hs16.metrics" | wc -l)" -eq 3 ]; then
   ok sim_head_size_fallback_said_once
 else
   fail sim_head_size_fallback_said_once "$notes notes; $(tail -n 2 "$T/hs16.log")"

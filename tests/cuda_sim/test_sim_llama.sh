@@ -14,12 +14,12 @@ tiny=(--arch llama --layers 2 --channels 64 --heads 4 --kv-heads 2 --seq-len 32 
 run() {  # run NAME ARGS...: train_gpt into $T/NAME.log
   local name=$1
   shift
-  "$TG" "${tiny[@]}" "$@" >"$T/$name.log" 2>&1
+  "$TG" "${tiny[@]}" "$@" --log-dir "$T/$name.metrics" >"$T/$name.log" 2>&1
 }
 # close A B TOL: every loss and norm of run B within TOL (relative) of run A's.
 close() {
-  [ "$(step_losses "$T/$2.log" | wc -l)" -eq 6 ] &&
-    paste <(step_losses "$T/$1.log") <(step_losses "$T/$2.log") |
+  [ "$(step_losses "$T/$2.metrics" | wc -l)" -eq 6 ] &&
+    paste <(step_losses "$T/$1.metrics") <(step_losses "$T/$2.metrics") |
       awk -v t="$3" '{ for (i = 1; i <= 2; i++) if ((($i - $(i + 2)) ^ 2) > (t * $i) ^ 2) bad = 1 } END { exit bad }'
 }
 
@@ -27,9 +27,9 @@ run cpu --device cpu
 run fp32 --device cuda --precision fp32
 run bf16 --device cuda --precision bf16
 if grep -q '^train_gpt | backend cuda' "$T/fp32.log" && close cpu fp32 1e-4; then ok sim_llama_fp32_follows_cpu
-else fail sim_llama_fp32_follows_cpu "$(paste <(step_losses "$T/cpu.log") <(step_losses "$T/fp32.log") | tr '\n' ';') $(tail -n 2 "$T/fp32.log")"; fi
-first=$(step_losses "$T/bf16.log" | head -n 1 | cut -d' ' -f1)
-last=$(step_losses "$T/bf16.log" | tail -n 1 | cut -d' ' -f1)
+else fail sim_llama_fp32_follows_cpu "$(paste <(step_losses "$T/cpu.metrics") <(step_losses "$T/fp32.metrics") | tr '\n' ';') $(tail -n 2 "$T/fp32.log")"; fi
+first=$(step_losses "$T/bf16.metrics" | head -n 1 | cut -d' ' -f1)
+last=$(step_losses "$T/bf16.metrics" | tail -n 1 | cut -d' ' -f1)
 if close cpu bf16 1e-2 && awk -v a="$first" -v b="$last" 'BEGIN { exit !(b < a - 0.05) }'; then ok sim_llama_bf16_learns
-else fail sim_llama_bf16_learns "$(paste <(step_losses "$T/cpu.log") <(step_losses "$T/bf16.log") | tr '\n' ';') $(tail -n 2 "$T/bf16.log")"; fi
+else fail sim_llama_bf16_learns "$(paste <(step_losses "$T/cpu.metrics") <(step_losses "$T/bf16.metrics") | tr '\n' ';') $(tail -n 2 "$T/bf16.log")"; fi
 finish
