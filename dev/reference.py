@@ -30,6 +30,11 @@ the two can be joined by op and shape:
   torch matmul fwd qkv       16384 x 768 -> 2304      0.123 ms  500.0 TFLOP/s
   torch model gpt2-124M eager L=12 C=768 B=16 T=1024  80.0 ms/step 204800 tok/s
 
+--cuda-bench --llama8b [--quick]: only a Llama-3-8B-shaped training step (4 of
+its layers, B=1, T=8192, FP32 master weights under BF16 autocast, SDPA, fused
+AdamW; 1.92B parameters, an estimated 55 GiB, its peak printed), eager and compiled, beside
+bench_gpu --llama8b. --device cpu runs the same code at a tiny shape (tests).
+
 With --train-data GLOB it trains instead on llm.c's batches, in llm.c's order
 and with llm.c's cosine schedule (what train_gpt --llmc-compat 1 must
 reproduce; one rank): --micro-batch B rows of --seq-len T per micro-step,
@@ -94,35 +99,45 @@ def rms_norm(x, w):
     return x * torch.rsqrt((x * x).mean(dim=-1, keepdim=True) + 1e-5) * w
 
 
-def rope(x, theta):
-    # x (B, heads, T, hs): pairs (i, i + hs/2) rotated by t * theta^(-2i/hs).
-    T, hs = x.shape[2], x.shape[3]
-    inv = theta ** (-torch.arange(0, hs, 2, dtype=torch.float64) / hs)
-    ang = torch.arange(T, dtype=torch.float64)[:, None] * inv[None, :]
-    cos = torch.cat([ang.cos(), ang.cos()], dim=-1).to(x.dtype)
-    sin = torch.cat([ang.sin(), ang.sin()], dim=-1).to(x.dtype)
+def rope_table(T, hs, theta, device):
+    """(cos, sin), each (T, hs) float64: pair (i, i + hs/2) turns by t * theta^(-2i/hs)."""
+    inv = theta ** (-torch.arange(0, hs, 2, dtype=torch.float64, device=device) / hs)
+    ang = torch.arange(T, dtype=torch.float64, device=device)[:, None] * inv[None, :]
+    return torch.cat([ang.cos(), ang.cos()], dim=-1), torch.cat([ang.sin(), ang.sin()], dim=-1)
+
+
+def rope(x, table):
+    # x (B, heads, T, hs): Hugging Face's rotate_half pairs (i, i + hs/2).
+    hs = x.shape[3]
+    cos, sin = (t.to(x.dtype) for t in table)
     x1, x2 = x[..., : hs // 2], x[..., hs // 2:]
     return x * cos + torch.cat([-x2, x1], dim=-1) * sin
 
 
-def llama_forward(cfg, p, idx):
+def llama_forward(cfg, p, idx, sdpa=False):
+    """The logits; sdpa: attention by F.scaled_dot_product_attention where this PyTorch has it."""
     B, T = idx.shape
     C, NH, NKV, L, H = cfg["C"], cfg["NH"], cfg["NKV"], cfg["L"], cfg["H"]
     hs = C // NH
+    sdpa = sdpa and hasattr(F, "scaled_dot_product_attention")  # PyTorch >= 2.0
     x = p["wte"][idx]
-    mask = torch.ones(T, T, dtype=torch.bool).tril()
+    mask = None if sdpa else torch.ones(T, T, dtype=torch.bool, device=idx.device).tril()
+    table = rope_table(T, hs, cfg["theta"], idx.device)
     for l in range(L):
         h = rms_norm(x, p["ln1w"][l])
         qkv = h @ p["qkvw"][l].T
         q, k, v = qkv.split([NH * hs, NKV * hs, NKV * hs], dim=2)
-        q = rope(q.view(B, T, NH, hs).transpose(1, 2), cfg["theta"])
-        k = rope(k.view(B, T, NKV, hs).transpose(1, 2), cfg["theta"])
+        q = rope(q.view(B, T, NH, hs).transpose(1, 2), table)
+        k = rope(k.view(B, T, NKV, hs).transpose(1, 2), table)
         v = v.view(B, T, NKV, hs).transpose(1, 2)
         k = k.repeat_interleave(NH // NKV, dim=1)  # query head h reads kv head h // (NH / NKV)
         v = v.repeat_interleave(NH // NKV, dim=1)
-        att = (q @ k.transpose(-2, -1)) / math.sqrt(hs)
-        att = att.masked_fill(~mask, float("-inf")).softmax(dim=-1)
-        y = (att @ v).transpose(1, 2).reshape(B, T, NH * hs)
+        if sdpa:
+            y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        else:
+            att = (q @ k.transpose(-2, -1)) / math.sqrt(hs)
+            y = att.masked_fill(~mask, float("-inf")).softmax(dim=-1) @ v
+        y = y.transpose(1, 2).reshape(B, T, NH * hs)
         x = x + y @ p["attprojw"][l].T
         h = rms_norm(x, p["ln2w"][l])
         gate, up = (h @ p["fcw"][l].T).split(H, dim=2)
@@ -162,7 +177,7 @@ def load_model(path, dtype):
 def forward(cfg, p, idx, sdpa=False):
     """The logits; sdpa: attention by F.scaled_dot_product_attention (the fast path on GPUs)."""
     if cfg.get("arch") == "llama":
-        return llama_forward(cfg, p, idx)
+        return llama_forward(cfg, p, idx, sdpa)
     B, T = idx.shape
     C, NH, L = cfg["C"], cfg["NH"], cfg["L"]
     hs = C // NH
@@ -386,7 +401,112 @@ def bench_gpt2_step(compiled, steps):
           f"{B * T / sec:10.0f} tok/s {B * T / sec * flops_token / 1e12:8.1f} TFLOP/s", flush=True)
 
 
+# Llama 3 8B's layer at 4 layers (dev/bench_gpu.c's --llama8b rows): C 4096, 32 query heads on 8 kv heads,
+# SwiGLU 14336, an untied 128,256-token head, RoPE theta 500000; one sequence of 8192 tokens per step.
+LLAMA8B = dict(L=4, C=4096, NH=32, NKV=8, H=14336, V=128256, B=1, T=8192)
+# The same code at a shape the CPU runs in a second (--device cpu: tests/test_bench_reference.py).
+LLAMA_TINY = dict(L=2, C=96, NH=3, NKV=1, H=160, V=300, B=2, T=64)
+
+
+def llama_flops_per_token(s, T):
+    """llm/plan/mfu.c's flops_per_token for an untied Llama: 6 N (N without the embedding, a
+    lookup) + 12 L h T, h = NH * HS. Returns (N with the embedding, FLOPs per token)."""
+    hs = s["C"] // s["NH"]
+    layer = (s["NH"] + 2 * s["NKV"]) * hs * s["C"] + s["C"] * s["NH"] * hs + 3 * s["H"] * s["C"] + 2 * s["C"]
+    n = s["L"] * layer + 2 * s["V"] * s["C"] + s["C"]
+    return n, 6.0 * (n - s["V"] * s["C"]) + 12.0 * s["L"] * s["NH"] * hs * T
+
+
+def llama_bench_timer(device):
+    if device == "cuda":
+        return cuda_time
+
+    def cpu_time(fn, reps):
+        import time
+        fn()
+        t0 = time.perf_counter()
+        for _ in range(reps):
+            fn()
+        return (time.perf_counter() - t0) / reps
+    return cpu_time
+
+
+def bench_llama_step(s, compiled, steps, device="cuda", name="llama8b"):
+    """One training step of a Llama of shape s as PyTorch users write it: FP32 master weights, BF16
+    autocast, F.scaled_dot_product_attention (causal; k and v repeated to the query heads), fused
+    AdamW on the GPU, clipping at 1.0. Prints ms/step, tok/s and model TFLOP/s (FLOPs per token as
+    train_gpt counts them), and the first step's loss (about ln V at this initialisation)."""
+    torch.manual_seed(0)
+    L, C, NH, NKV, H, V, B, T = (s[k] for k in ("L", "C", "NH", "NKV", "H", "V", "B", "T"))
+    Vp = (V + 127) // 128 * 128
+    cfg = dict(arch="llama", V=V, L=L, NH=NH, NKV=NKV, C=C, H=H, Vp=Vp, theta=500000.0)
+    p = {}
+    for pname, shape in llama_shapes(L, C, NH, NKV, H, Vp).items():
+        if pname in ("ln1w", "ln2w", "lnfw"):
+            t = torch.ones(shape, device=device)
+        else:
+            t = torch.randn(shape, device=device) * 0.02
+            if pname in ("wte", "lm_head"):
+                t[V:] = 0  # padded vocabulary rows, as train_gpt's
+        p[pname] = t.requires_grad_(True)
+    opt = torch.optim.AdamW(list(p.values()), lr=1e-4, betas=(0.9, 0.95), weight_decay=0.1,
+                            **({"fused": True} if device == "cuda" else {}))
+    idx = torch.randint(0, V, (B, T), device=device)
+    tgt = torch.randint(0, V, (B, T), device=device)
+
+    def loss_fn(idx_, tgt_):
+        with torch.autocast(device, dtype=torch.bfloat16):
+            return loss_of(cfg, llama_forward(cfg, p, idx_, sdpa=True), tgt_)
+
+    fn = torch.compile(loss_fn) if compiled else loss_fn
+    first = []
+
+    def step():
+        opt.zero_grad(set_to_none=True)
+        loss = fn(idx, tgt)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(list(p.values()), 1.0)
+        opt.step()
+        if not first:
+            first.append(float(loss))
+
+    sec = llama_bench_timer(device)(step, steps)
+    n, fpt = llama_flops_per_token(s, T)
+    mode = "compile" if compiled else "eager"
+    print(f"torch model {name} bf16 {mode:<7} L={L} C={C} B={B} T={T} {sec * 1e3:8.1f} ms/step "
+          f"{B * T / sec:10.0f} tok/s {B * T / sec * fpt / 1e12:8.1f} TFLOP/s (loss {first[0]:.4f}, "
+          f"{n} params, {fpt:.6g} FLOP/token)", flush=True)
+    if device == "cuda":
+        print(f"torch model {name} bf16 {mode} peak memory {torch.cuda.max_memory_allocated() / 2**30:.1f} GiB",
+              flush=True)
+    del p, opt
+
+
+def llama_bench(quick, device):
+    """--cuda-bench --llama8b: the Llama-3-8B-shaped step, eager and compiled (--device cpu: the
+    tiny shape, eager, for the tests). PyTorch here has no FP8 training of its own (torchao is not
+    assumed), so bench_gpu's FP8 row is compared with this BF16 step."""
+    if device == "cuda":
+        if not torch.cuda.is_available():
+            sys.exit("reference.py --cuda-bench --llama8b: PyTorch sees no CUDA GPU (--device cpu: the tiny shape)")
+        print(f"torch version {torch.__version__} cuda {torch.version.cuda} gpu {torch.cuda.get_device_name()}",
+              flush=True)
+        steps = 3 if quick else 10
+        bench_llama_step(LLAMA8B, False, steps)
+        if not quick:
+            try:
+                bench_llama_step(LLAMA8B, True, steps)
+            except Exception as e:  # a compile failure costs its own line, not the eager figure above
+                print(f"torch model llama8b bf16 compile: n/a ({type(e).__name__}: {str(e)[:200]})", flush=True)
+    else:
+        bench_llama_step(LLAMA_TINY, False, 2, device="cpu", name="llama-tiny")
+
+
 def cuda_bench(quick):
+    if "--llama8b" in sys.argv[1:]:
+        return llama_bench(quick, "cpu" if "--device=cpu" in sys.argv[1:] or
+                           ("--device" in sys.argv[1:] and sys.argv[sys.argv.index("--device") + 1] == "cpu")
+                           else "cuda")
     if not torch.cuda.is_available():
         sys.exit("reference.py --cuda-bench: PyTorch sees no CUDA GPU")
     reps = 5 if quick else 20
