@@ -22,9 +22,19 @@
 // Part 1b, attention grid: forward and backward TFLOP/s of cuDNN's fused
 // attention and of our kernels at T = 1K..32K, head sizes 64 and 128, in
 // the line format dev/bench_attention_torch.py uses for PyTorch's SDPA.
+// Part 4 (bench_gpu --llama8b, alone, so that the GPU check gives it its own
+// timeout): a Llama-3-8B-shaped model (Llama 3 8B's layer: C 4096, 32 query
+// heads on 8 kv heads, SwiGLU 14336, untied 128,256-token head, RoPE theta
+// 500000; 4 layers, B = 1, T = 8192; 1.92B parameters) trained in BF16 and in
+// FP8 (current scaling): tokens/s, model TFLOP/s and MFU with llm/plan/mfu.c's
+// Llama FLOPs per token over the dense BF16 peak ("n/a" for an unknown GPU or
+// a figure above 100%), and the tokens/s 32 such layers would give at the same
+// FLOP/s. dev/reference.py --cuda-bench --llama8b is PyTorch's step of the
+// same shape.
 // The last lines are the summary table.
 //
 //   bench_gpu [--quick]     --quick: fewer repetitions and only the first model
+//   bench_gpu --llama8b [--quick]    only part 4 (--quick: 3 steps instead of 10)
 #include <cuda_runtime.h>
 #include <math.h>
 #include <stdarg.h>
@@ -36,6 +46,7 @@
 #include "kernels/ops.h"
 #include "llm/fp8/fp8.h"
 #include "llm/gpt.h"
+#include "llm/plan/mfu.h"
 #include "llm/util/rng.h"
 #include "llm/trainer.h"
 
@@ -49,6 +60,7 @@ int attention_cudnn_last_used(void);
 
 static Backend* be;
 static double peak_tflops;   // dense BF16
+static int peak_known;       // the device is in bf16_peak_for's table (else MFU prints n/a)
 static double peak_gbs;      // memory bandwidth
 static double copy_gbs;      // a device-to-device copy measured in this run (0 until then)
 static int reps = 20;
@@ -88,6 +100,7 @@ static void device_info(void) {
     cudaDeviceGetAttribute(&mem_khz, cudaDevAttrMemoryClockRate, dev);
     peak_gbs = 2.0 * mem_khz * 1e3 * (p.memoryBusWidth / 8.0) / 1e9;
     peak_tflops = bf16_peak_for(p.name);
+    peak_known = peak_tflops > 0;
     printf("device: %s, %d SMs, compute capability %d.%d, %.0f GiB, memory %.0f GB/s, dense BF16 peak %s%.0f TFLOP/s\n",
            p.name, p.multiProcessorCount, p.major, p.minor, p.totalGlobalMem / 1073741824.0, peak_gbs,
            peak_tflops ? "" : "unknown, assuming ", peak_tflops ? peak_tflops : 989.0);
@@ -745,6 +758,69 @@ static void bench_fp8_model(int steps) {
     add_row("fp8/bf16 model hidden 4096 (L=4 B=%d T=%d): %.0f vs %.0f tok/s, %.2fx", B, T, B * T / f, B * T / b, b / f);
 }
 
+// ---- a Llama-3-8B-shaped model (--llama8b) --------------------------------------------------------
+
+// Llama 3 8B's shape (llm/presets.c's llama3-8B) with `layers` of its 32 layers.
+static GPTConfig llama8b_shape(int layers) {
+    GPTConfig c;
+    memset(&c, 0, sizeof c);
+    c.arch = ARCH_LLAMA;
+    c.max_seq_len = 8192;
+    c.vocab_size = 128256;
+    c.num_layers = layers;
+    c.num_heads = 32;
+    c.num_kv_heads = 8;
+    c.channels = 4096;
+    c.mlp_hidden = 14336;
+    c.tie_embeddings = 0;
+    c.rope_theta = 500000.0f;
+    gpt_config_finish(&c);
+    return c;
+}
+
+// "41.2%", or "n/a" where the peak is unknown or the figure impossible (above 100%).
+static const char* mfu_text(char* buf, size_t size, double flops_per_s) {
+    double m = flops_per_s / (peak_tflops * 1e12);
+    if (!peak_known || !(m > 0) || m > 1) snprintf(buf, size, "n/a");
+    else snprintf(buf, size, "%.1f%%", 100 * m);
+    return buf;
+}
+
+// The Llama-3-8B-shaped step in BF16 and FP8, one line each:
+//   llama8b bf16 L=4 C=4096 B=1 T=8192  <ms> ms/step <tok/s> tok/s <TF> TFLOP/s MFU <x%|n/a>  (...)
+// (scripts/gpu_check_summary.py reads it; reference.py prints PyTorch's as "torch model llama8b bf16 eager ...").
+static void bench_llama8b(int steps) {
+    const int B = 1, T = 8192;
+    GPTConfig c = llama8b_shape(4), full = llama8b_shape(32);
+    double fpt = flops_per_token(&c, T), fpt_full = flops_per_token(&full, T);
+    size_t free_b = 0, total_b = 0;
+    cudaMemGetInfo(&free_b, &total_b);
+    double need = model_bytes(&c, B, T) / 1073741824.0;
+    printf("llama8b shape: L=4 C=4096 NH=32 NKV=8 MLP=14336 V=128256 untied, B=%d T=%d: %.3fB parameters, "
+           "%.2f GFLOP/token; BF16 state + activations %.1f GiB of %.1f GiB free\n",
+           B, T, gpt_num_params(&c) / 1e9, fpt / 1e9, need, free_b / 1073741824.0);
+    if (need > 0.9 * free_b / 1073741824.0) {
+        printf("llama8b: skipped, %.1f GiB do not fit in 90%% of the free memory\n", need);
+        add_row("llama8b L=4 T=8192: skipped (needs %.1f GiB)", need);
+        return;
+    }
+    for (int fp8 = 0; fp8 <= 1; fp8++) {
+        const char* prec = fp8 ? "fp8" : "bf16";
+        if (fp8 && be->fp8_support == FP8_NONE) {
+            printf("llama8b fp8: n/a (this GPU has no FP8 tensor cores)\n");
+            continue;
+        }
+        double sec = model_step_seconds(c, B, T, steps, fp8);
+        double tok_s = B * T / sec, flops_s = tok_s * fpt;
+        char m[16];
+        printf("llama8b %-4s L=4 C=4096 B=%d T=%d %9.1f ms/step %9.0f tok/s %7.1f TFLOP/s MFU %s  "
+               "(32 layers at this FLOP/s: %.0f tok/s; peak memory %.1f GiB)\n",
+               prec, B, T, sec * 1e3, tok_s, flops_s / 1e12, mfu_text(m, sizeof m, flops_s), flops_s / fpt_full,
+               be->peak_allocated_bytes(be) / 1073741824.0);
+        add_row("llama8b %-4s L=4 T=%d: %.0f tok/s, %.1f TFLOP/s, MFU %s", prec, T, tok_s, flops_s / 1e12, m);
+    }
+}
+
 static GPTConfig gpt2(int L, int C, int NH, int V) {
     GPTConfig c;
     memset(&c, 0, sizeof c);
@@ -757,10 +833,26 @@ static GPTConfig gpt2(int L, int C, int NH, int V) {
 }
 
 int main(int argc, char** argv) {
-    int quick = argc > 1 && strcmp(argv[1], "--quick") == 0;
+    int quick = 0, llama8b = 0;
+    for (int i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "--quick") == 0) quick = 1;
+        else if (strcmp(argv[i], "--llama8b") == 0) llama8b = 1;
+        else {
+            fprintf(stderr, "bench_gpu: unknown argument '%s' (bench_gpu [--quick] [--llama8b])\n", argv[i]);
+            return 2;
+        }
+    }
     if (quick) reps = 5;
     be = cuda_backend_create(DTYPE_BF16);
     device_info();
+    if (llama8b) {
+        printf("---- a Llama-3-8B-shaped model (4 layers, T = 8192; BF16 and FP8 training steps) ----\n");
+        bench_llama8b(quick ? 3 : 10);
+        printf("---- summary (peak: %.0f TFLOP/s dense BF16%s) ----\n", peak_tflops, peak_known ? "" : ", assumed");
+        for (int i = 0; i < rows; i++) printf("%s\n", table[i]);
+        be->destroy(be);
+        return 0;
+    }
     printf("---- ops (BF16) ----\n");
     int N = 16 * 1024;
     bench_matmul("qkv", N, 768, 2304, 0, 1);

@@ -19,7 +19,9 @@
 #                and 24 layers x 2048 at T=1024, FP8 against BF16); and the same
 #                shapes in the image's PyTorch (dev/reference.py --cuda-bench:
 #                torch.matmul, F.scaled_dot_product_attention, a GPT-2 124M step
-#                eager and compiled), so every figure is also a ratio.
+#                eager and compiled), so every figure is also a ratio; a
+#                Llama-3-8B-shaped step (4 layers, T=8192) in BF16 and FP8
+#                (bench_gpu --llama8b) beside PyTorch's BF16 step of that shape.
 #
 # It ends with one summary table: each check ok/FAIL/TIMEOUT and each figure
 # with its ratio. Programs come from the GPU kit (`make gpu-kit` on any build
@@ -245,6 +247,10 @@ perf() {
   step bench-gpu 300 "$bin/bench_gpu" "${q[@]}"
   # The attention benchmarks of other kernels (cuDNN, mma.sync) hook in here when dev/bench_gpu offers them.
   step bench-torch 300 python3 "$src/dev/reference.py" --cuda-bench "${q[@]}"
+  # A Llama-3-8B-shaped step (4 layers, B=1, T=8192; ~36 GiB ours, ~55 GiB PyTorch's): ours in BF16 and
+  # FP8, then PyTorch's BF16 step eager and compiled, each its own step and timeout.
+  step bench-llama8b 150 "$bin/bench_gpu" --llama8b "${q[@]}"
+  step bench-torch-llama8b 180 python3 "$src/dev/reference.py" --cuda-bench --llama8b "${q[@]}"
 }
 
 case $phase in

@@ -140,6 +140,38 @@ def figures(work):
     for line in ours:
         if line.startswith("fp8/bf16"):
             rows.append((line.strip(), "", "", ""))
+    return rows + llama_figures(work)
+
+
+# bench_gpu --llama8b's lines and reference.py --cuda-bench --llama8b's (the Llama-3-8B-shaped step).
+LLAMA_LINE = re.compile(r"^llama8b (?P<prec>bf16|fp8)\s+L=(?P<L>\d+) C=\d+ B=\d+ T=(?P<T>\d+)\s+[\d.]+ ms/step\s+"
+                        r"(?P<tok>\d+) tok/s\s+(?P<tf>[\d.]+) TFLOP/s MFU (?P<mfu>[\d.]+%|n/a)\s+"
+                        r"\(32 layers at this FLOP/s: (?P<tok32>\d+) tok/s")
+TORCH_LLAMA = re.compile(r"^torch model llama8b bf16 (?P<mode>eager|compile)\s+L=\d+ C=\d+ B=\d+ T=\d+\s+"
+                         r"[\d.]+ ms/step\s+(?P<tok>\d+) tok/s\s+(?P<tf>[\d.]+) TFLOP/s")
+
+
+def llama_figures(work):
+    """The Llama-3-8B-shaped rows: ours (BF16, FP8) against PyTorch's BF16 step of the same run
+    (FP8 too: the PyTorch step has no FP8 of its own), MFU, and beside the published 8B figures
+    (other machines: shown, never divided)."""
+    ours = {m["prec"]: m for m in map(LLAMA_LINE.match, read(os.path.join(work, "logs", "bench-llama8b.log"))
+                                      .splitlines()) if m}
+    torch = {m["mode"]: float(m["tok"]) for m in map(TORCH_LLAMA.match,
+             read(os.path.join(work, "logs", "bench-torch-llama8b.log")).splitlines()) if m}
+    rows = []
+    for prec, m in sorted(ours.items()):  # bf16, fp8
+        tok = float(m["tok"])
+        rows.append((f"step llama8b {prec} L={m['L']} T={m['T']}", f"{tok:.0f} tok/s", "", ""))
+        for mode in ("eager", "compile"):
+            t = torch.get(mode)
+            rows.append((f"  vs PyTorch bf16 {mode}", f"{tok:.0f} tok/s", f"{t:.0f} tok/s" if t else "n/a",
+                         f"{tok / t:.2f}x" if t else "n/a"))
+        rows.append((f"MFU llama8b {prec} (of the dense BF16 peak)", m["mfu"], "", ""))
+    if "fp8" in ours:
+        m = ours["fp8"]
+        rows.append(("llama8b fp8 TFLOP/s (Megatron 8B FP8: 744, 8xH100)", f"{float(m['tf']):.1f} TFLOP/s", "", ""))
+        rows.append(("llama8b fp8 at 32 layers, est. (torchtitan: 8532)", f"{float(m['tok32']):.0f} tok/s", "", ""))
     return rows
 
 

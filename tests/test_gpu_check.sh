@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # test_gpu_check.sh: scripts/gpu_check.sh without a GPU. --dry-run walks both
 # phases, names every step with its timeout, checks the kit and ends with the
-# summary table; a kit missing a program fails the dry run naming it; bad
+# summary table; a kit missing a program fails the dry run naming it; a
+# stand-in kit (names only, no nvcc needed) shows the perf phase's
+# Llama-3-8B-shaped steps (ours and PyTorch's) with their timeouts; bad
 # arguments get one clear error. The summary (scripts/gpu_check_summary.py)
 # is checked on canned step logs in the exact formats of dev/bench_gpu.c and
 # dev/reference.py: ratios against PyTorch, the bit-for-bit resume check,
@@ -53,6 +55,31 @@ PY
   fi
 else
   echo "# skipped the dry run: no GPU kit at $kit (built by make tests where nvcc exists)"
+fi
+
+# ---- the dry run over a stand-in kit (program names only), so that it runs without nvcc too ----
+# The perf phase lists the Llama-3-8B-shaped steps, ours and PyTorch's, each with its own timeout.
+sk=$T/standin
+mkdir -p "$sk/data/kjv" "$sk/dev" "$sk/scripts" "$sk/kernels/cuda"
+cp dev/reference.py "$sk/dev/"
+cp scripts/gpu_check.sh scripts/gpu_check_summary.py "$sk/scripts/"
+touch "$sk/run.sh" "$sk/kernels/cuda/attention.cu" "$sk/data/kjv/tokenizer.bin" "$sk/data/kjv/kjv_train_000.bin"
+"$PY" - "$sk/bin.tar.xz" <<'PY'
+import io, sys, tarfile
+with tarfile.open(sys.argv[1], "w:xz") as t:
+    for name in ("bin/train_gpt", "bin/bench_gpu", "bin/test_gpu_ops", "bin/test_gpu_fp8", "bin/test_gpu_grid"):
+        info = tarfile.TarInfo(name)
+        info.mode = 0o755
+        t.addfile(info, io.BytesIO(b""))
+PY
+GPU_CHECK_WORK=$T/dry3 scripts/gpu_check.sh --dry-run --kit "$sk" --phase perf >"$T/dry3.out" 2>&1
+rc=$?
+if [ "$rc" -eq 0 ] && grep -q '^dry-run: bench-llama8b (timeout 150s): .*/bin/bench_gpu --llama8b$' "$T/dry3.out" &&
+   grep -q '^dry-run: bench-torch-llama8b (timeout 180s): python3 .*reference.py --cuda-bench --llama8b$' "$T/dry3.out" &&
+   grep -Eq '^bench-llama8b +dry-run' "$T/dry3.out" && tail -n 1 "$T/dry3.out" | grep -q '^0 failed'; then
+  ok gpu_check_dry_run_lists_llama8b_steps
+else
+  fail gpu_check_dry_run_lists_llama8b_steps "exit $rc: $(grep -E 'llama|FAIL|failed' "$T/dry3.out" | head -n 4)"
 fi
 
 # ---- the summary on canned logs ----

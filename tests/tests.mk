@@ -67,6 +67,7 @@ test-gpu: $(BIN) $(GPU_TEST_BINS)
 bench-gpu: $(BIN) $(GPU_BENCH)
 	@test -n "$(GPU_BENCH)" || { echo "bench-gpu: this build has no CUDA"; exit 1; }
 	$(GPU_BENCH)
+	$(GPU_BENCH) --llama8b
 
 $(BUILD)/gpu/bench_gpu: dev/bench_gpu.c $(BUILD)/libtrain.a $(CUDA_OBJS)
 	@mkdir -p $(dir $@)
