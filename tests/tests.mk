@@ -9,6 +9,8 @@ TEST_SCRIPTS := $(sort $(wildcard tests/test_*.sh tests/test_*.py))
 $(BUILD)/tests/%: tests/%.c $(BUILD)/libtrain.a tests/testlib.h
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -o $@ $< $(BUILD)/libtrain.a $(LDLIBS)
+# The two parity tests against PyTorch share their reading of reference.py and their checks.
+$(BUILD)/tests/test_torch_parity $(BUILD)/tests/test_torch_parity_llama: tests/torch_parity.h
 
 # GPU test programs in CUDA C (tests/gpu/*.cu), built in CUDA builds with NCCL so
 # that CI compiles them; run by `make test-gpu` on a machine with GPUs (the C ones below).
