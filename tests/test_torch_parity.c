@@ -14,10 +14,6 @@
 #define B 3
 #define T 13
 #define V 101
-#define STEPS 10
-
-static const ParityTraining TRAINING = {.lr = 3e-3, .warmup = 3, .final_frac = 0.1, .weight_decay = 0.1, .clip = 0.5,
-                                        .steps = STEPS};
 
 static char dir[256];
 static Backend* be;
@@ -27,7 +23,7 @@ static int32_t inputs[B * T], targets[B * T];
 
 static void setup(void) {
     snprintf(dir, sizeof dir, "/tmp/train_gpt_parity_%d", (int)getpid());
-    char cmd[1024];
+    char cmd[1536];
     snprintf(cmd, sizeof cmd, "mkdir -p %s", dir);
     if (system(cmd) != 0) exit(2);
 
@@ -50,14 +46,14 @@ static void setup(void) {
     snprintf(path, sizeof path, "%s/batch.bin", dir);
     parity_write_batch(path, key, inputs, targets, B, T, V);
 
+    char flags[256];
     snprintf(cmd, sizeof cmd,
-             "/usr/bin/python3 dev/reference.py --model %s/model.bin --batch %s/batch.bin --out %s/expected.bin "
-             "--steps %d --lr %g --warmup %g --lr-final-frac %g --weight-decay %g --grad-clip %g",
-             dir, dir, dir, STEPS, TRAINING.lr, TRAINING.warmup, TRAINING.final_frac, TRAINING.weight_decay,
-             TRAINING.clip);
+             "/usr/bin/python3 dev/reference.py --model %s/model.bin --batch %s/batch.bin "
+             "--out %s/expected.bin %s",
+             dir, dir, dir, parity_training_flags(flags, sizeof flags, PARITY_TRAINING, PARITY_TRAINING.steps));
     parity_run_reference(cmd, "dev/reference.py");
     snprintf(path, sizeof path, "%s/expected.bin", dir);
-    parity_read_expected(path, &ex, B, T, V, STEPS);
+    parity_read_expected(path, &ex, B, T, V, PARITY_TRAINING.steps);
 }
 
 static void test_reference_header(void) { parity_check_header(&ex, B, T, V, 128, llmc_num_elements(&model.config)); }
@@ -70,7 +66,7 @@ static void test_forward_logits_and_loss(void) {
 
 static void test_gradients(void) { parity_check_gradients(&model, &ex, B, T); }
 
-static void test_ten_adamw_steps(void) { parity_check_adamw_steps(&model, &ex, B, T, TRAINING); }
+static void test_ten_adamw_steps(void) { parity_check_adamw_steps(&model, &ex, B, T, PARITY_TRAINING); }
 
 int main(void) {
     setup();

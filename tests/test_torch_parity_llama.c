@@ -17,12 +17,8 @@
 
 #define B 2
 #define T 37
-#define STEPS 10
 #define V 101
 #define VP 128
-
-static const ParityTraining TRAINING = {.lr = 3e-3, .warmup = 3, .final_frac = 0.1, .weight_decay = 0.1, .clip = 0.5,
-                                        .steps = STEPS};
 
 static char dir[256];
 static Backend* be;
@@ -59,13 +55,13 @@ static void setup(GPT* m, ParityExpected* ex, int tied, int steps) {
     snprintf(path, sizeof path, "%s/batch.bin", dir);
     parity_write_batch(path, key, inputs, targets, B, T, V);
 
+    char flags[256];
     snprintf(cmd, sizeof cmd,
              "/usr/bin/python3 dev/reference.py --arch llama --model %s/llama.f32 --batch %s/batch.bin "
              "--out %s/expected.bin --layers %d --channels %d --heads %d --kv-heads %d --mlp-hidden %d --vocab %d "
-             "--rope-theta %g --tied %d --steps %d --lr %g --warmup %g --lr-final-frac %g --weight-decay %g "
-             "--grad-clip %g",
+             "--rope-theta %g --tied %d %s",
              dir, dir, dir, c.num_layers, c.channels, c.num_heads, c.num_kv_heads, c.mlp_hidden, V, c.rope_theta, tied,
-             steps, TRAINING.lr, TRAINING.warmup, TRAINING.final_frac, TRAINING.weight_decay, TRAINING.clip);
+             parity_training_flags(flags, sizeof flags, PARITY_TRAINING, steps));
     parity_run_reference(cmd, "dev/reference.py --arch llama");
     snprintf(path, sizeof path, "%s/expected.bin", dir);
     parity_read_expected(path, ex, B, T, V, steps);
@@ -77,12 +73,12 @@ static void setup(GPT* m, ParityExpected* ex, int tied, int steps) {
 static void test_untied(void) {
     GPT m;
     ParityExpected ex;
-    setup(&m, &ex, 0, STEPS);
+    setup(&m, &ex, 0, PARITY_TRAINING.steps);
     CHECK(gpt_has_kind(&m.config, P_LMHEAD) && !gpt_has_kind(&m.config, P_WPE) && !gpt_has_kind(&m.config, P_QKVB),
           "untied Llama tensor kinds");
     parity_check_logits_and_loss(&m, &ex, B, T, 0.1);
     parity_check_gradients(&m, &ex, B, T);
-    parity_check_adamw_steps(&m, &ex, B, T, TRAINING);
+    parity_check_adamw_steps(&m, &ex, B, T, PARITY_TRAINING);
     parity_free_expected(&ex);
     gpt_free(&m);
 }

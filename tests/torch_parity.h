@@ -38,6 +38,18 @@ typedef struct {
     int steps;
 } ParityTraining;
 
+// What both tests train with: 10 steps, warmup 3, cosine decay to 0.1 of the
+// peak, weight decay 0.1, and clipping at 0.5 (which engages).
+static const ParityTraining PARITY_TRAINING = {.lr = 3e-3, .warmup = 3, .final_frac = 0.1, .weight_decay = 0.1,
+                                               .clip = 0.5, .steps = 10};
+
+// reference.py's flags for tr's schedule and clipping over `steps` steps, into buf.
+static inline const char* parity_training_flags(char* buf, size_t size, ParityTraining tr, int steps) {
+    snprintf(buf, size, "--steps %d --lr %g --warmup %g --lr-final-frac %g --weight-decay %g --grad-clip %g", steps,
+             tr.lr, tr.warmup, tr.final_frac, tr.weight_decay, tr.clip);
+    return buf;
+}
+
 // Largest |a - b| relative to the largest |b|: one number per tensor, so small
 // entries of a large tensor are judged on the tensor's scale.
 static inline double parity_max_rel_err(const float* a, const float* b, size_t n) {

@@ -218,3 +218,32 @@ static inline double largest_gap(const double* got, const double* want, int n, i
 }
 
 static inline int same_bits(const void* a, const void* b, size_t bytes) { return memcmp(a, b, bytes) == 0; }
+
+// ---- the op tests' frame (test_gpu_ops.c, test_gpu_llama_ops.c) ----
+
+// Every op case runs in FP32 and in BF16: the dtype ends the case's name.
+static inline const char* gpu_dtype_suffix(void) { return gdt() == DTYPE_F32 ? "_fp32" : "_bf16"; }
+
+// Frees a case's buffers: GPU_FREE(g_a, g_b, ...) on the backend under test, REF_FREE(r_a, ...) on the reference.
+static inline void gpu_free_all(void* const* bufs, size_t n) {
+    for (size_t i = 0; i < n; i++) gpu->free(gpu, bufs[i]);
+}
+static inline void ref_free_all(void* const* bufs, size_t n) {
+    for (size_t i = 0; i < n; i++) ref->free(ref, bufs[i]);
+}
+#define GPU_FREE(...) gpu_free_all((void* const[]){__VA_ARGS__}, sizeof((void* const[]){__VA_ARGS__}) / sizeof(void*))
+#define REF_FREE(...) ref_free_all((void* const[]){__VA_ARGS__}, sizeof((void* const[]){__VA_ARGS__}) / sizeof(void*))
+
+// main() of an op test: the CPU reference backend (FP32) beside the CUDA
+// backend in FP32 and then in BF16, `cases` run once with each; the exit status.
+static inline int gpu_test_each_dtype(void (*cases)(void)) {
+    ref = cpu_backend_create(DTYPE_F32, 0);
+    DType dtypes[] = {DTYPE_F32, DTYPE_BF16};
+    for (int i = 0; i < 2; i++) {
+        gpu = cuda_backend_create(dtypes[i]);
+        cases();
+        gpu->destroy(gpu);
+    }
+    ref->destroy(ref);
+    return TESTS_DONE();
+}

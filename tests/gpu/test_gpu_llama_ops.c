@@ -12,8 +12,7 @@
 
 static int small;
 
-static const char* dtype_suffix(void) { return gdt() == DTYPE_F32 ? "_fp32" : "_bf16"; }
-#define RUN_DT(fn) RUN_SUFFIXED(fn, dtype_suffix())
+#define RUN_DT(fn) RUN_SUFFIXED(fn, gpu_dtype_suffix())
 
 // The largest |x| of a device buffer as stored.
 static float device_amax(const void* d, size_t n) {
@@ -53,10 +52,8 @@ static void gqa_case(int B, int T, int NH, int NKV, int HS) {
     CHECK(same_bits(first, second, nqkv * sizeof(float)), "gqa backward is not deterministic");
     free(first);
     free(second);
-    void* gbufs[] = {g_qkv, g_out, g_lse, g_dout, g_dqkv};
-    for (int i = 0; i < 5; i++) gpu->free(gpu, gbufs[i]);
-    float* rbufs[] = {r_qkv, r_out, r_lse, r_dout, r_dqkv};
-    for (int i = 0; i < 5; i++) ref->free(ref, rbufs[i]);
+    GPU_FREE(g_qkv, g_out, g_lse, g_dout, g_dqkv);
+    REF_FREE(r_qkv, r_out, r_lse, r_dout, r_dqkv);
     free(qkv);
     free(dout);
 }
@@ -114,10 +111,8 @@ static void rmsnorm_case(int N, int C) {
         EXPECT_DEVICE_CLOSE(g_out, r_out2, n, tolerance(1), what);
     }
     free(stored);
-    void* gbufs[] = {g_a, g_b, g_w, g_out, g_rstd, g_amax, g_res};
-    for (int i = 0; i < 7; i++) gpu->free(gpu, gbufs[i]);
-    float* rbufs[] = {r_a, r_w, r_out, r_rstd, r_b, r_res, r_in2, r_out2};
-    for (int i = 0; i < 8; i++) ref->free(ref, rbufs[i]);
+    GPU_FREE(g_a, g_b, g_w, g_out, g_rstd, g_amax, g_res);
+    REF_FREE(r_a, r_w, r_out, r_rstd, r_b, r_res, r_in2, r_out2);
     free(a);
     free(b);
     free(w);
@@ -159,10 +154,8 @@ static void rmsnorm_backward_case(int N, int C) {
     CHECK(same_bits(first, second, (size_t)C * sizeof(float)), "rmsnorm backward is not deterministic");
     free(first);
     free(second);
-    void* gbufs[] = {g_inp, g_w, g_dout, g_dinp, g_dw, g_rstd, g_amax, again, dinp2};
-    for (int i = 0; i < 9; i++) gpu->free(gpu, gbufs[i]);
-    float* rbufs[] = {r_inp, r_w, r_dout, r_dinp, r_dw, r_out, r_rstd};
-    for (int i = 0; i < 7; i++) ref->free(ref, rbufs[i]);
+    GPU_FREE(g_inp, g_w, g_dout, g_dinp, g_dw, g_rstd, g_amax, again, dinp2);
+    REF_FREE(r_inp, r_w, r_dout, r_dinp, r_dw, r_out, r_rstd);
     free(inp);
     free(w);
     free(dout);
@@ -234,10 +227,8 @@ static void swiglu_case(int N, int H) {
     gpu->to_host(gpu, amax, g_amax, sizeof amax);
     CHECK(amax[0] == device_amax(g_out, n), "swiglu forward amax %g is not max |out|", amax[0]);
     CHECK(amax[1] == device_amax(g_dinp, 2 * n), "swiglu backward amax %g is not max |dinp|", amax[1]);
-    void* gbufs[] = {g_inp, g_dout, g_out, g_dinp, g_amax};
-    for (int i = 0; i < 5; i++) gpu->free(gpu, gbufs[i]);
-    float* rbufs[] = {r_inp, r_dout, r_out, r_dinp};
-    for (int i = 0; i < 4; i++) ref->free(ref, rbufs[i]);
+    GPU_FREE(g_inp, g_dout, g_out, g_dinp, g_amax);
+    REF_FREE(r_inp, r_dout, r_out, r_dinp);
     free(inp);
     free(dout);
 }
@@ -267,32 +258,24 @@ static void test_encoder_no_positions(void) {
     EXPECT_DEVICE_CLOSE(g_out, r_out, N * C, 0.0, "encoder out without positions");
     EXPECT_DEVICE_CLOSE(g_dwte, r_dwte, (size_t)V * C, gdt() == DTYPE_F32 ? 0.0 : tolerance(1),
                         "encoder dwte without positions");
-    void* gbufs[] = {g_wte, g_out, g_dout, g_dwte, g_tok};
-    for (int i = 0; i < 5; i++) gpu->free(gpu, gbufs[i]);
-    float* rbufs[] = {r_wte, r_out, r_dout, r_dwte};
-    for (int i = 0; i < 4; i++) ref->free(ref, rbufs[i]);
+    GPU_FREE(g_wte, g_out, g_dout, g_dwte, g_tok);
+    REF_FREE(r_wte, r_out, r_dout, r_dwte);
     free(wte);
     free(dout);
     free(dwte);
     free(tok);
 }
 
-static void run_all(DType dt) {
-    gpu = cuda_backend_create(dt);
+static void cases(void) {
     RUN_DT(test_encoder_no_positions);
     RUN_DT(test_gqa_attention);
     RUN_DT(test_rmsnorm_forward);
     RUN_DT(test_rmsnorm_backward);
     RUN_DT(test_rope);
     RUN_DT(test_swiglu);
-    gpu->destroy(gpu);
 }
 
 int main(void) {
     small = test_small();
-    ref = cpu_backend_create(DTYPE_F32, 0);
-    run_all(DTYPE_F32);
-    run_all(DTYPE_BF16);
-    ref->destroy(ref);
-    return TESTS_DONE();
+    return gpu_test_each_dtype(cases);
 }

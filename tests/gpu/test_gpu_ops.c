@@ -16,8 +16,7 @@
 static int small;
 
 // Every case runs in FP32 and in BF16: the dtype ends the case's name.
-static const char* dtype_suffix(void) { return gdt() == DTYPE_F32 ? "_fp32" : "_bf16"; }
-#define RUN_DT(fn) RUN_SUFFIXED(fn, dtype_suffix())
+#define RUN_DT(fn) RUN_SUFFIXED(fn, gpu_dtype_suffix())
 
 // ---- conversions ------------------------------------------------------------------------------------
 
@@ -276,8 +275,7 @@ static void layernorm_backward_case(int N, int C) {
 
     void* bufs[] = {g_inp, g_w, g_dout, g_dinp, g_dw, g_db, g_mean, g_rstd};
     for (int i = 0; i < 8; i++) gpu->free(gpu, bufs[i]);
-    float* rbufs[] = {r_inp, r_w, r_dout, r_dinp, r_dw, r_db, r_out, r_mean, r_rstd, r_bias};
-    for (int i = 0; i < 10; i++) ref->free(ref, rbufs[i]);
+    REF_FREE(r_inp, r_w, r_dout, r_dinp, r_dw, r_db, r_out, r_mean, r_rstd, r_bias);
     free(inp);
     free(w);
     free(dout);
@@ -360,8 +358,7 @@ static void matmul_backward_case(int N, int C, int OC) {
     free(after);
     void* bufs[] = {g_inp, g_w, g_dout, g_dinp, g_dw, g_db};
     for (int i = 0; i < 6; i++) gpu->free(gpu, bufs[i]);
-    float* rbufs[] = {r_inp, r_w, r_dout, r_dinp, r_dw, r_db};
-    for (int i = 0; i < 6; i++) ref->free(ref, rbufs[i]);
+    REF_FREE(r_inp, r_w, r_dout, r_dinp, r_dw, r_db);
     free(inp);
     free(wt);
     free(dout);
@@ -402,8 +399,7 @@ static void test_gelu(void) {
     EXPECT_DEVICE_CLOSE(g_out, r_out, n, tolerance(1), "gelu forward, unaligned");
     void* bufs[] = {g_x, g_g, g_out, g_din};
     for (int i = 0; i < 4; i++) gpu->free(gpu, bufs[i]);
-    float* rbufs[] = {r_x, r_g, r_out, r_din};
-    for (int i = 0; i < 4; i++) ref->free(ref, rbufs[i]);
+    REF_FREE(r_x, r_g, r_out, r_din);
     free(x);
     free(g);
 }
@@ -708,9 +704,8 @@ static void test_memory_accounting(void) {
     CHECK(gpu->native_stream(gpu) != NULL, "the CUDA backend has no stream");
 }
 
-static void run_all(DType dt) {
-    gpu = cuda_backend_create(dt);
-    if (dt == DTYPE_F32) RUN_DT(test_convert);
+static void cases(void) {
+    if (gdt() == DTYPE_F32) RUN_DT(test_convert);
     RUN_DT(test_memory_accounting);
     RUN_DT(test_encoder_forward);
     RUN_DT(test_encoder_backward);
@@ -725,14 +720,9 @@ static void run_all(DType dt) {
     RUN_DT(test_cross_entropy);
     RUN_DT(test_sums);
     RUN_DT(test_adamw);
-    gpu->destroy(gpu);
 }
 
 int main(void) {
     small = test_small();
-    ref = cpu_backend_create(DTYPE_F32, 0);
-    run_all(DTYPE_F32);
-    run_all(DTYPE_BF16);
-    ref->destroy(ref);
-    return TESTS_DONE();
+    return gpu_test_each_dtype(cases);
 }
