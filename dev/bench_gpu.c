@@ -762,18 +762,9 @@ static void bench_fp8_model(int steps) {
 
 // Llama 3 8B's shape (llm/presets.c's llama3-8B) with `layers` of its 32 layers.
 static GPTConfig llama8b_shape(int layers) {
-    GPTConfig c;
-    memset(&c, 0, sizeof c);
-    c.arch = ARCH_LLAMA;
-    c.max_seq_len = 8192;
-    c.vocab_size = 128256;
-    c.num_layers = layers;
-    c.num_heads = 32;
-    c.num_kv_heads = 8;
-    c.channels = 4096;
-    c.mlp_hidden = 14336;
-    c.tie_embeddings = 0;
-    c.rope_theta = 500000.0f;
+    GPTConfig c = {.arch = ARCH_LLAMA, .max_seq_len = 8192, .vocab_size = 128256, .num_layers = layers,
+                   .num_heads = 32, .num_kv_heads = 8, .channels = 4096, .mlp_hidden = 14336, .tie_embeddings = 0,
+                   .rope_theta = 500000.0f};
     gpt_config_finish(&c);
     return c;
 }

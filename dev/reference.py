@@ -51,6 +51,7 @@ import argparse
 import math
 import struct
 import sys
+import time
 
 import numpy as np
 import torch
@@ -369,6 +370,24 @@ def bench_sdpa(B, T, NH, HS, reps):
     report("attention fwd+bwd", shape, tf + tb, 3.5 * fwd)
 
 
+def time_train_step(p, opt, loss_fn, idx, tgt, compiled, steps, timer):
+    """Mean seconds (by timer) of one optimizer step of the parameters p: loss_fn(idx, tgt) (under
+    torch.compile if compiled), backward, clipping at 1.0, opt.step(); and the first step's loss."""
+    fn = torch.compile(loss_fn) if compiled else loss_fn
+    first = []
+
+    def step():
+        opt.zero_grad(set_to_none=True)
+        loss = fn(idx, tgt)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(list(p.values()), 1.0)
+        opt.step()
+        if not first:
+            first.append(float(loss))
+
+    return timer(step, steps), first[0]
+
+
 def bench_gpt2_step(compiled, steps):
     torch.manual_seed(0)
     cfg = dict(maxT=1024, V=50257, L=12, NH=12, C=768, Vp=50304)
@@ -384,16 +403,7 @@ def bench_gpt2_step(compiled, steps):
         with torch.autocast("cuda", dtype=torch.bfloat16):
             return loss_of(cfg, forward(cfg, p, idx_, sdpa=True), tgt_)
 
-    fn = torch.compile(loss_fn) if compiled else loss_fn
-
-    def step():
-        opt.zero_grad(set_to_none=True)
-        loss = fn(idx, idx)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(list(p.values()), 1.0)
-        opt.step()
-
-    sec = cuda_time(step, steps)
+    sec, _ = time_train_step(p, opt, loss_fn, idx, idx, compiled, steps, cuda_time)
     n_params = sum(t.numel() for t in p.values()) - (cfg["Vp"] - cfg["V"]) * cfg["C"]
     flops_token = 6.0 * n_params + 12.0 * cfg["L"] * cfg["C"] * T
     mode = "compile" if compiled else "eager"
@@ -422,7 +432,6 @@ def llama_bench_timer(device):
         return cuda_time
 
     def cpu_time(fn, reps):
-        import time
         fn()
         t0 = time.perf_counter()
         for _ in range(reps):
@@ -458,28 +467,15 @@ def bench_llama_step(s, compiled, steps, device="cuda", name="llama8b"):
         with torch.autocast(device, dtype=torch.bfloat16):
             return loss_of(cfg, llama_forward(cfg, p, idx_, sdpa=True), tgt_)
 
-    fn = torch.compile(loss_fn) if compiled else loss_fn
-    first = []
-
-    def step():
-        opt.zero_grad(set_to_none=True)
-        loss = fn(idx, tgt)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(list(p.values()), 1.0)
-        opt.step()
-        if not first:
-            first.append(float(loss))
-
-    sec = llama_bench_timer(device)(step, steps)
+    sec, first_loss = time_train_step(p, opt, loss_fn, idx, tgt, compiled, steps, llama_bench_timer(device))
     n, fpt = llama_flops_per_token(s, T)
     mode = "compile" if compiled else "eager"
     print(f"torch model {name} bf16 {mode:<7} L={L} C={C} B={B} T={T} {sec * 1e3:8.1f} ms/step "
-          f"{B * T / sec:10.0f} tok/s {B * T / sec * fpt / 1e12:8.1f} TFLOP/s (loss {first[0]:.4f}, "
+          f"{B * T / sec:10.0f} tok/s {B * T / sec * fpt / 1e12:8.1f} TFLOP/s (loss {first_loss:.4f}, "
           f"{n} params, {fpt:.6g} FLOP/token)", flush=True)
     if device == "cuda":
         print(f"torch model {name} bf16 {mode} peak memory {torch.cuda.max_memory_allocated() / 2**30:.1f} GiB",
               flush=True)
-    del p, opt
 
 
 def llama_bench(quick, device):

@@ -69,9 +69,9 @@ check("reference_llama_bench_params_equal_planner", loss and want_params and
 # ---- the 8B shape: the same in both benchmarks, and the planner's FLOPs ----
 src = open(os.path.join(ROOT, "dev", "bench_gpu.c")).read()
 s = reference.LLAMA8B
-c_fields = [f"c.channels = {s['C']};", f"c.num_heads = {s['NH']};", f"c.num_kv_heads = {s['NKV']};",
-            f"c.mlp_hidden = {s['H']};", f"c.vocab_size = {s['V']};", "c.tie_embeddings = 0;",
-            "c.rope_theta = 500000.0f;", f"llama8b_shape({s['L']})", f"const int B = {s['B']}, T = {s['T']};"]
+c_fields = [f".channels = {s['C']},", f".num_heads = {s['NH']},", f".num_kv_heads = {s['NKV']},",
+            f".mlp_hidden = {s['H']},", f".vocab_size = {s['V']},", ".tie_embeddings = 0,",
+            ".rope_theta = 500000.0f}", f"llama8b_shape({s['L']})", f"const int B = {s['B']}, T = {s['T']};"]
 missing = [f for f in c_fields if f not in src]
 check("llama8b_shape_same_in_bench_gpu", not missing, f"dev/bench_gpu.c lacks {missing}")
 n, fpt = reference.llama_flops_per_token(s, s["T"])
