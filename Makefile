@@ -55,15 +55,16 @@ LIB_SRCS := $(wildcard llm/*.c llm/*/*.c data/*.c kernels/*.c kernels/cpu/*.c)
 LIB_OBJS := $(LIB_SRCS:%.c=$(BUILD)/%.o)
 
 ifneq ($(NVCC),)
-  # CUDA build: the CUDA backend by nvcc; cuBLASLt and NCCL's headers found by
-  # kernels/cuda/libs.mk (toolkit, /usr or Python wheels), which prints where.
+  # CUDA build: the CUDA backend by nvcc; cuBLASLt found by kernels/cuda/libs.mk
+  # (toolkit, /usr or Python wheels), which prints where. NCCL needs nothing at
+  # build time (llm/parallel/nccl_abi.h; libnccl.so.2 is opened at run time).
   CUDA_ARCH  ?= -gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,code=sm_90 \
                 -gencode arch=compute_100,code=sm_100 -gencode arch=compute_100,code=compute_100
   # -lineinfo: source lines for compute-sanitizer and ncu (no effect on the code).
   NVCCFLAGS  := -O3 -std=c++17 $(CUDA_ARCH) -lineinfo -I. -Xcompiler -fopenmp,-Wall,-Wno-unused-parameter
   include kernels/cuda/libs.mk
-  CUDA_SRCS  := $(wildcard kernels/cuda/*.cu) $(if $(NCCL_INC),$(wildcard llm/*/*.cu))
-  NVCCFLAGS  += $(CUBLASLT_CFLAGS) $(NCCL_CFLAGS)
+  CUDA_SRCS  := $(wildcard kernels/cuda/*.cu) $(wildcard llm/*/*.cu)
+  NVCCFLAGS  += $(CUBLASLT_CFLAGS)
   CUDA_LIBS  := $(CUBLASLT_LIBS) $(CUDART_LIBS) $(if $(filter 1,$(STATIC_DEPS)),,-lstdc++)
   # CUDA_BUILD: where the CUDA objects live (gpu-kit reuses the default build's).
   CUDA_BUILD ?= $(BUILD)

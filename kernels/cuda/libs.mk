@@ -1,14 +1,15 @@
 # kernels/cuda/libs.mk: where the CUDA backend's libraries are, included by the
 # Makefile in CUDA builds. Each is looked for in the CUDA toolkit, then Debian's
 # /usr, then the Python wheels' site-packages/nvidia/<pkg>/{include,lib}
-# (pip's nvidia-cublas, nvidia-nccl-cu13, nvidia-cudnn-cu13), and make prints
-# which one it used. Override with CUBLASLT_HOME / NCCL_HOME / CUDNN_HOME
-# (a folder with include/ and lib/ or lib64/) or PY_SITE (site-packages folders).
+# (pip's nvidia-cublas, nvidia-cudnn-cu13), and make prints which one it used.
+# Override with CUBLASLT_HOME / CUDNN_HOME (a folder with include/ and lib/ or
+# lib64/) or PY_SITE (site-packages folders).
 #
-# cuBLASLt is linked (train_gpt needs it for every GEMM). NCCL needs its header
-# only: llm/parallel/comm_nccl.cu opens libnccl.so.2 at run time, when two or
-# more GPUs share a rank group, so one GPU needs no NCCL. cuDNN is found and
-# reported for the code that uses it (CUDNN_CFLAGS, CUDNN_LIBS).
+# cuBLASLt is linked (train_gpt needs it for every GEMM). NCCL is not looked
+# for: llm/parallel/comm_nccl.cu declares the part of NCCL's ABI it uses
+# (llm/parallel/nccl_abi.h) and opens libnccl.so.2 at run time, when two or
+# more GPUs share a rank group, so one GPU needs no NCCL and the build needs
+# no nccl.h. cuDNN is found and reported for the code that uses it (CUDNN_CFLAGS, CUDNN_LIBS).
 PY_SITE ?= $(shell python3 -c 'import site; print(" ".join(site.getsitepackages()))' 2>/dev/null)
 
 # $(call cuda_lib_find,HEADER,LIB,WHEEL_PKG,HOME): the first folder holding
@@ -21,7 +22,6 @@ cuda_lib_find = $(firstword $(foreach d,$(call cuda_lib_dirs,$(1),$(2),$(3),$(4)
 cuda_lib_link = $(foreach l,$(wildcard $(1)/lib64 $(1)/lib/x86_64-linux-gnu $(1)/lib),-L$(l) -Wl,-rpath,$(l))
 
 CUBLASLT_DIR := $(call cuda_lib_find,cublasLt.h,libcublasLt.so,cublas,$(CUBLASLT_HOME))
-NCCL_DIR     := $(call cuda_lib_find,nccl.h,,nccl,$(NCCL_HOME))
 CUDNN_DIR    := $(call cuda_lib_find,cudnn.h,libcudnn.so*,cudnn,$(CUDNN_HOME))
 
 ifeq ($(CUBLASLT_DIR),)
@@ -32,14 +32,12 @@ CUBLASLT_LIBS   := $(call cuda_lib_link,$(CUBLASLT_DIR)) -lcublasLt
 # The CUDA runtime: the toolkit's static library (no libcudart.so to find at run time).
 CUDART_LIBS     := -L$(CUDA_HOME)/lib64 -lcudart_static -lrt -ldl -lpthread
 
-NCCL_INC    := $(if $(NCCL_DIR),$(NCCL_DIR)/include)
-NCCL_CFLAGS := $(if $(NCCL_INC),-I$(NCCL_INC))
 CUDNN_CFLAGS := $(if $(CUDNN_DIR),-I$(CUDNN_DIR)/include)
 CUDNN_LIBS   := $(if $(CUDNN_DIR),$(call cuda_lib_link,$(CUDNN_DIR)) -lcudnn)
 
 # Printed once per make (not by the recursive makes of gpu-kit).
 ifeq ($(MAKELEVEL),0)
   $(info cuBLASLt: $(CUBLASLT_DIR) (linked))
-  $(info NCCL:     $(if $(NCCL_DIR),headers from $(NCCL_DIR); libnccl.so.2 is opened at run time for 2+ GPUs,nccl.h not found: llm/parallel/comm_nccl.cu is left out and the CUDA backend cannot train (pip install nvidia-nccl-cu13 or set NCCL_HOME; only the header is needed)))
+  $(info NCCL:     no header needed; libnccl.so.2 is opened at run time for 2+ GPUs)
   $(info cuDNN:    $(if $(CUDNN_DIR),$(CUDNN_DIR),not found))
 endif

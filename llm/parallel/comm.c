@@ -380,8 +380,8 @@ void comm_attach_backend(Comm* c, Backend* be) {
         return;
     }
     if (!comm_nccl_create)
-        fatal("backend %s: this build has no collectives on GPU memory (llm/parallel/comm_nccl.cu was left out: "
-              "make found no nccl.h; it needs the header only, even for one GPU)", be->name);
+        fatal("backend %s: this build has no collectives on GPU memory (llm/parallel/comm_nccl.cu is not linked "
+              "in: build it with nvcc, `make`)", be->name);
     c->dev = comm_nccl_create(c, be->native_stream(be));
 }
 

@@ -6,7 +6,7 @@
 // and only when a rank group has two or more ranks: one GPU trains without
 // NCCL installed, and a binary built elsewhere finds it wherever it lives
 // (the toolkit, /usr, a Python wheel's nvidia/nccl/lib on LD_LIBRARY_PATH).
-// The build needs nccl.h only.
+// The build needs no NCCL at all: nccl_abi.h declares what this file uses.
 //
 // One NCCL communicator per rank group, bootstrapped by broadcasting an
 // ncclUniqueId over MPI from the group's first rank. Every collective runs on
@@ -20,11 +20,11 @@
 // --collective-timeout, aborts the communicators (ncclCommAbort) so that the
 // stuck kernels return, then stops the run.
 #include <dlfcn.h>
-#include <nccl.h>
 #include <pthread.h>
 
 #include "kernels/cuda/common.cuh"
 #include "llm/parallel/comm.h"
+#include "llm/parallel/nccl_abi.h"
 #include "llm/parallel/watchdog.h"
 
 // Collectives tracked for the watchdog at a time; when all are in flight the
@@ -39,7 +39,7 @@ typedef struct {
 } Tracked;
 
 // ---- NCCL, loaded on first use --------------------------------------------------------------------
-// The functions this file calls, with nccl.h's own types.
+// The functions this file calls, with NCCL's own types (nccl_abi.h).
 typedef struct {
     decltype(&ncclGetErrorString) GetErrorString;
     decltype(&ncclGetUniqueId) GetUniqueId;
