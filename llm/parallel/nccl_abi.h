@@ -33,29 +33,14 @@ typedef struct {
 
 // Return codes (ncclSuccess and the failures NCCL documents).
 typedef enum {
-    ncclSuccess = 0,
-    ncclUnhandledCudaError = 1,
-    ncclSystemError = 2,
-    ncclInternalError = 3,
-    ncclInvalidArgument = 4,
-    ncclInvalidUsage = 5,
-    ncclRemoteError = 6,
-    ncclInProgress = 7,
-    ncclNumResults = 8
+    ncclSuccess = 0, ncclUnhandledCudaError = 1, ncclSystemError = 2, ncclInternalError = 3, ncclInvalidArgument = 4,
+    ncclInvalidUsage = 5, ncclRemoteError = 6, ncclInProgress = 7, ncclNumResults = 8
 } ncclResult_t;
 
 // Element types (the ones we reduce, and their neighbours, at NCCL's values).
 typedef enum {
-    ncclInt8 = 0,
-    ncclUint8 = 1,
-    ncclInt32 = 2,
-    ncclUint32 = 3,
-    ncclInt64 = 4,
-    ncclUint64 = 5,
-    ncclFloat16 = 6,
-    ncclFloat32 = 7,
-    ncclFloat64 = 8,
-    ncclBfloat16 = 9
+    ncclInt8 = 0, ncclUint8 = 1, ncclInt32 = 2, ncclUint32 = 3, ncclInt64 = 4, ncclUint64 = 5,
+    ncclFloat16 = 6, ncclFloat32 = 7, ncclFloat64 = 8, ncclBfloat16 = 9
 } ncclDataType_t;
 
 // Reductions.
