@@ -27,8 +27,8 @@ fi
 # 1. comm_nccl.cu compiles with nccl.h poisoned.
 mkdir -p "$T/poison"
 echo '#error "nccl.h was included: the build must not need it"' >"$T/poison/nccl.h"
-flags=(-O0 -std=c++17 -gencode arch=compute_80,code=sm_80 -I"$T/poison" -I. -Xcompiler -fopenmp
-       $(mpicc --showme:compile 2>/dev/null))
+read -r -a mpi_flags <<<"$(mpicc --showme:compile 2>/dev/null)"
+flags=(-O0 -std=c++17 -arch=sm_80 -I"$T/poison" -I. -Xcompiler -fopenmp "${mpi_flags[@]}")
 printf '#include <nccl.h>\nint main(void) { return 0; }\n' >"$T/uses_nccl.cu"
 if "$NVCC" "${flags[@]}" -c "$T/uses_nccl.cu" -o "$T/uses_nccl.o" >"$T/poison.log" 2>&1; then
   fail nccl_poison_stops_an_include "a file including nccl.h compiled: the poisoned header is not first"
