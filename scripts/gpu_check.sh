@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # gpu_check.sh: the one prepared check for a machine with a GPU, built to give
-# the most information per device minute. Two phases, each runnable alone and
-# sized for under 5 minutes on one H200; every step runs under its own
-# timeout, so a hang costs that step, not the call:
+# the most information per device minute. Two phases, each runnable alone,
+# correctness sized for under 5 minutes on one H200 and perf for about 7 (with
+# the Llama-8B-shaped steps; estimates, not yet timed); every step runs under
+# its own timeout, so a hang costs that step, not the call:
 #
 #   correctness  the environment (nvidia-smi -q, driver, libraries found); every
 #                GPU test program (tests/gpu: ops, FP8 GEMMs in every layout,
