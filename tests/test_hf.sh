@@ -115,3 +115,111 @@ bad index_missing index_missing_file "model-00002-of-00002.safetensors: no such 
 bad arch_conflict same "--arch gpt2 conflicts with --init-from .*, a llama model" --arch gpt2
 bad layers_conflict same "--layers conflicts with --init-from" --layers 2
 bad kv_conflict same "--kv-heads conflicts with --init-from" --kv-heads 1
+
+# ---- transformers ----------------------------------------------------------------------------------
+HFV=build/hfvenv
+HFPY=$HFV/bin/python
+if ! "$HFPY" -c 'import transformers, safetensors' 2>/dev/null; then
+  echo "# installing transformers 4.40.2 into $HFV (once)"
+  rm -rf "$HFV"
+  if ! { /usr/bin/python3 -m venv --system-site-packages "$HFV" &&
+         "$HFV/bin/pip" install -q 'transformers==4.40.2' 'safetensors==0.4.3'; } >"$T/venv.log" 2>&1; then
+    fail hf_transformers_setup "cannot install transformers 4.40.2 into $HFV: $(tail -n 2 "$T/venv.log")"
+    exit 1
+  fi
+fi
+if [ ! -x "$HFL" ]; then fail hf_logits_helper "$HFL is not built (make tests)"; exit 1; fi
+
+# compare NAME DIR TOL: our logits (hf_logits) against transformers' on $T/tok; prints the numbers.
+compare() {
+  local name=$1 dir=$2 tol=$3 line
+  if ! "$HFL" "$dir" "$T/tok" "$T/$name.ours" >"$T/$name.hfl" 2>&1; then
+    fail "$name" "hf_logits: $(tail -n 1 "$T/$name.hfl")"; return
+  fi
+  line=$("$HFPY" tests/hf_ref.py logits "$dir" "$T/tok" "$T/$name.ours" 2>&1 | tail -n 1)
+  echo "# $name: $line"
+  if awk -v t="$tol" '$1 == "maxdiff" && $2 <= t && $4 > 1.0 { found = 1 } END { exit !found }' <<<"$line"; then ok "$name"
+  else fail "$name" "max logit difference above $tol (or logits too small to tell): $line"; fi
+}
+
+# ---- 2. --export-hf -----------------------------------------------------------------------------
+# Trained long enough at a high learning rate that the logits are large (a
+# wrong transpose, head order or RoPE pairing changes them by far more than
+# the tolerance); max-seq-len above seq-len, so wpe has rows never trained.
+train=("${base[@]}" --train-data "$T/data.shard" --vocab-size 300 --seq-len 48 --micro-batch 2 --steps 40 --lr 1e-2 --warmup 2)
+gpt2=(--channels 96 --heads 3 --layers 2 --max-seq-len 64)
+llama=(--arch llama --channels 96 --heads 6 --kv-heads 2 --layers 2 --mlp-hidden 200 --rope-theta 10000)
+"$TG" "${train[@]}" "${gpt2[@]}" --export-hf "$T/g_fp32" --export-hf-dtype fp32 >"$T/g_fp32.log" 2>&1
+"$TG" "${train[@]}" "${gpt2[@]}" --export-hf "$T/g_bf16" >"$T/g_bf16.log" 2>&1
+"$TG" "${train[@]}" "${llama[@]}" --export-hf "$T/l_fp32" --export-hf-dtype fp32 >"$T/l_fp32.log" 2>&1
+"$TG" "${train[@]}" "${llama[@]}" --export-hf "$T/l_bf16" >"$T/l_bf16.log" 2>&1
+"$TG" "${train[@]}" "${llama[@]}" --tie-embeddings 1 --export-hf "$T/lt_fp32" --export-hf-dtype fp32 >"$T/lt_fp32.log" 2>&1
+compare hf_export_gpt2_fp32 "$T/g_fp32" 1e-4
+compare hf_export_gpt2_bf16 "$T/g_bf16" 1e-4
+compare hf_export_llama_fp32 "$T/l_fp32" 1e-4
+compare hf_export_llama_bf16 "$T/l_bf16" 1e-4
+compare hf_export_llama_tied_fp32 "$T/lt_fp32" 1e-4
+# The comparison can fail: with q and k rows permuted into the other RoPE
+# pairing (i with i+1, Meta's original layout) the logits move far from ours.
+rm -rf "$T/l_perm" && cp -r "$T/l_fp32" "$T/l_perm"
+"$HFPY" - "$T/l_perm/model.safetensors" <<'PY'
+import sys, torch
+from safetensors.torch import load_file, save_file
+p = sys.argv[1]
+w = load_file(p)
+for k in list(w):
+    if k.endswith(("q_proj.weight", "k_proj.weight")):
+        r = w[k].view(-1, 16, 96)  # heads of 16 rows: rows i and i + 8 become 2i and 2i + 1
+        w[k] = torch.stack([r[:, :8], r[:, 8:]], dim=2).reshape(-1, 96).contiguous()
+save_file(w, p, metadata={"format": "pt"})
+PY
+"$HFPY" tests/hf_ref.py logits "$T/l_perm" "$T/tok" "$T/hf_export_llama_fp32.ours" >"$T/perm.txt" 2>&1
+echo "# llama with the other RoPE pairing: $(cat "$T/perm.txt")"
+if awk '$1 == "maxdiff" && $2 > 0.01 { f = 1 } END { exit !f }' "$T/perm.txt"; then ok hf_rope_pairing_checked
+else fail hf_rope_pairing_checked "permuted q/k rows give the same logits: $(cat "$T/perm.txt")"; fi
+
+# The BF16 folder holds BF16 values (half the bytes) close to the FP32 ones.
+for a in gpt2 llama; do
+  d=$("$HFPY" tests/hf_ref.py diff "$T/hf_export_${a}_bf16.ours" "$T/hf_export_${a}_fp32.ours" 300 2>&1)
+  echo "# $a, bf16 against fp32: $d"
+  sf=$(stat -c %s "$T/${a:0:1}_fp32/model.safetensors" 2>/dev/null || echo 0)
+  sb=$(stat -c %s "$T/${a:0:1}_bf16/model.safetensors" 2>/dev/null || echo 0)
+  if grep -q '"torch_dtype": "bfloat16"' "$T/${a:0:1}_bf16/config.json" && [ $((sb * 2)) -lt $((sf + 4096)) ] &&
+     [ $((sb * 2)) -gt $((sf - 4096)) ] && awk '$1 == "maxdiff" && $2 > 0 && $2 < 0.05 * $4 { f = 1 } END { exit !f }' <<<"$d"; then
+    ok "hf_export_bf16_values_$a"
+  else fail "hf_export_bf16_values_$a" "sizes $sb (bf16) and $sf (fp32), logits $d"; fi
+done
+# An FP32 folder read back (--init-from) and written again is the same bytes.
+for a in g l lt; do
+  "$TG" "${base[@]}" --train-data "$T/data.shard" --seq-len 48 --micro-batch 2 --steps 0 --init-from "$T/${a}_fp32" \
+    --export-hf "$T/${a}_again" --export-hf-dtype fp32 >"$T/${a}_again.log" 2>&1
+  if cmp -s "$T/${a}_fp32/model.safetensors" "$T/${a}_again/model.safetensors" && cmp -s "$T/${a}_fp32/config.json" "$T/${a}_again/config.json"; then
+    ok "hf_round_trip_$a"
+  else fail "hf_round_trip_$a" "$(cmp "$T/${a}_fp32/model.safetensors" "$T/${a}_again/model.safetensors" 2>&1; tail -n 1 "$T/${a}_again.log")"; fi
+done
+
+# ---- 3. --init-from a folder that transformers wrote ------------------------------------------
+# Random tiny models (initializer range 0.2, so that the logits are large):
+# GPT-2 with 3 heads, Llama with 6 heads over 2 kv heads, untied, and tied in
+# 10 shards with an index. Their logits, then their first step's loss on one
+# 48-token batch (the whole training shard; micro-batch 1, no shuffling) is
+# transformers' loss on it, and training on it brings the loss down.
+for a in gpt2 llama llama_tied; do
+  shard=none
+  [ "$a" = llama_tied ] && shard=100KB
+  "$HFPY" tests/hf_ref.py save "$T/hf_$a" "$a" "$shard" >"$T/save_$a.log" 2>&1 || { fail "hf_save_$a" "$(tail -n 2 "$T/save_$a.log")"; continue; }
+  [ "$shard" = none ] || ls "$T/hf_$a"/model.safetensors.index.json >/dev/null || fail hf_sharded_save "save_pretrained wrote no index"
+  compare "hf_import_$a" "$T/hf_$a" 1e-4
+  ref=$(sed -nE 's/.*maxdiff .* loss ([^ ]+) .*/\1/p' <<<"$("$HFPY" tests/hf_ref.py logits "$T/hf_$a" "$T/tok" "$T/hf_import_$a.ours" 2>&1)")
+  "$TG" "${base[@]}" --init-from "$T/hf_$a" --train-data "$T/tok.shard" --shuffle 0 --seq-len 48 --micro-batch 1 \
+    --steps 30 --lr 3e-3 --warmup 0 --log-dir "$T/tr_$a" >"$T/tr_$a.log" 2>&1
+  first=$(step_losses "$T/tr_$a" | head -n 1 | cut -d' ' -f1)
+  last=$(step_losses "$T/tr_$a" | tail -n 1 | cut -d' ' -f1)
+  echo "# $a: transformers' loss $ref, our first step $first, step 30 $last"
+  if [ "$(step_losses "$T/tr_$a" | wc -l)" -eq 30 ] &&
+     awk -v r="$ref" -v f="$first" -v l="$last" 'BEGIN { d = r - f; if (d < 0) d = -d; exit !(r > 0 && d < 1e-4 && l < f - 1.0) }'; then
+    ok "hf_import_trains_$a"
+  else fail "hf_import_trains_$a" "transformers' loss '$ref', ours '$first', last '$last': $(tail -n 1 "$T/tr_$a.log")"; fi
+done
+
+exit $((failures > 0))
