@@ -222,4 +222,13 @@ for a in gpt2 llama llama_tied; do
   else fail "hf_import_trains_$a" "transformers' loss '$ref', ours '$first', last '$last': $(tail -n 1 "$T/tr_$a.log")"; fi
 done
 
+# Every rank reads the folder and keeps its own pieces: 2 ranks at ZeRO-3
+# import the sharded folder and export it gathered, byte for byte as 1 rank does.
+MPI=(mpirun --allow-run-as-root --oversubscribe --bind-to none --mca btl_vader_single_copy_mechanism none)
+zrun=("${base[@]}" --init-from "$T/hf_llama_tied" --train-data "$T/data.shard" --seq-len 48 --micro-batch 1 --batch-tokens 96 --steps 0 --export-hf-dtype fp32)
+"$TG" "${zrun[@]}" --export-hf "$T/z1" >"$T/z1.log" 2>&1
+"${MPI[@]}" -np 2 "$TG" "${zrun[@]}" --zero 3 --export-hf "$T/z3" >"$T/z3.log" 2>&1
+if [ -s "$T/z1/model.safetensors" ] && cmp -s "$T/z1/model.safetensors" "$T/z3/model.safetensors"; then ok hf_zero3_two_ranks
+else fail hf_zero3_two_ranks "$(cmp "$T/z1/model.safetensors" "$T/z3/model.safetensors" 2>&1; tail -n 1 "$T/z3.log")"; fi
+
 exit $((failures > 0))
