@@ -72,6 +72,11 @@ def main():
                 for n, p in m.named_parameters():
                     if "norm" in n:
                         p.uniform_(0.5, 1.5)
+        # Stored in each dtype the reader takes: GPT-2 in F16, the sharded tied Llama in BF16.
+        if arch == "gpt2":
+            m = m.half()
+        elif arch == "llama_tied":
+            m = m.to(torch.bfloat16)
         kw = {} if shard == "none" else {"max_shard_size": shard}
         m.save_pretrained(d, safe_serialization=True, **kw)
         print("saved %s (%d files)" % (d, len(os.listdir(d))))

@@ -10,7 +10,7 @@
 # 3. --init-from: folders written by transformers' save_pretrained (one file
 #    and sharded) give transformers' logits and first-step loss, and train.
 set -u
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/.." || exit 1
 # shellcheck source=tests/lib.sh
 . tests/lib.sh
 
@@ -154,6 +154,7 @@ llama=(--arch llama --channels 96 --heads 6 --kv-heads 2 --layers 2 --mlp-hidden
 "$TG" "${train[@]}" "${llama[@]}" --export-hf "$T/l_fp32" --export-hf-dtype fp32 >"$T/l_fp32.log" 2>&1
 "$TG" "${train[@]}" "${llama[@]}" --export-hf "$T/l_bf16" >"$T/l_bf16.log" 2>&1
 "$TG" "${train[@]}" "${llama[@]}" --tie-embeddings 1 --export-hf "$T/lt_fp32" --export-hf-dtype fp32 >"$T/lt_fp32.log" 2>&1
+"$TG" "${train[@]}" "${llama[@]}" --steps 2 --rope-scaling 1 --export-hf "$T/ls_fp32" --export-hf-dtype fp32 >"$T/ls_fp32.log" 2>&1
 compare hf_export_gpt2_fp32 "$T/g_fp32" 1e-4
 compare hf_export_gpt2_bf16 "$T/g_bf16" 1e-4
 compare hf_export_llama_fp32 "$T/l_fp32" 1e-4
@@ -190,18 +191,18 @@ for a in gpt2 llama; do
   else fail "hf_export_bf16_values_$a" "sizes $sb (bf16) and $sf (fp32), logits $d"; fi
 done
 # An FP32 folder read back (--init-from) and written again is the same bytes.
-for a in g l lt; do
+for a in g l lt ls; do
   "$TG" "${base[@]}" --train-data "$T/data.shard" --seq-len 48 --micro-batch 2 --steps 0 --init-from "$T/${a}_fp32" \
     --export-hf "$T/${a}_again" --export-hf-dtype fp32 >"$T/${a}_again.log" 2>&1
   if cmp -s "$T/${a}_fp32/model.safetensors" "$T/${a}_again/model.safetensors" && cmp -s "$T/${a}_fp32/config.json" "$T/${a}_again/config.json"; then
     ok "hf_round_trip_$a"
-  else fail "hf_round_trip_$a" "$(cmp "$T/${a}_fp32/model.safetensors" "$T/${a}_again/model.safetensors" 2>&1; tail -n 1 "$T/${a}_again.log")"; fi
+  else fail "hf_round_trip_$a" "$(grep rope_scaling "$T/${a}_fp32/config.json"; cmp "$T/${a}_fp32/model.safetensors" "$T/${a}_again/model.safetensors" 2>&1; tail -n 1 "$T/${a}_again.log")"; fi
 done
 
 # ---- 3. --init-from a folder that transformers wrote ------------------------------------------
 # Random tiny models (initializer range 0.2, so that the logits are large):
-# GPT-2 with 3 heads, Llama with 6 heads over 2 kv heads, untied, and tied in
-# 10 shards with an index. Their logits, then their first step's loss on one
+# GPT-2 with 3 heads in F16, Llama with 6 heads over 2 kv heads untied in
+# F32, and tied in BF16 shards with an index. Their logits, then their first step's loss on one
 # 48-token batch (the whole training shard; micro-batch 1, no shuffling) is
 # transformers' loss on it, and training on it brings the loss down.
 for a in gpt2 llama llama_tied; do
