@@ -112,6 +112,21 @@ bad wrong_dtype wrong_dtype "model.safetensors: tensor 'model.embed_tokens.weigh
 bad past_end past_end "model.safetensors: tensor '.*' has data_offsets \[[0-9]+, [0-9]+\] past the end of the data"
 bad extra_tensor extra_tensor "model.safetensors: unexpected tensor 'model.layers.0.self_attn.q_norm.weight'"
 bad index_missing index_missing_file "model-00002-of-00002.safetensors: no such safetensors file"
+# GPT-2's config.json, from a GPT-2 folder of our own.
+"$TG" "${base[@]}" --channels 64 --heads 2 --layers 1 --vocab-size 300 --seq-len 16 --micro-batch 1 --steps 1 \
+  --train-data "$T/data.shard" --export-hf "$T/good2" >"$T/good2.log" 2>&1 || true
+bad2() {
+  local name=$1 kind=$2 pattern=$3
+  shift 3
+  edit "$T/good2" "$T/$name" "$kind"
+  expect_error "hf_$name" "$pattern" run_from "$T/$name" "$@"
+}
+bad2 gpt2_act 'cfg:activation_function="relu"' "config.json: \"activation_function\" \"relu\" is not supported"
+bad2 gpt2_heads 'cfg:n_head=3' "config.json: \"n_embd\" 64 is not divisible by \"n_head\" 3"
+bad2 gpt2_inner 'cfg:n_inner=100' "config.json: \"n_inner\" 100 is not supported"
+bad2 gpt2_untied 'cfg:tie_word_embeddings=false' "config.json: \"tie_word_embeddings\": false is not supported for GPT-2"
+bad2 gpt2_arch 'cfg:architectures=["GPT2ForSequenceClassification"]' "config.json: \"architectures\" \[\"GPT2ForSequenceClassification\"\] is not supported"
+bad2 gpt2_layers_type 'cfg:n_layer="two"' "config.json: \"n_layer\" is not an integer"
 bad arch_conflict same "--arch gpt2 conflicts with --init-from .*, a llama model" --arch gpt2
 bad layers_conflict same "--layers conflicts with --init-from" --layers 2
 bad kv_conflict same "--kv-heads conflicts with --init-from" --kv-heads 1
