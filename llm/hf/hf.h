@@ -22,8 +22,10 @@ int hf_is_folder(const char* path);
 // config.json of `dir` -> the model shape (gpt_config_finish applied).
 // Rejects what the model cannot represent, naming the file and the key.
 void hf_read_config(const char* dir, GPTConfig* out);
-// config.json for c, as text (malloc'd); `dtype` is torch_dtype's value type.
-char* hf_config_json(const GPTConfig* c, DType dtype);
+// config.json for c, as text (malloc'd); `dtype` is torch_dtype's value type;
+// eot_id >= 0 (the tokenizer's end-of-text) is written as bos_token_id and
+// eos_token_id, as GPT-2's own config does; -1 leaves them out.
+char* hf_config_json(const GPTConfig* c, DType dtype, int eot_id);
 
 // One Hugging Face tensor and where it lives in our layout: rows
 // [row0, row0 + rows) of our tensor (kind, layer), whose row length is `cols`.
@@ -52,6 +54,6 @@ void hf_load_weights(GPT* m, const char* dir);
 // Writes `dir` from FP32 values in m's flat layout: model.safetensors (F32 or
 // BF16 values) then config.json, each atomically; an older config.json goes
 // first, so a folder interrupted midway has none and never loads as complete.
-void hf_write_folder(const GPT* m, const float* flat, const char* dir, DType dtype);
+void hf_write_folder(const GPT* m, const float* flat, const char* dir, DType dtype, int eot_id);
 
 EXTERN_C_END

@@ -195,8 +195,10 @@ void hf_read_config(const char* dir, GPTConfig* out) {
     *out = m;
 }
 
-char* hf_config_json(const GPTConfig* c, DType dtype) {
+char* hf_config_json(const GPTConfig* c, DType dtype, int eot_id) {
     StrBuf sb = {0};
+    char ids[96] = "";
+    if (eot_id >= 0) snprintf(ids, sizeof ids, "  \"bos_token_id\": %d,\n  \"eos_token_id\": %d,\n", eot_id, eot_id);
     const char* td = dtype == DTYPE_BF16 ? "bfloat16" : "float32";
     if (c->arch == ARCH_GPT2) {
         sb_printf(&sb,
@@ -206,8 +208,8 @@ char* hf_config_json(const GPTConfig* c, DType dtype) {
                   "  \"activation_function\": \"gelu_new\",\n  \"layer_norm_epsilon\": 1e-05,\n"
                   "  \"attn_pdrop\": 0.0,\n  \"embd_pdrop\": 0.0,\n  \"resid_pdrop\": 0.0,\n"
                   "  \"scale_attn_weights\": true,\n  \"tie_word_embeddings\": true,\n"
-                  "  \"initializer_range\": 0.02,\n  \"torch_dtype\": \"%s\"\n}\n",
-                  c->channels, c->num_heads, c->num_layers, c->max_seq_len, c->max_seq_len, c->vocab_size, td);
+                  "  \"initializer_range\": 0.02,\n%s  \"torch_dtype\": \"%s\"\n}\n",
+                  c->channels, c->num_heads, c->num_layers, c->max_seq_len, c->max_seq_len, c->vocab_size, ids, td);
     } else {
         sb_printf(&sb,
                   "{\n  \"architectures\": [\"LlamaForCausalLM\"],\n  \"model_type\": \"llama\",\n"
@@ -227,8 +229,8 @@ char* hf_config_json(const GPTConfig* c, DType dtype) {
             sb_printf(&sb, "  \"rope_scaling\": null,\n");
         sb_printf(&sb,
                   "  \"tie_word_embeddings\": %s,\n  \"attention_bias\": false,\n  \"mlp_bias\": false,\n"
-                  "  \"attention_dropout\": 0.0,\n  \"initializer_range\": 0.02,\n  \"torch_dtype\": \"%s\"\n}\n",
-                  c->tie_embeddings ? "true" : "false", td);
+                  "  \"attention_dropout\": 0.0,\n  \"initializer_range\": 0.02,\n%s  \"torch_dtype\": \"%s\"\n}\n",
+                  c->tie_embeddings ? "true" : "false", ids, td);
     }
     return sb.data;
 }

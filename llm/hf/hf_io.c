@@ -207,7 +207,7 @@ static void remove_if_present(const char* dir, const char* name) {
     if (unlink(path) != 0 && errno != ENOENT) fatal("--export-hf: cannot remove the old %s: %s", path, strerror(errno));
 }
 
-void hf_write_folder(const GPT* m, const float* flat, const char* dir, DType dtype) {
+void hf_write_folder(const GPT* m, const float* flat, const char* dir, DType dtype, int eot_id) {
     const GPTConfig* c = &m->config;
     make_dir(dir);
     // The old config.json goes first (until the new one is written the folder
@@ -244,7 +244,7 @@ void hf_write_folder(const GPT* m, const float* flat, const char* dir, DType dty
     free(ws);
     free(map);
 
-    char* json = hf_config_json(c, dtype);
+    char* json = hf_config_json(c, dtype, eot_id);
     snprintf(path, sizeof path, "%s/config.json", dir);
     AtomicFile af;
     atomic_file_open(&af, path);
