@@ -8,26 +8,32 @@
       hf_logits outputs of vocabulary V
   hf_ref.py save DIR ARCH SHARD           a random tiny model (odd shapes, GQA for
       Llama) written by save_pretrained; SHARD "none" or a max_shard_size
+  hf_ref.py greedy DIR "IDS" N            transformers' greedy continuation
+  hf_ref.py hub SRC DST                   GPT-2 folder SRC as the Hub's gpt2 stores it
   hf_ref.py tokens PATH T V SEED          T + 1 random int32 ids below V
   hf_ref.py shard PATH TOKENS             the same ids as an llm.c token shard
 """
+import json
 import os
+import shutil
 import sys
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
 import numpy as np  # noqa: E402
-import torch  # noqa: E402
-import transformers  # noqa: E402
-from transformers import GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM  # noqa: E402
 
-transformers.logging.set_verbosity_error()
-transformers.logging.disable_progress_bar()
+# torch and transformers take seconds to import: only the commands that need them do.
+if sys.argv[1:2] != ["diff"]:
+    import torch
+    import transformers
+    from transformers import GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM
+
+    transformers.logging.set_verbosity_error()
+    transformers.logging.disable_progress_bar()
 
 
 def load(d):
-    import json
     mt = json.load(open(os.path.join(d, "config.json")))["model_type"]
     cls = GPT2LMHeadModel if mt == "gpt2" else LlamaForCausalLM
     return cls.from_pretrained(d, torch_dtype=torch.float32).eval()
@@ -80,6 +86,20 @@ def main():
         kw = {} if shard == "none" else {"max_shard_size": shard}
         m.save_pretrained(d, safe_serialization=True, **kw)
         print("saved %s (%d files)" % (d, len(os.listdir(d))))
+    elif cmd == "greedy":  # greedy continuation of the ids in argv[3] by argv[4] tokens
+        d, prompt, n = sys.argv[2], [int(t) for t in sys.argv[3].split()], int(sys.argv[4])
+        out = load(d).generate(torch.tensor([prompt]), do_sample=False, max_new_tokens=n, pad_token_id=0)
+        print(" ".join(str(t) for t in out[0].tolist()))
+    elif cmd == "hub":  # GPT-2 as the Hub's gpt2 stores it: no "transformer." prefix, attn.bias masks
+        from safetensors.torch import load_file, save_file
+        src, dst = sys.argv[2], sys.argv[3]
+        w = {k.replace("transformer.", "", 1): v for k, v in load_file(os.path.join(src, "model.safetensors")).items()}
+        n = json.load(open(os.path.join(src, "config.json")))["n_positions"]
+        for k in [k for k in w if k.endswith("attn.c_attn.weight")]:
+            w[k.replace("c_attn.weight", "bias")] = torch.tril(torch.ones(n, n)).view(1, 1, n, n)
+        os.makedirs(dst, exist_ok=True)
+        save_file(w, os.path.join(dst, "model.safetensors"), metadata={"format": "pt"})
+        shutil.copy(os.path.join(src, "config.json"), dst)
     elif cmd == "tokens":
         path, T, V, seed = sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5])
         np.random.default_rng(seed).integers(0, V, T + 1).astype(np.int32).tofile(path)
