@@ -108,7 +108,7 @@ GPTConfig model_config_from_flags(const TrainConfig* cfg, int vocab_from_tokeniz
                 reject_if_set(cfg, llama_flags[i], why);
         } else {
             if (cfg->arch != ARCH_GPT2)
-                fatal("--init-from: llm.c's model format holds GPT-2 models only (got --arch %s)", arch_name(cfg->arch));
+                fatal("--init-from: llm.c's model format holds GPT-2 models only (got --arch %s; a Hugging Face folder holds either)", arch_name(cfg->arch));
             llmc_read_config(cfg->init_from, &c);
         }
         if (config_is_set(cfg, "vocab-size") && cfg->vocab_size != c.vocab_size)
