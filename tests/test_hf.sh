@@ -258,5 +258,12 @@ zrun=("${base[@]}" --init-from "$T/hf_llama_tied" --train-data "$T/data.shard" -
 "${MPI[@]}" -np 2 "$TG" "${zrun[@]}" --zero 3 --export-hf "$T/z3" >"$T/z3.log" 2>&1
 if [ -s "$T/z1/model.safetensors" ] && cmp -s "$T/z1/model.safetensors" "$T/z3/model.safetensors"; then ok hf_zero3_two_ranks
 else fail hf_zero3_two_ranks "$(cmp "$T/z1/model.safetensors" "$T/z3/model.safetensors" 2>&1; tail -n 1 "$T/z3.log")"; fi
+# Exported over a sharded folder, the old index goes (it would win over the
+# new model.safetensors) and the folder loads as the new one.
+rm -rf "$T/over" && cp -r "$T/hf_llama_tied" "$T/over"
+"$TG" "${zrun[@]}" --export-hf "$T/over" >"$T/over.log" 2>&1
+if [ ! -e "$T/over/model.safetensors.index.json" ] && cmp -s "$T/z1/model.safetensors" "$T/over/model.safetensors" &&
+   cmp -s "$T/z1/config.json" "$T/over/config.json"; then ok hf_export_over_sharded
+else fail hf_export_over_sharded "$(ls "$T/over" | tr '\n' ' '; tail -n 1 "$T/over.log")"; fi
 
 exit $((failures > 0))
