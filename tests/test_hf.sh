@@ -127,6 +127,7 @@ bad2 gpt2_inner 'cfg:n_inner=100' "config.json: \"n_inner\" 100 is not supported
 bad2 gpt2_untied 'cfg:tie_word_embeddings=false' "config.json: \"tie_word_embeddings\": false is not supported for GPT-2"
 bad2 gpt2_arch 'cfg:architectures=["GPT2ForSequenceClassification"]' "config.json: \"architectures\" \[\"GPT2ForSequenceClassification\"\] is not supported"
 bad2 gpt2_layers_type 'cfg:n_layer="two"' "config.json: \"n_layer\" is not an integer"
+expect_error hf_file_not_folder "--init-from .*/model.safetensors: give the Hugging Face folder" run_from "$T/good/model.safetensors"
 bad arch_conflict same "--arch gpt2 conflicts with --init-from .*, a llama model" --arch gpt2
 bad layers_conflict same "--layers conflicts with --init-from" --layers 2
 bad kv_conflict same "--kv-heads conflicts with --init-from" --kv-heads 1
