@@ -2,7 +2,8 @@
 # test_hf.sh: Hugging Face model folders both ways (llm/hf/), through the
 # binary and against transformers (installed once into build/hfvenv, a venv
 # over Debian's Python so that its torch 1.13 is reused; transformers 4.40.2
-# is the newest line that still runs on torch 1.13).
+# runs on torch 1.13 (checked here; it needs no torch 2 API), with the
+# safetensors, tokenizers and huggingface_hub it was tested with).
 # 1. Bad folders and flags: one clear error line each (no transformers needed).
 # 2. --export-hf: a trained GPT-2 and Llama (3 and 6 heads, GQA, tied and
 #    untied) load in GPT2LMHeadModel / LlamaForCausalLM with our logits, in
@@ -139,7 +140,7 @@ if ! "$HFPY" -c 'import transformers, safetensors' 2>/dev/null; then
   echo "# installing transformers 4.40.2 into $HFV (once)"
   rm -rf "$HFV"
   if ! { /usr/bin/python3 -m venv --system-site-packages "$HFV" &&
-         "$HFV/bin/pip" install -q 'transformers==4.40.2' 'safetensors==0.4.3'; } >"$T/venv.log" 2>&1; then
+         "$HFV/bin/pip" install -q 'transformers==4.40.2' 'safetensors==0.4.3' 'tokenizers==0.19.1' 'huggingface_hub==0.36.2'; } >"$T/venv.log" 2>&1; then
     fail hf_transformers_setup "cannot install transformers 4.40.2 into $HFV: $(tail -n 2 "$T/venv.log")"
     exit 1
   fi
