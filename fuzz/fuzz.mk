@@ -3,7 +3,7 @@
 #
 #   make fuzz                 runs every target for FUZZ_SECONDS (default 60) each, growing
 #                             build/fuzz/corpus/<target> from the seeds in fuzz/corpus/<target>
-#   make fuzz-<target>        one of them (shard, shard_zst, llmc, tokenizer, manifest, hyperparameters, safetensors)
+#   make fuzz-<target>        one of them (shard, shard_zst, llmc, tokenizer, manifest, hyperparameters, safetensors, hf_config)
 #   make test                 runs each for a few seconds (tests/test_fuzz.sh),
 #                             tests/test_bad_input.sh with $(BUILD)/asan/train_gpt, and
 #                             tests/test_edge_values.c sanitized
@@ -15,7 +15,7 @@
 
 SAN_CC        := $(if $(shell command -v clang 2>/dev/null),clang,$(CC))
 FUZZ_SECONDS  ?= 60
-FUZZ_TARGETS  := shard shard_zst llmc tokenizer manifest hyperparameters safetensors
+FUZZ_TARGETS  := shard shard_zst llmc tokenizer manifest hyperparameters safetensors hf_config
 FUZZ_BINS     := $(FUZZ_TARGETS:%=$(BUILD)/fuzz/fuzz_%)
 # Whether clang finds its libFuzzer runtime.
 FUZZ_RUNTIME  := $(if $(filter clang,$(SAN_CC)),$(shell clang -print-file-name=libclang_rt.fuzzer-$(shell uname -m).a),)
