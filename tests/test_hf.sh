@@ -128,6 +128,16 @@ bad2 gpt2_inner 'cfg:n_inner=100' "config.json: \"n_inner\" 100 is not supported
 bad2 gpt2_untied 'cfg:tie_word_embeddings=false' "config.json: \"tie_word_embeddings\": false is not supported for GPT-2"
 bad2 gpt2_arch 'cfg:architectures=["GPT2ForSequenceClassification"]' "config.json: \"architectures\" \[\"GPT2ForSequenceClassification\"\] is not supported"
 bad2 gpt2_layers_type 'cfg:n_layer="two"' "config.json: \"n_layer\" is not an integer"
+# A config's own Llama 3.1-style scaling (Llama 3.2's factor 32, not --rope-scaling's 8) trains,
+# checkpoints and resumes bit for bit (the manifest records every scaling value).
+edit "$T/good" "$T/scaled" 'cfg:rope_scaling={"rope_type":"llama3","factor":32.0,"low_freq_factor":1.0,"high_freq_factor":4.0,"original_max_position_embeddings":8192}'
+srun=("${base[@]}" --init-from "$T/scaled" --train-data "$T/data.shard" --seq-len 16 --micro-batch 1 --steps 4)
+"$TG" "${srun[@]}" --checkpoint-dir "$T/sck" --checkpoint-every 2 --keep-last 0 --log-dir "$T/s1" >"$T/s1.log" 2>&1
+"$TG" "${srun[@]}" --checkpoint-dir "$T/sck2" --resume "$T/sck/step_00000002" --log-dir "$T/s2" >"$T/s2.log" 2>&1
+if grep -q '"rope_scaling": 32, "rope_scaling_bands": \[1, 4, 8192\]' "$T/sck/step_00000002/manifest.json" &&
+   [ "$(lines_after "$T/s1" 2 | wc -l)" -eq 2 ] && [ "$(lines_after "$T/s1" 2)" = "$(lines_after "$T/s2" 2)" ]; then
+  ok hf_rope_scaling_resume
+else fail hf_rope_scaling_resume "$(grep -o '"rope_scaling[^]]*' "$T/sck/step_00000002/manifest.json" 2>&1 | head -n 1; tail -n 1 "$T/s2.log")"; fi
 expect_error hf_file_not_folder "--init-from .*/model.safetensors: give the Hugging Face folder" run_from "$T/good/model.safetensors"
 bad arch_conflict same "--arch gpt2 conflicts with --init-from .*, a llama model" --arch gpt2
 bad layers_conflict same "--layers conflicts with --init-from" --layers 2
