@@ -215,7 +215,9 @@ void hf_write_folder(const GPT* m, const float* flat, const char* dir, DType dty
     // new model.safetensors.
     remove_if_present(dir, "config.json");
     remove_if_present(dir, "model.safetensors.index.json");
-    fsync_dir_of(dir);
+    char path[4096];
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    fsync_dir_of(path);  // the removals are durable before new weights appear
     int n;
     HfTensor* map = hf_tensor_map(c, &n);
     StWriteTensor* ws = (StWriteTensor*)xcalloc((size_t)n, sizeof(StWriteTensor));
@@ -235,7 +237,6 @@ void hf_write_folder(const GPT* m, const float* flat, const char* dir, DType dty
         }
         ws[i].data = src;
     }
-    char path[4096];
     snprintf(path, sizeof path, "%s/model.safetensors", dir);
     const char* meta[] = {"format", "pt", NULL};
     st_write(path, ws, n, dtype == DTYPE_BF16 ? ST_BF16 : ST_F32, meta);
