@@ -107,13 +107,7 @@ GPTConfig model_config_from_flags(const TrainConfig* cfg, int vocab_from_tokeniz
             for (size_t i = 0; i < sizeof llama_flags / sizeof llama_flags[0]; i++)
                 reject_if_set(cfg, llama_flags[i], why);
         } else {
-            size_t n = strlen(cfg->init_from);
-            if ((n >= 12 && !strcmp(cfg->init_from + n - 12, ".safetensors")) ||
-                (n >= 11 && !strcmp(cfg->init_from + n - 11, "config.json")) ||
-                (n >= 10 && !strcmp(cfg->init_from + n - 10, "index.json")))
-                fatal("--init-from %s: give the Hugging Face folder (the directory holding config.json), not one of "
-                      "its files",
-                      cfg->init_from);
+            hf_refuse_folder_file(cfg->init_from);
             if (cfg->arch != ARCH_GPT2)
                 fatal("--init-from: llm.c's model format holds GPT-2 models only (got --arch %s; a Hugging Face folder holds either)", arch_name(cfg->arch));
             llmc_read_config(cfg->init_from, &c);

@@ -19,6 +19,10 @@ EXTERN_C_BEGIN
 // Whether `path` is to be read as a Hugging Face folder (a directory).
 int hf_is_folder(const char* path);
 
+// Fatal when `path` names one of a folder's files (*.safetensors,
+// config.json, *index.json) rather than the folder: --init-from takes the folder.
+void hf_refuse_folder_file(const char* path);
+
 // config.json of `dir` -> the model shape (gpt_config_finish applied).
 // Rejects what the model cannot represent, naming the file and the key.
 void hf_read_config(const char* dir, GPTConfig* out);

@@ -14,6 +14,17 @@
 
 int hf_is_folder(const char* path) { return is_dir(path); }
 
+static int ends_with(const char* s, const char* suffix) {
+    size_t a = strlen(s), b = strlen(suffix);
+    return a >= b && !strcmp(s + a - b, suffix);
+}
+
+void hf_refuse_folder_file(const char* path) {
+    if (ends_with(path, ".safetensors") || ends_with(path, "config.json") || ends_with(path, "index.json"))
+        fatal("--init-from %s: give the Hugging Face folder (the directory holding config.json), not one of its files",
+              path);
+}
+
 typedef struct {
     const char* path;  // DIR/config.json, for messages
     const JsonValue* root;
