@@ -72,7 +72,7 @@ def main():
             cfg = LlamaConfig(hidden_size=96, intermediate_size=200, num_attention_heads=6, num_key_value_heads=2,
                               num_hidden_layers=2, vocab_size=300, max_position_embeddings=64, rope_theta=10000.0,
                               tie_word_embeddings=(arch == "llama_tied"), initializer_range=0.2,
-                              rms_norm_eps=1e-5)
+                              rms_norm_eps=1e-5 if arch == "llama_tied" else 1e-6)
             m = LlamaForCausalLM(cfg)
             with torch.no_grad():  # norms away from 1, so a swapped norm would show
                 for n, p in m.named_parameters():

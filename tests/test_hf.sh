@@ -101,7 +101,7 @@ bad bad_json bad_json "bad_json/config.json: not valid JSON"
 bad model_type 'cfg:model_type="mistral"' "model_type/config.json: \"model_type\" \"mistral\" is not supported"
 bad attention_bias 'cfg:attention_bias=true' "config.json: \"attention_bias\": true is not supported"
 bad hidden_act 'cfg:hidden_act="gelu"' "config.json: \"hidden_act\" \"gelu\" is not supported"
-bad rms_eps 'cfg:rms_norm_eps=1e-6' "config.json: \"rms_norm_eps\" 1e-06 is not supported"
+bad rms_eps 'cfg:rms_norm_eps=0.5' "config.json: \"rms_norm_eps\" 0.5 is not in \(0, 0.01\]"
 bad heads_divide 'cfg:num_attention_heads=3' "config.json: \"hidden_size\" 64 is not divisible by \"num_attention_heads\" 3"
 bad kv_divide 'cfg:num_key_value_heads=3' "config.json: \"num_attention_heads\" 4 is not divisible by \"num_key_value_heads\" 3"
 bad no_layers 'cfg:num_hidden_layers=null' "config.json: missing key \"num_hidden_layers\""
@@ -127,14 +127,16 @@ bad2 gpt2_heads 'cfg:n_head=3' "config.json: \"n_embd\" 64 is not divisible by \
 bad2 gpt2_inner 'cfg:n_inner=100' "config.json: \"n_inner\" 100 is not supported"
 bad2 gpt2_untied 'cfg:tie_word_embeddings=false' "config.json: \"tie_word_embeddings\": false is not supported for GPT-2"
 bad2 gpt2_arch 'cfg:architectures=["GPT2ForSequenceClassification"]' "config.json: \"architectures\" \[\"GPT2ForSequenceClassification\"\] is not supported"
+bad2 gpt2_eps 'cfg:layer_norm_epsilon=1e-6' "config.json: \"layer_norm_epsilon\" 1e-06 is not supported"
 bad2 gpt2_layers_type 'cfg:n_layer="two"' "config.json: \"n_layer\" is not an integer"
-# A config's own Llama 3.1-style scaling (Llama 3.2's factor 32, not --rope-scaling's 8) trains,
-# checkpoints and resumes bit for bit (the manifest records every scaling value).
-edit "$T/good" "$T/scaled" 'cfg:rope_scaling={"rope_type":"llama3","factor":32.0,"low_freq_factor":1.0,"high_freq_factor":4.0,"original_max_position_embeddings":8192}'
+# A config's own Llama 3.1-style scaling (Llama 3.2's factor 32, not --rope-scaling's 8) and
+# RMSNorm epsilon (1e-6) train, checkpoint and resume bit for bit (the manifest records them).
+edit "$T/good" "$T/scaled0" 'cfg:rope_scaling={"rope_type":"llama3","factor":32.0,"low_freq_factor":1.0,"high_freq_factor":4.0,"original_max_position_embeddings":8192}'
+edit "$T/scaled0" "$T/scaled" 'cfg:rms_norm_eps=1e-6'
 srun=("${base[@]}" --init-from "$T/scaled" --train-data "$T/data.shard" --seq-len 16 --micro-batch 1 --steps 4)
 "$TG" "${srun[@]}" --checkpoint-dir "$T/sck" --checkpoint-every 2 --keep-last 0 --log-dir "$T/s1" >"$T/s1.log" 2>&1
 "$TG" "${srun[@]}" --checkpoint-dir "$T/sck2" --resume "$T/sck/step_00000002" --log-dir "$T/s2" >"$T/s2.log" 2>&1
-if grep -q '"rope_scaling": 32, "rope_scaling_bands": \[1, 4, 8192\]' "$T/sck/step_00000002/manifest.json" &&
+if grep -q '"rope_scaling": 32, "rope_scaling_bands": \[1, 4, 8192\], "norm_eps": 9.99' "$T/sck/step_00000002/manifest.json" &&
    [ "$(lines_after "$T/s1" 2 | wc -l)" -eq 2 ] && [ "$(lines_after "$T/s1" 2)" = "$(lines_after "$T/s2" 2)" ]; then
   ok hf_rope_scaling_resume
 else fail hf_rope_scaling_resume "$(grep -o '"rope_scaling[^]]*' "$T/sck/step_00000002/manifest.json" 2>&1 | head -n 1; tail -n 1 "$T/s2.log")"; fi
@@ -230,7 +232,8 @@ done
 # ---- 3. --init-from a folder that transformers wrote ------------------------------------------
 # Random tiny models (initializer range 0.2, so that the logits are large):
 # GPT-2 with 3 heads in F16, Llama with 6 heads over 2 kv heads untied in
-# F32, and tied in BF16 shards with an index. Their logits, then their first step's loss on one
+# F32 (with LlamaConfig's default RMSNorm epsilon 1e-6), and tied in BF16
+# shards with an index (epsilon 1e-5). Their logits, then their first step's loss on one
 # 48-token batch (the whole training shard; micro-batch 1, no shuffling) is
 # transformers' loss on it, and training on it brings the loss down.
 for a in gpt2 llama llama_tied; do

@@ -240,6 +240,9 @@ char* manifest_to_json(const Manifest* man) {
     if (c->rope_scaling.factor > 0)
         sb_printf(&sb, "\"rope_scaling_bands\": [%.9g, %.9g, %d], ", c->rope_scaling.low_freq_factor,
                   c->rope_scaling.high_freq_factor, c->rope_scaling.original_max_pos);
+    // A Llama's RMSNorm epsilon where it is not Llama 3's 1e-5 (a Hugging Face config's rms_norm_eps).
+    if (c->arch == ARCH_LLAMA && c->norm_eps > 0 && c->norm_eps != 1e-5f)
+        sb_printf(&sb, "\"norm_eps\": %.9g, ", (double)c->norm_eps);
     sb_printf(&sb, "\"vocab_size\": %d, \"padded_vocab_size\": %d, \"max_seq_len\": %d},\n", c->vocab_size,
               c->padded_vocab_size, c->max_seq_len);
     if (man->guard.present) {
@@ -695,6 +698,11 @@ int manifest_parse(const char* text, size_t len, Manifest* man, char* why, size_
                 c->rope_theta = (float)theta->number;
                 // The factor, and the other values as recorded; manifests from
                 // before rope_scaling_bands hold --rope-scaling's one set (llm/presets.c).
+                const JsonValue* eps = json_get(model, "norm_eps");
+                if (eps && (eps->type != JSON_NUMBER || !(eps->number > 0)))
+                    problem(&p, "'model.norm_eps' is not a positive number");
+                else if (eps)
+                    c->norm_eps = (float)eps->number;
                 const JsonValue* bands = json_get(model, "rope_scaling_bands");
                 int64_t orig = 8192;
                 if (scaling->number > 0) c->rope_scaling = (RopeScaling){(float)scaling->number, 1.0f, 4.0f, 8192};
@@ -732,6 +740,11 @@ int manifest_matches_model(const Manifest* man, const GPT* m, char* why, size_t 
     if (a->arch != b->arch) {
         snprintf(why, whysize, "written for a %s model; this run trains a %s (--arch %s)", arch_name(a->arch),
                  arch_name(b->arch), arch_name(b->arch));
+        return 0;
+    }
+    float eps_a = a->norm_eps > 0 ? a->norm_eps : 1e-5f, eps_b = b->norm_eps > 0 ? b->norm_eps : 1e-5f;
+    if (a->arch == ARCH_LLAMA && eps_a != eps_b) {
+        snprintf(why, whysize, "written for a Llama with RMSNorm epsilon %g; this run's is %g", eps_a, eps_b);
         return 0;
     }
     if (a->arch == ARCH_LLAMA && (a->num_kv_heads != b->num_kv_heads || a->mlp_hidden != b->mlp_hidden ||

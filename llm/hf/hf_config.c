@@ -72,10 +72,10 @@ static void refuse_true(const Cfg* c, const char* key, const char* why) {
     if (get_bool(c, key, 0)) fatal("%s: \"%s\": true is not supported (%s)", c->path, key, why);
 }
 
-// Our norms use eps 1e-5 (kernels' LN_EPS, llama.c's LLAMA_NORM_EPS).
+// GPT-2's LayerNorm uses eps 1e-5 (the kernels' LN_EPS).
 static void require_eps(const Cfg* c, const char* key) {
     double eps = get_num(c, key, 1e-5);
-    if (fabs(eps - 1e-5) > 1e-9) fatal("%s: \"%s\" %g is not supported (the model's norms use 1e-05)", c->path, key, eps);
+    if (fabs(eps - 1e-5) > 1e-9) fatal("%s: \"%s\" %g is not supported (the model's LayerNorm uses 1e-05)", c->path, key, eps);
 }
 
 static void require_positive(const Cfg* c, const char* key, int v) {
@@ -141,7 +141,9 @@ static void read_llama(const Cfg* c, GPTConfig* m) {
     if (strcmp(act, "silu")) fatal("%s: \"hidden_act\" \"%s\" is not supported (SwiGLU: silu)", c->path, act);
     refuse_true(c, "attention_bias", "the attention projections have no biases");
     refuse_true(c, "mlp_bias", "the MLP has no biases");
-    require_eps(c, "rms_norm_eps");
+    double eps = get_num(c, "rms_norm_eps", 1e-5);
+    if (!(eps > 0 && eps <= 1e-2)) fatal("%s: \"rms_norm_eps\" %g is not in (0, 0.01]", c->path, eps);
+    m->norm_eps = (float)eps;
     m->tie_embeddings = get_bool(c, "tie_word_embeddings", 0);
     double theta = get_num(c, "rope_theta", 10000.0);
     if (!(theta > 1.0)) fatal("%s: \"rope_theta\" %g must be greater than 1", c->path, theta);
@@ -206,7 +208,19 @@ void hf_read_config(const char* dir, GPTConfig* out) {
     *out = m;
 }
 
+// The shortest decimal that reads back as the same float (1e-05, not 9.99999975e-06).
+static const char* short_float(char* buf, size_t size, float v) {
+    for (int digits = 1; digits <= 9; digits++) {
+        snprintf(buf, size, "%.*g", digits, (double)v);
+        if ((float)strtod(buf, NULL) == v) break;
+    }
+    return buf;
+}
+
 char* hf_config_json(const GPTConfig* c, DType dtype, int eot_id) {
+    char eps[32], theta[32];
+    short_float(eps, sizeof eps, c->norm_eps > 0 ? c->norm_eps : 1e-5f);
+    short_float(theta, sizeof theta, c->rope_theta);
     StrBuf sb = {0};
     char ids[96] = "";
     if (eot_id >= 0) snprintf(ids, sizeof ids, "  \"bos_token_id\": %d,\n  \"eos_token_id\": %d,\n", eot_id, eot_id);
@@ -226,16 +240,17 @@ char* hf_config_json(const GPTConfig* c, DType dtype, int eot_id) {
                   "{\n  \"architectures\": [\"LlamaForCausalLM\"],\n  \"model_type\": \"llama\",\n"
                   "  \"hidden_size\": %d,\n  \"intermediate_size\": %d,\n  \"num_attention_heads\": %d,\n"
                   "  \"num_key_value_heads\": %d,\n  \"num_hidden_layers\": %d,\n  \"vocab_size\": %d,\n"
-                  "  \"max_position_embeddings\": %d,\n  \"hidden_act\": \"silu\",\n  \"rms_norm_eps\": 1e-05,\n"
-                  "  \"rope_theta\": %.9g,\n",
+                  "  \"max_position_embeddings\": %d,\n  \"hidden_act\": \"silu\",\n  \"rms_norm_eps\": %s,\n"
+                  "  \"rope_theta\": %s,\n",
                   c->channels, c->mlp_hidden, c->num_heads, c->num_kv_heads, c->num_layers, c->vocab_size,
-                  c->max_seq_len, (double)c->rope_theta);
+                  c->max_seq_len, eps, theta);
+        char f[3][32];
         if (c->rope_scaling.factor > 0)
             sb_printf(&sb,
-                      "  \"rope_scaling\": {\"rope_type\": \"llama3\", \"factor\": %.9g, \"low_freq_factor\": %.9g, "
-                      "\"high_freq_factor\": %.9g, \"original_max_position_embeddings\": %d},\n",
-                      (double)c->rope_scaling.factor, (double)c->rope_scaling.low_freq_factor,
-                      (double)c->rope_scaling.high_freq_factor, c->rope_scaling.original_max_pos);
+                      "  \"rope_scaling\": {\"rope_type\": \"llama3\", \"factor\": %s, \"low_freq_factor\": %s, "
+                      "\"high_freq_factor\": %s, \"original_max_position_embeddings\": %d},\n",
+                      short_float(f[0], 32, c->rope_scaling.factor), short_float(f[1], 32, c->rope_scaling.low_freq_factor),
+                      short_float(f[2], 32, c->rope_scaling.high_freq_factor), c->rope_scaling.original_max_pos);
         else
             sb_printf(&sb, "  \"rope_scaling\": null,\n");
         sb_printf(&sb,
