@@ -129,6 +129,11 @@ int main(int argc, char** argv) {
             trainer_export(&tr, cfg.export_path, cfg.export_dtype == EXPORT_BF16 ? DTYPE_BF16 : DTYPE_F32);
             printf("exported weights to %s (llm.c format, %s)\n", cfg.export_path, config_enum_name("export-dtype", cfg.export_dtype));
         }
+        if (cfg.export_hf[0]) {
+            trainer_export_hf(&tr, cfg.export_hf, cfg.export_hf_dtype == EXPORT_BF16 ? DTYPE_BF16 : DTYPE_F32);
+            printf("exported weights to %s (Hugging Face folder, %s)\n", cfg.export_hf,
+                   config_enum_name("export-hf-dtype", cfg.export_hf_dtype));
+        }
         checkpoint_export_model_dir(ck);
         report_memory_peak(&tr);
     }

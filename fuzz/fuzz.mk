@@ -3,7 +3,7 @@
 #
 #   make fuzz                 runs every target for FUZZ_SECONDS (default 60) each, growing
 #                             build/fuzz/corpus/<target> from the seeds in fuzz/corpus/<target>
-#   make fuzz-<target>        one of them (shard, shard_zst, llmc, tokenizer, manifest, hyperparameters)
+#   make fuzz-<target>        one of them (shard, shard_zst, llmc, tokenizer, manifest, hyperparameters, safetensors, hf_config)
 #   make test                 runs each for a few seconds (tests/test_fuzz.sh),
 #                             tests/test_bad_input.sh with $(BUILD)/asan/train_gpt, and
 #                             tests/test_edge_values.c sanitized
@@ -15,7 +15,7 @@
 
 SAN_CC        := $(if $(shell command -v clang 2>/dev/null),clang,$(CC))
 FUZZ_SECONDS  ?= 60
-FUZZ_TARGETS  := shard shard_zst llmc tokenizer manifest hyperparameters
+FUZZ_TARGETS  := shard shard_zst llmc tokenizer manifest hyperparameters safetensors hf_config
 FUZZ_BINS     := $(FUZZ_TARGETS:%=$(BUILD)/fuzz/fuzz_%)
 # Whether clang finds its libFuzzer runtime.
 FUZZ_RUNTIME  := $(if $(filter clang,$(SAN_CC)),$(shell clang -print-file-name=libclang_rt.fuzzer-$(shell uname -m).a),)
@@ -46,6 +46,11 @@ $(BUILD)/asan/test_edge_values: tests/test_edge_values.c tests/testlib.h $(BUILD
 	@mkdir -p $(dir $@)
 	$(SAN_CC) $(SAN_FLAGS) -o $@ $< $(BUILD)/san/libtrain.a $(LDLIBS)
 ASAN_TESTS += $(BUILD)/asan/test_edge_values
+# tests/test_safetensors.c (the safetensors reader's lying headers) likewise.
+$(BUILD)/asan/test_safetensors: tests/test_safetensors.c tests/testlib.h $(BUILD)/san/libtrain.a
+	@mkdir -p $(dir $@)
+	$(SAN_CC) $(SAN_FLAGS) -o $@ $< $(BUILD)/san/libtrain.a $(LDLIBS)
+ASAN_TESTS += $(BUILD)/asan/test_safetensors
 
 FUZZ_LINK = @mkdir -p $(dir $@) && $(SAN_CC) $(SAN_FLAGS) -fsanitize=fuzzer -o $@ $< $(BUILD)/san/libtrain.a $(LDLIBS)
 $(BUILD)/fuzz/fuzz_%: fuzz/fuzz_%.c fuzz/fuzz.h $(BUILD)/san/libtrain.a

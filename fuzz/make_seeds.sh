@@ -7,7 +7,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 C=fuzz/corpus
 rm -rf "$C"
-mkdir -p "$C"/{shard,shard_zst,llmc,tokenizer,manifest,hyperparameters}
+mkdir -p "$C"/{shard,shard_zst,llmc,tokenizer,manifest,hyperparameters,safetensors,hf_config}
 
 /usr/bin/python3 - "$C" <<'PY'
 import json, struct, sys
@@ -61,6 +61,33 @@ hp = [{"steps": "7", "lr": "6e-4", "precision": "fp32", "device": "cpu", "beta1"
       {"on_divergence": "rollback", "checkpoint-every": "0"}]  # refused by config_check (a fuzzer's first find)
 for i, d in enumerate(hp):
     write(f"{c}/hyperparameters/hp{i}.json", json.dumps(d).encode())
+
+# safetensors: an 8-byte little-endian header length, the JSON header, the data.
+def st(header, data):
+    h = json.dumps(header).encode()
+    h += b" " * (-len(h) % 8)
+    return struct.pack("<Q", len(h)) + h + data
+w = np.arange(6, dtype=np.float32) * 0.5
+write(f"{c}/safetensors/f32.safetensors", st({"__metadata__": {"format": "pt"},
+      "a": {"dtype": "F32", "shape": [2, 3], "data_offsets": [0, 24]},
+      "b": {"dtype": "BF16", "shape": [2], "data_offsets": [24, 28]},
+      "c": {"dtype": "F16", "shape": [2], "data_offsets": [28, 32]}},
+      w.tobytes() + (w[:2].view(np.uint32) >> 16).astype(np.uint16).tobytes() + w[:2].astype(np.float16).tobytes()))
+write(f"{c}/safetensors/overlap.safetensors", st({"a": {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]},
+      "b": {"dtype": "F32", "shape": [2], "data_offsets": [4, 12]}}, bytes(12)))
+# config.json of both architectures, one with Llama 3.1's rope_scaling, and near-misses.
+gpt2 = {"architectures": ["GPT2LMHeadModel"], "model_type": "gpt2", "n_embd": 96, "n_head": 3, "n_layer": 2,
+        "n_positions": 64, "vocab_size": 300, "activation_function": "gelu_new", "layer_norm_epsilon": 1e-05}
+llama = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 96, "intermediate_size": 200,
+         "num_attention_heads": 6, "num_key_value_heads": 2, "num_hidden_layers": 2, "vocab_size": 300,
+         "max_position_embeddings": 64, "hidden_act": "silu", "rms_norm_eps": 1e-05, "rope_theta": 500000.0,
+         "tie_word_embeddings": False}
+scaled = dict(llama, rope_scaling={"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
+              "high_freq_factor": 4.0, "original_max_position_embeddings": 8192})
+for name, d in [("gpt2", gpt2), ("llama", llama), ("llama3_scaled", scaled), ("bias", dict(llama, attention_bias=True)),
+                ("kv", dict(llama, num_key_value_heads=4))]:
+    write(f"{c}/hf_config/{name}.json", json.dumps(d).encode())
+write(f"{c}/safetensors/int.safetensors", st({"i": {"dtype": "I64", "shape": [1], "data_offsets": [0, 8]}}, bytes(8)))
 PY
 
 for f in "$C"/shard/*.bin; do zstd -q -19 "$f" -o "$C/shard_zst/$(basename "$f").zst"; done

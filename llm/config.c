@@ -58,7 +58,7 @@ static const Flag FLAGS[] = {
     {"heads", F_INT, OFF(heads), "0", "NH", "attention heads (overrides --depth)", NULL, "[0, 4096]"},
     {"vocab-size", F_INT, OFF(vocab_size), "0", "V", "vocabulary size; 0 takes it from --tokenizer (GPT-2's 50257 without one)", NULL, "[0, 16777216]"},
     {"max-seq-len", F_INT, OFF(max_seq_len), "0", "T", "rows of the position embedding; 0 = --seq-len (1024 for GPT-2 presets)", NULL, "[0, 131072]"},
-    {"init-from", F_STRING, OFF(init_from), "", "FILE", "start from weights in llm.c's model format (version 3 fp32 or 5 bf16); the model shape comes from the file", NULL, NULL},
+    {"init-from", F_STRING, OFF(init_from), "", "FILE|DIR", "start from weights: an llm.c model file (version 3 fp32 or 5 bf16), or a Hugging Face model folder (config.json and model.safetensors or its sharded index; GPT-2 or Llama); the model shape comes from it", NULL, NULL},
     // Llama 3 (llm/llama.c): presets llama3-1B, llama3-3B, llama3-8B, llama3-70B, or --arch llama with --depth or sizes.
     {"arch", F_ENUM, OFF(arch), "gpt2", NULL, "architecture: GPT-2, or Llama 3 (RMSNorm, RoPE, grouped-query attention, SwiGLU, no biases); llama3-* presets set llama", NULL, "gpt2|llama"},
     {"kv-heads", F_INT, OFF(kv_heads), "0", "NKV", "Llama: key/value heads (divides --heads); 0: the preset's, or heads/4 rounded down to a divisor for --depth", NULL, "[0, 4096]"},
@@ -101,6 +101,8 @@ static const Flag FLAGS[] = {
     {"log-every", F_INT, OFF(log_every), "1", "N", "print a step line every N steps", NULL, "(0, inf)"},
     {"export", F_STRING, OFF(export_path), "", "FILE", "write the final weights in llm.c's model format", NULL, NULL},
     {"export-dtype", F_ENUM, OFF(export_dtype), "fp32", NULL, "value type of --export", NULL, "fp32|bf16"},
+    {"export-hf", F_STRING, OFF(export_hf), "", "DIR", "write the final weights as a Hugging Face model folder (config.json, model.safetensors) that transformers loads as GPT2LMHeadModel or LlamaForCausalLM", NULL, NULL},
+    {"export-hf-dtype", F_ENUM, OFF(export_hf_dtype), "bf16", NULL, "value type of --export-hf", NULL, "fp32|bf16"},
 
     {"checkpoint-dir", F_STRING, OFF(checkpoint_dir), "auto", "DIR", "where checkpoints go; auto: $TRAIN_GPT_CHECKPOINT_DIR if set, else /opt/ml/checkpoints if it exists, else ./checkpoints; empty: none", "Checkpoints", NULL},
     {"checkpoint-every", F_INT, OFF(checkpoint_every), "0", "N", "write a checkpoint every N steps; 0: only at the end and on SIGTERM/SIGINT", NULL, "[0, inf)"},

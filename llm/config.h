@@ -35,7 +35,7 @@ typedef struct {
     int layers, channels, heads;
     int vocab_size;       // 0: from the tokenizer file (else GPT-2's 50257)
     int max_seq_len;      // 0: the sequence length (1024 for GPT-2 presets)
-    char* init_from;      // llm.c model file
+    char* init_from;      // llm.c model file, or a Hugging Face model folder
     // Llama (the architecture and its own shape flags)
     int arch;             // --arch: gpt2|llama, the order of Arch (llm/gpt.h)
     int kv_heads;         // 0: the preset's (depth rule: see presets.c)
@@ -68,6 +68,8 @@ typedef struct {
     int top_k;            // sample among the k most likely tokens; 0: all
     char* export_path;    // final weights in llm.c's layout
     ExportDtype export_dtype;
+    char* export_hf;      // final weights as a Hugging Face model folder
+    ExportDtype export_hf_dtype;
     // checkpoints
     char* checkpoint_dir; // auto|""|DIR (see checkpoint.h)
     int checkpoint_every; // steps between checkpoints; 0: only at the end and on SIGTERM

@@ -52,6 +52,7 @@ typedef struct {
     int tie_embeddings;     // LM head = wte (always for GPT-2)
     float rope_theta;       // RoPE base (Llama 3: 500000)
     RopeScaling rope_scaling;  // Llama 3.1's long-context scaling (factor 0: none)
+    float norm_eps;         // Llama's RMSNorm epsilon; 0: Llama 3's 1e-5 (GPT-2's LayerNorm: always 1e-5)
 } GPTConfig;
 
 // The largest shapes a model may have. Within them every size the code

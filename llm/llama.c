@@ -31,6 +31,9 @@
 
 #define LLAMA_NORM_EPS 1e-5f
 
+// The RMSNorm epsilon: the config's (a Hugging Face rms_norm_eps), else Llama 3's 1e-5.
+static inline float norm_eps(const GPT* m) { return m->config.norm_eps > 0 ? m->config.norm_eps : LLAMA_NORM_EPS; }
+
 static const ParamKind LLAMA_EMBED[] = {P_WTE};
 static const ParamKind LLAMA_LAYER[] = {P_LN1W, P_QKVW, P_ATTPROJW, P_LN2W, P_FCW, P_FCPROJW};
 static const ParamKind LLAMA_FINAL_TIED[] = {P_LNFW};
@@ -103,7 +106,7 @@ static void layer_forward_to_swiglu(GPT* m, int l, const LayerTensors* w, const 
     float* atty_amax = gpt_amax_slot(m, l, FP8_ATTPROJ, FP8_INPUT);
     if (atty_amax) be->amax(be, atty_amax, a->atty, (size_t)N * NH * HS);  // attention measures nothing
     gpt_linear_forward(m, l, FP8_ATTPROJ, proj, NULL, NULL, a->atty, w->attprojw, NULL, N, NH * HS, C);
-    be->residual_rmsnorm_forward(be, a->residual2, a->ln2, a->ln2_rstd, a->input, proj, w->ln2w, N, C, LLAMA_NORM_EPS,
+    be->residual_rmsnorm_forward(be, a->residual2, a->ln2, a->ln2_rstd, a->input, proj, w->ln2w, N, C, norm_eps(m),
                                  gpt_amax_slot(m, l, FP8_FC, FP8_INPUT));
     // MLP, first half: gate|up = fc(ln2), s = silu(gate) * up
     gpt_linear_forward(m, l, FP8_FC, a->fch, NULL, NULL, a->ln2, w->fcw, NULL, N, C, 2 * H);
@@ -122,7 +125,7 @@ void llama_forward(GPT* m, const int32_t* inputs, const int32_t* targets, int B,
     be->encoder_forward(be, gpt_act(m, A_ENCODED), inputs, gpt_tensor_in_unit(m, embed, P_WTE, -1), NULL, B, T, C);
     LayerTensors w = gpt_layer_tensors(m, gpt_unit_params(m, gpt_layer_unit(0), 0), 0);
     LayerActs a = gpt_layer_acts(m, 0, (size_t)N);
-    be->rmsnorm_forward(be, a.ln1, a.ln1_rstd, a.input, w.ln1w, N, C, LLAMA_NORM_EPS,
+    be->rmsnorm_forward(be, a.ln1, a.ln1_rstd, a.input, w.ln1w, N, C, norm_eps(m),
                         gpt_amax_slot(m, 0, FP8_QKV, FP8_INPUT));
     void* fin = NULL;
     for (int l = 0; l < L; l++) {
@@ -146,7 +149,7 @@ void llama_forward(GPT* m, const int32_t* inputs, const int32_t* targets, int B,
             next_w = gpt_tensor_in_unit(m, fin, P_LNFW, -1);
         }
         be->residual_rmsnorm_forward(be, a.output, next_out, next_rstd, a.residual2, proj, next_w, N, C,
-                                     LLAMA_NORM_EPS, gpt_amax_slot(m, l + 1, FP8_QKV, FP8_INPUT));
+                                     norm_eps(m), gpt_amax_slot(m, l + 1, FP8_QKV, FP8_INPUT));
         gpt_unit_release(m, gpt_layer_unit(l), 0);
         w = wn;
         a = an;
@@ -197,7 +200,7 @@ void llama_backward(GPT* m, const int32_t* inputs, int B, int T) {
         LayerActs a = gpt_layer_acts(m, l, (size_t)N);
         RecomputeMode mode = recompute_layer_mode(&m->acts.recompute, l);
         if (mode == RECOMPUTE_FULL) {
-            be->rmsnorm_forward(be, a.ln1, a.ln1_rstd, a.input, w.ln1w, N, C, LLAMA_NORM_EPS,
+            be->rmsnorm_forward(be, a.ln1, a.ln1_rstd, a.input, w.ln1w, N, C, norm_eps(m),
                                 gpt_amax_slot(m, l, FP8_QKV, FP8_INPUT));
             layer_forward_to_swiglu(m, l, &w, &a, B, T);
         }
@@ -215,7 +218,7 @@ void llama_backward(GPT* m, const int32_t* inputs, int B, int T) {
             gpt_linear_backward(m, l, FP8_FC, dbtc, g.fcw, NULL, dgu, a.ln2, w.fcw, N, C, 2 * H);
         } else {
             if (mode == RECOMPUTE_SELECTIVE)
-                be->rmsnorm_forward(be, dbtc, a.ln2_rstd, a.residual2, w.ln2w, N, C, LLAMA_NORM_EPS,
+                be->rmsnorm_forward(be, dbtc, a.ln2_rstd, a.residual2, w.ln2w, N, C, norm_eps(m),
                                     gpt_amax_slot(m, l, FP8_FC, FP8_INPUT));
             gpt_linear_backward_over_input(m, l, FP8_FC, dbtc, g.fcw, NULL, dgu, w.fcw, N, C, 2 * H);
         }
@@ -231,7 +234,7 @@ void llama_backward(GPT* m, const int32_t* inputs, int B, int T) {
             gpt_linear_backward(m, l, FP8_QKV, dbtc, g.qkvw, NULL, dqkv, a.ln1, w.qkvw, N, C, QKV);
         } else {
             // ln1 shares dbtc with ln2, so full layers recompute it again too.
-            be->rmsnorm_forward(be, dbtc, a.ln1_rstd, a.input, w.ln1w, N, C, LLAMA_NORM_EPS,
+            be->rmsnorm_forward(be, dbtc, a.ln1_rstd, a.input, w.ln1w, N, C, norm_eps(m),
                                 gpt_amax_slot(m, l, FP8_QKV, FP8_INPUT));
             gpt_linear_backward_over_input(m, l, FP8_QKV, dbtc, g.qkvw, NULL, dqkv, w.qkvw, N, C, QKV);
         }

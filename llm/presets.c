@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "llm/checkpoint/llmc_io.h"
+#include "llm/hf/hf.h"
 
 typedef struct { const char* name; int layers, channels, heads; } Preset;
 
@@ -96,9 +97,21 @@ GPTConfig model_config_from_flags(const TrainConfig* cfg, int vocab_from_tokeniz
         reject_if_set(cfg, "channels", why);
         reject_if_set(cfg, "heads", why);
         reject_if_set(cfg, "max-seq-len", why);
-        if (cfg->arch != ARCH_GPT2)
-            fatal("--init-from: llm.c's model format holds GPT-2 models only (got --arch %s)", arch_name(cfg->arch));
-        llmc_read_config(cfg->init_from, &c);
+        if (hf_is_folder(cfg->init_from)) {
+            // A Hugging Face folder names its architecture; flags may only agree.
+            hf_read_config(cfg->init_from, &c);
+            if (config_is_set(cfg, "arch") && cfg->arch != c.arch)
+                fatal("--arch %s conflicts with --init-from %s, a %s model", arch_name(cfg->arch), cfg->init_from,
+                      arch_name(c.arch));
+            const char* llama_flags[] = {"kv-heads", "mlp-hidden", "rope-theta", "rope-scaling", "tie-embeddings"};
+            for (size_t i = 0; i < sizeof llama_flags / sizeof llama_flags[0]; i++)
+                reject_if_set(cfg, llama_flags[i], why);
+        } else {
+            hf_refuse_folder_file(cfg->init_from);
+            if (cfg->arch != ARCH_GPT2)
+                fatal("--init-from: llm.c's model format holds GPT-2 models only (got --arch %s; a Hugging Face folder holds either)", arch_name(cfg->arch));
+            llmc_read_config(cfg->init_from, &c);
+        }
         if (config_is_set(cfg, "vocab-size") && cfg->vocab_size != c.vocab_size)
             fatal("--vocab-size %d does not match %s (vocabulary %d)", cfg->vocab_size, cfg->init_from, c.vocab_size);
         return c;

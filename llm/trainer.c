@@ -8,6 +8,7 @@
 #include "kernels/cuda_seam.h"
 #include "llm/platform/efa.h"
 #include "llm/checkpoint/llmc_io.h"
+#include "llm/hf/hf.h"
 #include "llm/checkpoint/signals.h"
 #include "llm/plan/planner.h"
 #include "llm/presets.h"
@@ -111,7 +112,7 @@ void trainer_setup(Trainer* tr, const TrainConfig* cfg, Backend* be, Comm* comm)
               mc.vocab_size);
 
     if (mc.arch == ARCH_LLAMA && cfg->export_path[0])
-        fatal("--export writes llm.c's model format, which holds GPT-2 models only (got --arch llama)");
+        fatal("--export writes llm.c's model format, which holds GPT-2 models only (got --arch llama; --export-hf DIR writes a Hugging Face folder)");
 
     dataloader_init(&tr->train, cfg->train_data, "--train-data", tr->T, mc.vocab_size, cfg->shuffle, (uint64_t)cfg->seed);
     if (cfg->val_data[0] && cfg->val_every > 0) {
@@ -131,7 +132,8 @@ void trainer_setup(Trainer* tr, const TrainConfig* cfg, Backend* be, Comm* comm)
     if (be->reserve_scratch) be->reserve_scratch(be, tr->B, tr->T, mc.channels, 4 * mc.channels, mc.num_heads);
     zero_init(&tr->zero, &tr->model, comm);
     if (cfg->precision == PRECISION_FP8) setup_fp8(tr, cfg);
-    if (cfg->init_from[0]) llmc_load_weights(&tr->model, cfg->init_from);
+    if (cfg->init_from[0] && hf_is_folder(cfg->init_from)) hf_load_weights(&tr->model, cfg->init_from);
+    else if (cfg->init_from[0]) llmc_load_weights(&tr->model, cfg->init_from);
     else gpt_init_random(&tr->model, (uint64_t)cfg->seed);
 
     tr->sched.peak = cfg->lr;
@@ -272,6 +274,13 @@ void trainer_export(Trainer* tr, const char* path, DType dtype) {
     float* flat = (float*)xmalloc(tr->model.layout.total * sizeof(float));
     zero_gather_params_f32(&tr->zero, flat);
     if (tr->rank == 0) llmc_write_weights(&tr->model, flat, path, dtype);
+    free(flat);
+}
+
+void trainer_export_hf(Trainer* tr, const char* dir, DType dtype) {
+    float* flat = (float*)xmalloc(tr->model.layout.total * sizeof(float));
+    zero_gather_params_f32(&tr->zero, flat);
+    if (tr->rank == 0) hf_write_folder(&tr->model, flat, dir, dtype, tr->has_tok ? tr->tok.eot : -1);
     free(flat);
 }
 

@@ -59,6 +59,8 @@ void trainer_free(Trainer* tr);
 // Writes the final weights in llm.c's format from rank 0 (collective: the
 // shards are gathered from every rank).
 void trainer_export(Trainer* tr, const char* path, DType dtype);
+// The same as a Hugging Face model folder (llm/hf/hf.h), written by rank 0.
+void trainer_export_hf(Trainer* tr, const char* dir, DType dtype);
 
 // One optimizer step: accumulate gradients over the global batch's windows
 // of this rank, clip by the global norm, AdamW.

@@ -17,7 +17,7 @@ if [ -z "$runtime" ] || [ ! -f "$runtime" ]; then
   exit 0
 fi
 
-for t in shard shard_zst llmc tokenizer manifest hyperparameters; do
+for t in shard shard_zst llmc tokenizer manifest hyperparameters safetensors hf_config; do
   bin="$B/fuzz/fuzz_$t"
   if [ ! -x "$bin" ]; then
     fail "fuzz_$t" "$bin is not built (make tests builds it)"

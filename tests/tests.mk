@@ -81,3 +81,10 @@ $(BUILD)/gpu/%: tests/gpu/%.c tests/gpu/gpu_test.h tests/testlib.h $(BUILD)/libt
 # ---- tiktoken-compatible tokenizer (data/bpe.c) -----------------------------------------------
 # test_tiktoken.sh runs dev/tokenize against tiktoken (from PyPI, cached in build/tiktoken).
 tests: $(BUILD)/tokenize
+
+# ---- Hugging Face folders (llm/hf/) ------------------------------------------------------------
+# test_hf.sh compares transformers' logits with the model's, read by this helper.
+$(BUILD)/tests/hf_logits: tests/hf_logits.c $(BUILD)/libtrain.a
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -o $@ $< $(BUILD)/libtrain.a $(LDLIBS)
+tests: $(BUILD)/tests/hf_logits

@@ -232,11 +232,19 @@ char* manifest_to_json(const Manifest* man) {
               (long long)man->tokens_per_step);
     sb_printf(&sb,
               "  \"model\": {\"arch\": \"%s\", \"layers\": %d, \"channels\": %d, \"heads\": %d, \"kv_heads\": %d, "
-              "\"mlp_hidden\": %d, \"tie_embeddings\": %d, \"rope_theta\": %.9g, \"rope_scaling\": %g, "
-              "\"vocab_size\": %d, \"padded_vocab_size\": %d, \"max_seq_len\": %d},\n",
+              "\"mlp_hidden\": %d, \"tie_embeddings\": %d, \"rope_theta\": %.9g, \"rope_scaling\": %.9g, ",
               arch_name(c->arch), c->num_layers, c->channels, c->num_heads, c->num_kv_heads, c->mlp_hidden,
-              c->tie_embeddings, c->rope_theta, c->rope_scaling.factor, c->vocab_size, c->padded_vocab_size,
-              c->max_seq_len);
+              c->tie_embeddings, c->rope_theta, c->rope_scaling.factor);
+    // The scaling's other values (a Hugging Face config may set any): low and
+    // high frequency factors and the original context.
+    if (c->rope_scaling.factor > 0)
+        sb_printf(&sb, "\"rope_scaling_bands\": [%.9g, %.9g, %d], ", c->rope_scaling.low_freq_factor,
+                  c->rope_scaling.high_freq_factor, c->rope_scaling.original_max_pos);
+    // A Llama's RMSNorm epsilon where it is not Llama 3's 1e-5 (a Hugging Face config's rms_norm_eps).
+    if (c->arch == ARCH_LLAMA && c->norm_eps > 0 && c->norm_eps != 1e-5f)
+        sb_printf(&sb, "\"norm_eps\": %.9g, ", (double)c->norm_eps);
+    sb_printf(&sb, "\"vocab_size\": %d, \"padded_vocab_size\": %d, \"max_seq_len\": %d},\n", c->vocab_size,
+              c->padded_vocab_size, c->max_seq_len);
     if (man->guard.present) {
         const CkptGuard* g = &man->guard;
         sb_printf(&sb,
@@ -688,8 +696,25 @@ int manifest_parse(const char* text, size_t len, Manifest* man, char* why, size_
                 problem(&p, "'model' is incomplete for a Llama");
             } else {
                 c->rope_theta = (float)theta->number;
-                // --rope-scaling sets Llama 3.1's one set of values (llm/presets.c).
-                if (scaling->number > 0) c->rope_scaling = (RopeScaling){8.0f, 1.0f, 4.0f, 8192};
+                // The factor, and the other values as recorded; manifests from
+                // before rope_scaling_bands hold --rope-scaling's one set (llm/presets.c).
+                const JsonValue* eps = json_get(model, "norm_eps");
+                if (eps && (eps->type != JSON_NUMBER || !(eps->number > 0)))
+                    problem(&p, "'model.norm_eps' is not a positive number");
+                else if (eps)
+                    c->norm_eps = (float)eps->number;
+                const JsonValue* bands = json_get(model, "rope_scaling_bands");
+                int64_t orig = 8192;
+                if (scaling->number > 0) c->rope_scaling = (RopeScaling){(float)scaling->number, 1.0f, 4.0f, 8192};
+                if (scaling->number > 0 && bands) {
+                    if (bands->type != JSON_ARRAY || bands->count != 3 || bands->items[0].type != JSON_NUMBER ||
+                        bands->items[1].type != JSON_NUMBER || !json_as_i64(&bands->items[2], &orig) || orig <= 0 ||
+                        orig > INT32_MAX)
+                        problem(&p, "'model.rope_scaling_bands' is not [low, high, original context]");
+                    else
+                        c->rope_scaling = (RopeScaling){(float)scaling->number, (float)bands->items[0].number,
+                                                        (float)bands->items[1].number, (int)orig};
+                }
             }
         } else if (!p.bad) {
             c->num_kv_heads = c->num_heads;
@@ -717,14 +742,24 @@ int manifest_matches_model(const Manifest* man, const GPT* m, char* why, size_t 
                  arch_name(b->arch), arch_name(b->arch));
         return 0;
     }
+    float eps_a = a->norm_eps > 0 ? a->norm_eps : 1e-5f, eps_b = b->norm_eps > 0 ? b->norm_eps : 1e-5f;
+    if (a->arch == ARCH_LLAMA && eps_a != eps_b) {
+        snprintf(why, whysize, "written for a Llama with RMSNorm epsilon %g; this run's is %g", eps_a, eps_b);
+        return 0;
+    }
     if (a->arch == ARCH_LLAMA && (a->num_kv_heads != b->num_kv_heads || a->mlp_hidden != b->mlp_hidden ||
                                   a->tie_embeddings != b->tie_embeddings || a->rope_theta != b->rope_theta ||
-                                  a->rope_scaling.factor != b->rope_scaling.factor)) {
+                                  a->rope_scaling.factor != b->rope_scaling.factor ||
+                                  a->rope_scaling.low_freq_factor != b->rope_scaling.low_freq_factor ||
+                                  a->rope_scaling.high_freq_factor != b->rope_scaling.high_freq_factor ||
+                                  a->rope_scaling.original_max_pos != b->rope_scaling.original_max_pos)) {
         snprintf(why, whysize,
-                 "written for another Llama (kv heads %d, MLP %d, tied %d, RoPE theta %g, scaling %g; this run: kv "
-                 "heads %d, MLP %d, tied %d, RoPE theta %g, scaling %g)",
+                 "written for another Llama (kv heads %d, MLP %d, tied %d, RoPE theta %g, scaling %g (%g, %g, %d); "
+                 "this run: kv heads %d, MLP %d, tied %d, RoPE theta %g, scaling %g (%g, %g, %d))",
                  a->num_kv_heads, a->mlp_hidden, a->tie_embeddings, a->rope_theta, a->rope_scaling.factor,
-                 b->num_kv_heads, b->mlp_hidden, b->tie_embeddings, b->rope_theta, b->rope_scaling.factor);
+                 a->rope_scaling.low_freq_factor, a->rope_scaling.high_freq_factor, a->rope_scaling.original_max_pos,
+                 b->num_kv_heads, b->mlp_hidden, b->tie_embeddings, b->rope_theta, b->rope_scaling.factor,
+                 b->rope_scaling.low_freq_factor, b->rope_scaling.high_freq_factor, b->rope_scaling.original_max_pos);
         return 0;
     }
     if (a->num_layers != b->num_layers || a->channels != b->channels || a->num_heads != b->num_heads ||
