@@ -31,6 +31,7 @@ static void scratch_case(int B, int T, int C, int NH, int V) {
     gpu->attention_backward(gpu, d_dqkv, d_dout, d_qkv, d_out, d_lse, B, T, NH, NH, C / NH);
     gpu->encoder_backward(gpu, d_wte, d_wpe, d_dout, d_tok, B, T, C);
     gpu->layernorm_backward(gpu, d_din, d_lnw, d_lnw, d_dout, d_dout, d_lnw, d_mean, d_rstd, N, C, NULL);
+    gpu->rmsnorm_backward(gpu, d_din, d_lnw, d_dout, d_dout, d_lnw, d_rstd, N, C, NULL);
     gpu->matmul_backward(gpu, d_din, d_dw, d_db, d_h, d_dout, d_w, N, C, H);  // dbias over (N, 4C)
     gpu->sum_squares(gpu, d_sum, d_h, (size_t)N * H, 0);
     gpu->synchronize(gpu);
