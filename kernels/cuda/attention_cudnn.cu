@@ -23,7 +23,9 @@
 // the query heads), and dK, dV are reduced over each group inside the graph.
 //
 // Plans are built once per shape and cached for the life of the process; the
-// workspace (cuDNN's plus the backward's D) is the backend's scratch buffer.
+// workspace (cuDNN's plus the backward's D) is the backend's scratch buffer,
+// reserved at start-up with the others (attention_cudnn_scratch_bytes builds
+// the run's two plans then and reads their workspace sizes).
 #include <dlfcn.h>
 #include <glob.h>
 #include <math.h>
@@ -613,6 +615,10 @@ static void execute(Backend* be, Plan* p, const int64_t* uids, void* const* ptrs
     graph_free(&vp_g);
 }
 
+// The backward's D (B, NH, T) FP32 ahead of cuDNN's workspace in the
+// scratch, rounded to 256 bytes so that the workspace stays aligned.
+static size_t backward_d_bytes(int B, int T, int NH) { return ((size_t)B * NH * T * sizeof(float) + 255) / 256 * 256; }
+
 // The masked scores' value: -inf, or the lowest float before cuDNN 9.10
 // (which preferred a finite mask value, as cudnn-frontend notes).
 static float neg_inf_value(void) { return g_api.version >= 91000 ? -INFINITY : -3.402823466e38f; }
@@ -639,8 +645,8 @@ void attention_cudnn_backward(Backend* be, void* dqkv, const void* dout, const v
     Plan* p = plan_for(1, B, T, NH, NKV, HS, &why);
     if (!p) fatal("attention (cuDNN) backward, B=%d T=%d NH=%d NKV=%d HS=%d: %s", B, T, NH, NKV, HS, why);
     float scale = 1.0f / sqrtf((float)HS);
-    // The scratch buffer holds D (B, NH, T) then cuDNN's workspace, 256-byte aligned.
-    size_t d_bytes = ((size_t)B * NH * T * sizeof(float) + 255) / 256 * 256;
+    // The scratch buffer holds D (B, NH, T) then cuDNN's workspace.
+    size_t d_bytes = backward_d_bytes(B, T, NH);
     char* scratch = (char*)cuda_scratch(be, d_bytes + (size_t)p->workspace);
     const bf16* base = (const bf16*)qkv;
     bf16* dbase = (bf16*)dqkv;
@@ -665,9 +671,8 @@ void attention_cudnn_backward(Backend* be, void* dqkv, const void* dout, const v
 
 // ---- the choice -------------------------------------------------------------------------------------
 
-// Why cuDNN cannot take this call ("" if it can), short of building the plan.
-static const char* unsupported(Backend* be, int T, int NH, int NKV, int HS, const void* p0, const void* p1,
-                               const void* p2, const void* p3) {
+// Why cuDNN cannot take this shape ("" if it can), short of building the plan.
+static const char* unsupported(Backend* be, int T, int NH, int NKV, int HS) {
     static char why[256];
     const char* lib_why;
     if (!attention_cudnn_version(&lib_why)) return lib_why;
@@ -682,10 +687,19 @@ static const char* unsupported(Backend* be, int T, int NH, int NKV, int HS, cons
         snprintf(why, sizeof why, "NH=%d is not a multiple of NKV=%d", NH, NKV);
         return why;
     }
-    if (!aligned_to(p0, 16) || !aligned_to(p1, 16) || !aligned_to(p2, 16) || !aligned_to(p3, 16))
-        return "a tensor is not 16-byte aligned";
     (void)T;
     return "";
+}
+
+size_t attention_cudnn_scratch_bytes(Backend* be, int B, int T, int NH, int NKV, int HS) {
+    if (g_choice == ATTN_NATIVE || *unsupported(be, T, NH, NKV, HS)) return 0;
+    const char* why;
+    size_t need = 0;
+    Plan* f = plan_for(0, B, T, NH, NKV, HS, &why);
+    if (f) need = (size_t)f->workspace;
+    Plan* b = plan_for(1, B, T, NH, NKV, HS, &why);
+    size_t bwd = b ? backward_d_bytes(B, T, NH) + (size_t)b->workspace : 0;
+    return bwd > need ? bwd : need;
 }
 
 int attention_cudnn_use(Backend* be, int backward, int B, int T, int NH, int NKV, int HS, const void* p0,
@@ -693,7 +707,9 @@ int attention_cudnn_use(Backend* be, int backward, int B, int T, int NH, int NKV
     static int announced = -1;  // the choice last printed: printed once, again only if it changes
     g_last_used = 0;
     if (g_choice == ATTN_NATIVE) return 0;
-    const char* why = unsupported(be, T, NH, NKV, HS, p0, p1, p2, p3);
+    const char* why = unsupported(be, T, NH, NKV, HS);
+    if (!*why && (!aligned_to(p0, 16) || !aligned_to(p1, 16) || !aligned_to(p2, 16) || !aligned_to(p3, 16)))
+        why = "a tensor is not 16-byte aligned";
     if (!*why) {
         Plan* p = plan_for(backward, B, T, NH, NKV, HS, &why);
         if (p) why = "";
@@ -727,6 +743,7 @@ int attention_cudnn_use(Backend*, int, int, int, int, int, int, const void*, con
     if (g_choice == ATTN_AUTO && g_verbose && !announced++) printf("attention: native kernels (cuDNN not used: %s)\n", why);
     return 0;
 }
+size_t attention_cudnn_scratch_bytes(Backend*, int, int, int, int, int) { return 0; }
 void attention_cudnn_forward(Backend*, void*, float*, const void*, int, int, int, int, int) {
     fatal("attention (cuDNN): this binary was built without cuDNN's headers");
 }

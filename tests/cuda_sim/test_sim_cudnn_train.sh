@@ -4,7 +4,8 @@
 # BF16 training with --attention cudnn follows --attention native within
 # BF16 tolerance and is bit-for-bit repeatable; auto prints its choice (cuDNN
 # when it loads, the native kernels when not); cudnn fails with one clear
-# line when cuDNN cannot run (no library, wrong version, fp32, the CPU).
+# line when cuDNN cannot run (no library, wrong version, fp32, the CPU); the
+# workspace is reserved at start-up (no scratch growth inside a step).
 set -u
 cd "$(dirname "$0")/../.."
 # shellcheck source=tests/lib.sh
@@ -54,6 +55,17 @@ if grep -q '^attention: native kernels (cuDNN not used.*library not found' "$T/a
   ok sim_cudnn_auto_without_library
 else
   fail sim_cudnn_auto_without_library "$(grep -E '^attention|error' "$T/auto_none.log" | head -n 3)"
+fi
+
+# 2b. cuDNN's workspace is reserved at start-up with the other ops' scratch:
+#     at T = 320 the backward's (the fake's dP buffer, B*NH*T^2*2 bytes) is the
+#     largest, and no step grows the scratch (the warning names the miss).
+run long --attention cudnn --channels 64 --heads 1 --seq-len 320 --micro-batch 2 --steps 2
+if grep -q '^attention: cuDNN' "$T/long.log" && ! grep -q 'op scratch grows' "$T/long.log" &&
+   [ "$(step_losses "$T/long.metrics" | wc -l)" -eq 2 ]; then
+  ok sim_cudnn_workspace_reserved
+else
+  fail sim_cudnn_workspace_reserved "$(grep -E '^attention|scratch|error' "$T/long.log" | head -n 3)"
 fi
 
 # 3. --attention cudnn where it cannot run: one error line naming why, exit 1.

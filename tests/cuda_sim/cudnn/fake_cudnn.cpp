@@ -603,12 +603,16 @@ cudnnStatus_t finalize_plan(Desc* d) {
     if (!cfg->graph) return fail(CUDNN_STATUS_BAD_PARAM, "execution plan: the engine config came from no heuristics");
     d->graph = cfg->graph;
     d->engine = cfg->engine;
-    // Workspace: one FP32 row per query and head, as an engine might use.
+    // Workspace: forward, one FP32 row per query and head, as an engine might
+    // use; backward, the deterministic engines' BF16 dP buffer (b, h, sq and
+    // skv rounded up to 64), which grows with T^2 and so, at long sequences,
+    // is the largest scratch of a training step (what the caller must reserve).
     GraphInfo* g = g_graphs[d->graph].get();
     Desc* s = nullptr;  // the scores (b, h, sq, skv): the first product's output
     for (auto& n : g->nodes)
         if (!s && !strcmp(n.kind, "matmul")) s = n.out;
-    d->workspace = s->dims[0] * s->dims[1] * s->dims[2] * 4 + 4096;
+    int64_t sq64 = (s->dims[2] + 63) / 64 * 64, skv64 = (s->dims[3] + 63) / 64 * 64;
+    d->workspace = g->backward ? s->dims[0] * s->dims[1] * sq64 * skv64 * 2 + 4096 : s->dims[0] * s->dims[1] * s->dims[2] * 4 + 4096;
     return CUDNN_STATUS_SUCCESS;
 }
 
