@@ -58,8 +58,9 @@ else
 fi
 
 # 2b. cuDNN's workspace is reserved at start-up with the other ops' scratch:
-#     at T = 320 the backward's (the fake's dP buffer, B*NH*T^2*2 bytes) is the
-#     largest, and no step grows the scratch (the warning names the miss).
+#     at B*T = 640 rows the backward's (an FP32 dQ accumulator in the fake,
+#     B*T*C*4 bytes) is the largest, and no step grows the scratch (the
+#     warning names the miss).
 run long --attention cudnn --channels 64 --heads 1 --seq-len 320 --micro-batch 2 --steps 2
 if grep -q '^attention: cuDNN' "$T/long.log" && ! grep -q 'op scratch grows' "$T/long.log" &&
    [ "$(step_losses "$T/long.metrics" | wc -l)" -eq 2 ]; then

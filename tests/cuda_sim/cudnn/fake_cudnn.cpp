@@ -604,15 +604,16 @@ cudnnStatus_t finalize_plan(Desc* d) {
     d->graph = cfg->graph;
     d->engine = cfg->engine;
     // Workspace: forward, one FP32 row per query and head, as an engine might
-    // use; backward, the deterministic engines' BF16 dP buffer (b, h, sq and
-    // skv rounded up to 64), which grows with T^2 and so, at long sequences,
-    // is the largest scratch of a training step (what the caller must reserve).
+    // use; backward, an FP32 dQ accumulator (b, h, sq, d) and softmax sums
+    // (b, h, sq), the most a cuDNN backward takes (the planner's bound), which
+    // at long sequences is the largest scratch of a training step: what the
+    // caller must reserve at start-up.
     GraphInfo* g = g_graphs[d->graph].get();
-    Desc* s = nullptr;  // the scores (b, h, sq, skv): the first product's output
+    const Node* mm = nullptr;  // the first product: S = Q K^T, scores (b, h, sq, skv)
     for (auto& n : g->nodes)
-        if (!s && !strcmp(n.kind, "matmul")) s = n.out;
-    int64_t sq64 = (s->dims[2] + 63) / 64 * 64, skv64 = (s->dims[3] + 63) / 64 * 64;
-    d->workspace = g->backward ? s->dims[0] * s->dims[1] * sq64 * skv64 * 2 + 4096 : s->dims[0] * s->dims[1] * s->dims[2] * 4 + 4096;
+        if (!mm && !strcmp(n.kind, "matmul")) mm = &n;
+    const int64_t* sd = mm->out->dims;
+    d->workspace = g->backward ? sd[0] * sd[1] * sd[2] * (mm->in[0]->dims[3] + 1) * 4 : sd[0] * sd[1] * sd[2] * 4 + 4096;
     return CUDNN_STATUS_SUCCESS;
 }
 
