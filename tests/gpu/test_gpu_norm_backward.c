@@ -169,6 +169,10 @@ static void test_norm_backward(void) {
         backward_case(ln, 1, 96, 0, 0);      // one row, one block: the ticket's limit is 0
         backward_case(ln, 203, 96, 0, 3);    // 3 blocks, many rounds of rows, the last round partial
         backward_case(ln, 77, 1024, 0, 2);   // 2 warps a row (bf16) over many rounds of 2 blocks
+        if (!test_small()) {  // on a GPU: the model shapes, many rounds of the full grid
+            backward_case(ln, 16384, 768, 0, 0);
+            backward_case(ln, 4096, 4096, 0, 0);
+        }
     }
 }
 
