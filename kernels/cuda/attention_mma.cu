@@ -325,6 +325,20 @@ __device__ inline BwdSmem<HS> bwd_smem_load(unsigned char* smem, const bf16* src
     return s;
 }
 
+// A backward tile pair's two products, from zero: s = A_w B^T and dp = C_w D^T,
+// 16 x (8 NT) each (A, C: the block's resident tiles from the warp's row
+// `row`; B, D: the streamed tiles). dK/dV: S^T = K Q^T, dP^T = V dO^T; dQ:
+// S = Q K^T, dP = dO V^T.
+template <int HS, int NT>
+__device__ inline void bwd_tile_products(float s[NT][4], float dp[NT][4], const bf16* A, const bf16* B, const bf16* C,
+                                         const bf16* D, int row) {
+    UNROLL for (int j = 0; j < NT; j++) {
+        UNROLL for (int i = 0; i < 4; i++) s[j][i] = dp[j][i] = 0.0f;
+    }
+    scores<HS, NT>(s, A, row, B, 0);
+    scores<HS, NT>(dp, C, row, D, 0);
+}
+
 // dK, dV: grid (B * NKV, key blocks). A block owns 64 keys of kv head kvh (warp w:
 // keys 16w..16w+15) and streams 32-query tiles of Q and dO (with their lse, D)
 // of each query head of the group, in a fixed order. In the transposed frame:
@@ -379,11 +393,7 @@ __global__ void KERNEL_BOUNDS(MMA_BWD_WARPS * WARP_SIZE, 2)
 
         if (q0 + MMA_BWD_COLS - 1 >= wk) {  // some query of the tile sees some key of the warp
             float st[NT][4], dpt[NT][4];
-            UNROLL for (int j = 0; j < NT; j++) {
-                UNROLL for (int i = 0; i < 4; i++) st[j][i] = dpt[j][i] = 0.0f;
-            }
-            scores<HS, NT>(st, Ks, warp * 16, Qt, 0);
-            scores<HS, NT>(dpt, Vs, warp * 16, dOt, 0);
+            bwd_tile_products<HS, NT>(st, dpt, Ks, Qt, Vs, dOt, warp * 16);
             // Element i of n-tile j: key wk + g + 8(i/2), query q0 + 8j + 2t + i%2.
             UNROLL for (int j = 0; j < NT; j++) {
                 UNROLL for (int i = 0; i < 4; i++) {
@@ -451,11 +461,7 @@ __global__ void KERNEL_BOUNDS(MMA_BWD_WARPS * WARP_SIZE, 2)
 
         if (k0 <= wq + 15) {
             float s[NT][4], dp[NT][4];
-            UNROLL for (int j = 0; j < NT; j++) {
-                UNROLL for (int i = 0; i < 4; i++) s[j][i] = dp[j][i] = 0.0f;
-            }
-            scores<HS, NT>(s, Qs, warp * 16, Kt, 0);
-            scores<HS, NT>(dp, dOs, warp * 16, Vt, 0);
+            bwd_tile_products<HS, NT>(s, dp, Qs, Kt, dOs, Vt, warp * 16);
             UNROLL for (int j = 0; j < NT; j++) {
                 UNROLL for (int i = 0; i < 4; i++) {
                     int row = warp * 16 + g + 8 * (i >> 1), key = k0 + 8 * j + 2 * t + (i & 1);
