@@ -7,7 +7,9 @@
 // its memory bandwidth (from the device's memory clock and bus width) and
 // as a fraction of a device-to-device copy measured in the same run; AdamW
 // over GPT-2 124M's 148 tensors one call each and in one adamw_tensors
-// launch; the FP8 amax and casts of a BF16 activation.
+// launch; the FP8 amax and casts of a BF16 activation; the layernorm and
+// RMSNorm backward (one launch each) at C = 768 and 4096, checked against the
+// CPU backend and for repeatability before they are timed.
 // Part 2, models: whole BF16 training steps (forward, backward, norm, AdamW)
 // of GPT-2 124M at T = 1024, a 24-layer 2048-channel model, and GPT-2 124M at
 // the largest micro-batch that fits; tokens/s and MFU, counting
@@ -42,6 +44,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "kernels/bf16.h"
 #include "kernels/cuda_seam.h"
 #include "kernels/ops.h"
 #include "llm/fp8/fp8.h"
@@ -65,7 +68,7 @@ static double peak_gbs;      // memory bandwidth
 static double copy_gbs;      // a device-to-device copy measured in this run (0 until then)
 static int reps = 20;
 
-#define MAX_ROWS 96
+#define MAX_ROWS 128
 static char table[MAX_ROWS][160];
 static int rows;
 
@@ -492,6 +495,101 @@ static void bench_fp8_casts(void) {
     be->free(be, c.scale);
 }
 
+// ---- layernorm and RMSNorm backward (one launch, kernels/cuda/norm.cuh) ------------------------------------
+
+// A device BF16 buffer of n elements as host floats.
+static float* read_bf16(const void* d, size_t n) {
+    uint16_t* h = (uint16_t*)xmalloc(n * 2);
+    be->to_host(be, h, d, n * 2);
+    float* f = (float*)xmalloc(n * 4);
+    for (size_t i = 0; i < n; i++) f[i] = bf16_to_f32(h[i]);
+    free(h);
+    return f;
+}
+
+// max |got - want| / max |want| (infinite on a non-finite got).
+static double norm_rel_err(const float* got, const float* want, size_t n) {
+    double num = 0, den = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (!isfinite(got[i])) return INFINITY;
+        num = fmax(num, fabs((double)got[i] - want[i]));
+        den = fmax(den, fabs((double)want[i]));
+    }
+    return den > 0 ? num / den : num;
+}
+
+typedef struct {
+    int ln, N, C;
+    void *dinp, *dw, *db, *dout, *x, *w;
+    float *mean, *rstd;
+} NormCtx;
+
+static void op_norm_bwd(void* p) {
+    NormCtx* c = (NormCtx*)p;
+    if (c->ln) be->layernorm_backward(be, c->dinp, c->dw, c->db, c->dout, c->x, c->w, c->mean, c->rstd, c->N, c->C, NULL);
+    else be->rmsnorm_backward(be, c->dinp, c->dw, c->dout, c->x, c->w, c->rstd, c->N, c->C, NULL);
+}
+
+// One backward against the CPU backend (FP32 on the same BF16 inputs, the
+// statistics from the CPU's forward): the largest relative error of dinp, dw
+// (and db), printed with PASS below 1e-2 (BF16 storage); a second call from
+// the same start must give the same bits. Then the timing: dout, x read and
+// dinp read and written, 4 x N x C x 2 bytes, as GB/s and as a fraction of
+// the device copy.
+static void bench_norm_backward(int ln, int N, int C) {
+    const char* name = ln ? "layernorm bwd (1 launch)" : "rmsnorm bwd (1 launch)";
+    size_t nc = (size_t)N * C;
+    NormCtx c = {ln, N, C, rand_buf(nc, 1), rand_buf(C, 1), rand_buf(C, 1), rand_buf(nc, 1), rand_buf(nc, 2),
+                 rand_buf(C, 1), NULL, NULL};
+    c.mean = (float*)be->alloc(be, (size_t)N * 4, "bench mean");
+    c.rstd = (float*)be->alloc(be, (size_t)N * 4, "bench rstd");
+    Backend* cpu = cpu_backend_create(DTYPE_F32, 0);
+    float *x = read_bf16(c.x, nc), *w = read_bf16(c.w, C), *dout = read_bf16(c.dout, nc);
+    float *dinp = read_bf16(c.dinp, nc), *dw = read_bf16(c.dw, C), *db = read_bf16(c.db, C);
+    float *out = (float*)xmalloc(nc * 4), *mean = (float*)xmalloc((size_t)N * 4), *rstd = (float*)xmalloc((size_t)N * 4);
+    if (ln) cpu->layernorm_forward(cpu, out, mean, rstd, x, w, w, N, C, NULL);
+    else cpu->rmsnorm_forward(cpu, out, rstd, x, w, N, C, 1e-5f, NULL);
+    be->to_device(be, c.mean, mean, (size_t)N * 4);
+    be->to_device(be, c.rstd, rstd, (size_t)N * 4);
+    // The device's start values, kept for the repeat (the op accumulates).
+    void *dinp0 = be->alloc(be, nc * 2, "bench"), *dw0 = be->alloc(be, (size_t)C * 2, "bench"),
+         *db0 = be->alloc(be, (size_t)C * 2, "bench");
+    be->copy(be, dinp0, c.dinp, nc * 2);
+    be->copy(be, dw0, c.dw, (size_t)C * 2);
+    be->copy(be, db0, c.db, (size_t)C * 2);
+    if (ln) cpu->layernorm_backward(cpu, dinp, dw, db, dout, x, w, mean, rstd, N, C, NULL);
+    else cpu->rmsnorm_backward(cpu, dinp, dw, dout, x, w, rstd, N, C, NULL);
+    op_norm_bwd(&c);
+    float *g_dinp = read_bf16(c.dinp, nc), *g_dw = read_bf16(c.dw, C), *g_db = read_bf16(c.db, C);
+    double err = fmax(norm_rel_err(g_dinp, dinp, nc), norm_rel_err(g_dw, dw, C));
+    if (ln) err = fmax(err, norm_rel_err(g_db, db, C));
+    be->copy(be, c.dinp, dinp0, nc * 2);
+    be->copy(be, c.dw, dw0, (size_t)C * 2);
+    be->copy(be, c.db, db0, (size_t)C * 2);
+    op_norm_bwd(&c);
+    float *r_dinp = read_bf16(c.dinp, nc), *r_dw = read_bf16(c.dw, C), *r_db = read_bf16(c.db, C);
+    int same = !memcmp(r_dinp, g_dinp, nc * 4) && !memcmp(r_dw, g_dw, (size_t)C * 4) && !memcmp(r_db, g_db, (size_t)C * 4);
+    char shape[64];
+    snprintf(shape, sizeof shape, "N=%d C=%d", N, C);
+    printf("%-26s %-34s vs CPU rel err %.2e %s, repeat %s\n", name, shape, err, err <= 1e-2 ? "PASS" : "FAIL",
+           same ? "bit-identical" : "DIFFERS (FAIL)");
+    add_row("%-26s %-34s vs CPU %.1e %s, repeat %s", name, shape, err, err <= 1e-2 ? "PASS" : "FAIL",
+            same ? "same bits" : "DIFFERS");
+    report_bytes(name, shape, time_op(op_norm_bwd, &c), nc * 2.0 * 4);
+    void* bufs[] = {c.dinp, c.dw, c.db, c.dout, c.x, c.w, c.mean, c.rstd, dinp0, dw0, db0};
+    for (int i = 0; i < 11; i++) be->free(be, bufs[i]);
+    float* hbufs[] = {x, w, dout, dinp, dw, db, out, mean, rstd, g_dinp, g_dw, g_db, r_dinp, r_dw, r_db};
+    for (int i = 0; i < 15; i++) free(hbufs[i]);
+    cpu->destroy(cpu);
+}
+
+static void bench_norms(void) {
+    for (int ln = 1; ln >= 0; ln--) {
+        bench_norm_backward(ln, 16384, 768);  // GPT-2 124M, B*T = 16K
+        bench_norm_backward(ln, 4096, 4096);  // Llama-8B width
+    }
+}
+
 static void bench_memory_ops(int B, int T, int C, int V) {
     MemCtx c;
     memset(&c, 0, sizeof c);
@@ -859,6 +957,7 @@ int main(int argc, char** argv) {
     bench_attention_gqa(1, 8192, 32, 8, 128);
     bench_copy();
     bench_memory_ops(16, 1024, 768, 50257);
+    bench_norms();
     if (be->fp8_support != FP8_NONE) bench_fp8_casts();
     printf("---- attention: cuDNN and native (BF16, causal; dev/bench_attention_torch.py prints PyTorch's rows) ----\n");
     bench_attention_grid(quick);

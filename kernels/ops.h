@@ -109,10 +109,11 @@ struct Backend {
     void* (*native_stream)(Backend* be);
     // Optional (NULL: nothing to do). Makes room now, at start-up, for the
     // temporary memory the ops take at these shapes (B*T rows of at most
-    // `widest` channels in a linear layer with bias, C in layernorm, NH
-    // heads), so that no training step allocates device memory (a cudaMalloc
+    // `widest` channels in a linear layer with bias, C in layernorm, NH query
+    // and NKV key/value heads of C / NH channels: cuDNN attention's workspace
+    // too), so that no training step allocates device memory (a cudaMalloc
     // or cudaFree inside a step would stall the stream).
-    void (*reserve_scratch)(Backend* be, int B, int T, int C, int widest, int NH);
+    void (*reserve_scratch)(Backend* be, int B, int T, int C, int widest, int NH, int NKV);
 
     // ---- conversions ----------------------------------------------------------
     // dst[i] = src[i] converted (round-to-nearest-even into 16-bit types).

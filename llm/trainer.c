@@ -129,7 +129,8 @@ void trainer_setup(Trainer* tr, const TrainConfig* cfg, Backend* be, Comm* comm)
     gpt_create_recompute(&tr->model, &mc, be, tr->B, tr->T, shard->size, shard->rank, cfg->zero_stage, &recompute);
     // The ops' temporary device memory, once, so that no step allocates (the
     // MLP's 4C is the widest linear layer with a bias).
-    if (be->reserve_scratch) be->reserve_scratch(be, tr->B, tr->T, mc.channels, 4 * mc.channels, mc.num_heads);
+    if (be->reserve_scratch) be->reserve_scratch(be, tr->B, tr->T, mc.channels, 4 * mc.channels, mc.num_heads,
+                                               tr->model.config.num_kv_heads);
     zero_init(&tr->zero, &tr->model, comm);
     if (cfg->precision == PRECISION_FP8) setup_fp8(tr, cfg);
     if (cfg->init_from[0] && hf_is_folder(cfg->init_from)) hf_load_weights(&tr->model, cfg->init_from);

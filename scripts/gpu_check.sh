@@ -10,13 +10,15 @@
 #                the attention backward above 2.1M rows, training steps) and,
 #                for any that fails, the same again with CUDA_LAUNCH_BLOCKING=1,
 #                CUBLASLT_LOG_LEVEL=2 and TRAIN_GPT_SYNC_CHECK=1; compute-sanitizer
-#                memcheck, racecheck, synccheck and initcheck over the op and FP8
-#                tests at small shapes; train_gpt end to end: 200 BF16 steps
+#                memcheck, racecheck, synccheck and initcheck over the op, FP8
+#                and norm-backward tests at small shapes; train_gpt end to end: 200 BF16 steps
 #                against the CPU's loss curve, 20 FP8 steps, a checkpoint and a
 #                resume that continues bit for bit.
 #   perf         the register/spill report of every kernel (nvcc -Xptxas -v for
 #                this GPU); each op's share of a GPT-2 124M BF16 step
-#                (TRAIN_GPT_OP_PROFILE=1); dev/bench_gpu (ops, MFU of GPT-2 124M
+#                (TRAIN_GPT_OP_PROFILE=1); dev/bench_gpu (ops, the one-launch
+#                layernorm/RMSNorm backward checked against the CPU and as a
+#                fraction of a device copy, MFU of GPT-2 124M
 #                and 24 layers x 2048 at T=1024, FP8 against BF16); and the same
 #                shapes in the image's PyTorch (dev/reference.py --cuda-bench:
 #                torch.matmul, F.scaled_dot_product_attention, a GPT-2 124M step
@@ -219,7 +221,7 @@ correctness() {
   done
   if command -v compute-sanitizer >/dev/null 2>&1 || [ "$dry" = 1 ]; then
     for tool in memcheck racecheck synccheck initcheck; do
-      for t in test_gpu_ops test_gpu_fp8; do
+      for t in test_gpu_ops test_gpu_fp8 test_gpu_norm_backward; do
         step "sanitizer-$tool-$t" 30 env TEST_SMALL=1 compute-sanitizer --tool "$tool" --error-exitcode 9 "$bin/$t"
       done
     done
@@ -267,7 +269,7 @@ if [ "$dry" = 1 ]; then
     echo "dry-run: FAIL kit: no kit found (make gpu-kit, or --kit DIR)"
     kit_ok=0
   else
-    for f in bin/train_gpt bin/bench_gpu bin/test_gpu_ops bin/test_gpu_fp8 bin/test_gpu_grid; do
+    for f in bin/train_gpt bin/bench_gpu bin/test_gpu_ops bin/test_gpu_fp8 bin/test_gpu_grid bin/test_gpu_norm_backward; do
       exists "$kit/$f" || { echo "dry-run: FAIL kit: $f is missing from bin.tar.xz"; kit_ok=0; }
     done
     for f in bin.tar.xz data/kjv/tokenizer.bin data/kjv/kjv_train_000.bin dev/reference.py scripts/gpu_check.sh \

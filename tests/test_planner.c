@@ -273,7 +273,12 @@ static void gpu_bill_formulas(void) {
     CHECK(b.fp8_weights == 4 * 12 * C * C, "fp8 weights %zu", b.fp8_weights);
     CHECK(b.fp8_scaling == 4 * 12 * 3 * 4, "fp8 scaling %zu", b.fp8_scaling);
     CHECK(b.activations == b.acts.bytes + 2 * BT * 4 * C, "fp8 activations");
-    CHECK(b.workspace == PLAN_CUBLASLT_WORKSPACE, "workspace %zu", b.workspace);
+    // cuBLASLt's workspace and the ops' scratch; at T = 2048 the largest is the
+    // cuDNN backward's D + an FP32 dQ-sized workspace + softmax sums: B*T*(NH*4 rounded, C*4, NH*4).
+    size_t NH = 8, cudnn_ws = (BT * NH * 4 + 255) / 256 * 256 + BT * C * 4 + BT * NH * 4;
+    CHECK(plan_gpu_op_scratch(&pc.model, pc.B, pc.T) == cudnn_ws, "op scratch %zu, want %zu",
+          plan_gpu_op_scratch(&pc.model, pc.B, pc.T), cudnn_ws);
+    CHECK(b.workspace == PLAN_CUBLASLT_WORKSPACE + cudnn_ws, "workspace %zu", b.workspace);
     CHECK(b.reserve == PLAN_GPU_RUNTIME_RESERVE + b.allocated / 100 * 5, "reserve %zu", b.reserve);
     // Delayed scaling adds its amax histories.
     pc.fp8_history = 1024;

@@ -23,7 +23,12 @@
 // the query heads), and dK, dV are reduced over each group inside the graph.
 //
 // Plans are built once per shape and cached for the life of the process; the
-// workspace (cuDNN's plus the backward's D) is the backend's scratch buffer.
+// workspace (cuDNN's plus the backward's D) is the backend's scratch buffer,
+// reserved at start-up with the others (attention_cudnn_scratch_bytes builds
+// the run's two plans then and reads their workspace sizes). Engines: the
+// heuristics' first deterministic one, but for the backward on Blackwell,
+// where cuDNN's one deterministic engine is pinned with its knobs
+// (blackwell_deterministic_engine).
 #include <dlfcn.h>
 #include <glob.h>
 #include <math.h>
@@ -469,6 +474,7 @@ static void backward_graph(Graph* g, OpList* ops, int B, int T, int NH, int NKV,
 
 typedef struct {
     int backward, B, T, NH, NKV, HS;
+    int cc_major, cc_minor;  // the GPU's compute capability (Blackwell's backward engine is pinned)
     Graph g;  // every descriptor, kept alive with the plan
     cudnnBackendDescriptor_t plan;
     int64_t workspace;
@@ -496,8 +502,97 @@ static int nondeterministic(Graph* g, cudnnBackendDescriptor_t cfg) {
     return 0;
 }
 
+// Blackwell (compute capability 10.x): no engine config the heuristics return
+// for the attention backward is deterministic. cuDNN's deterministic backward
+// there (from 9.18.0) is one engine, named by its global index (5 on 10.0 to
+// 10.3, 17 on later 10.x), with fixed knob choices: what cudnn-frontend's SDPA
+// backward selects for set_deterministic_algorithm(true) (its
+// override_heuristics_query), since the backend API has no single switch for
+// it. The graph is the same deterministic one (dQ written directly, no FP32
+// accumulator). Returns the number of knobs, 0 where this cuDNN has none
+// (before 9.18.0).
+typedef struct {
+    cudnnBackendKnobType_t type;
+    int64_t value;
+} KnobChoice;
+static int blackwell_deterministic_engine(size_t version, int cc_minor, int64_t* engine, KnobChoice knobs[6]) {
+    if (version < 91800) return 0;
+    *engine = cc_minor > 3 ? 17 : 5;
+    if (version >= 92300) {  // the knob set of 9.23 on
+        const KnobChoice k[6] = {{CUDNN_KNOB_TYPE_TILE_M, 3},     {CUDNN_KNOB_TYPE_TILE_N, 2},
+                                 {CUDNN_KNOB_TYPE_KERNEL_CFG, 2}, {CUDNN_KNOB_TYPE_STREAM_K, 0},
+                                 {CUDNN_KNOB_TYPE_TILE_CGA_M, 0}, {CUDNN_KNOB_TYPE_STAGES, 2}};
+        memcpy(knobs, k, sizeof k);
+        return 6;
+    }
+    const KnobChoice k[2] = {{CUDNN_KNOB_TYPE_KERNEL_CFG, 31}, {CUDNN_KNOB_TYPE_STAGES, 2}};
+    memcpy(knobs, k, sizeof k);
+    return 2;
+}
+
+// The engine config of blackwell_deterministic_engine for this graph, or NULL
+// with the reason in g->err.
+static cudnnBackendDescriptor_t blackwell_deterministic_config(Graph* g, cudnnBackendDescriptor_t graph, int cc_minor) {
+    int64_t id = 0;
+    KnobChoice knobs[6];
+    int n = blackwell_deterministic_engine(g_api.version, cc_minor, &id, knobs);
+    if (!n) {
+        if (g->status == CUDNN_STATUS_SUCCESS) {
+            g->status = CUDNN_STATUS_NOT_SUPPORTED;
+            snprintf(g->err, sizeof g->err,
+                     "cuDNN %zu has no deterministic attention backward on Blackwell (9.18.0 or newer has)", g_api.version);
+        }
+        return NULL;
+    }
+    cudnnBackendDescriptor_t engine = make(g, CUDNN_BACKEND_ENGINE_DESCRIPTOR);
+    set(g, engine, CUDNN_ATTR_ENGINE_OPERATION_GRAPH, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &graph, "engine graph");
+    set(g, engine, CUDNN_ATTR_ENGINE_GLOBAL_INDEX, CUDNN_TYPE_INT64, 1, &id, "engine global index");
+    finalize(g, engine, "deterministic Blackwell engine");
+    cudnnBackendDescriptor_t choices[6];
+    for (int i = 0; i < n; i++) {
+        choices[i] = make(g, CUDNN_BACKEND_KNOB_CHOICE_DESCRIPTOR);
+        set(g, choices[i], CUDNN_ATTR_KNOB_CHOICE_KNOB_TYPE, CUDNN_TYPE_KNOB_TYPE, 1, &knobs[i].type, "knob type");
+        set(g, choices[i], CUDNN_ATTR_KNOB_CHOICE_KNOB_VALUE, CUDNN_TYPE_INT64, 1, &knobs[i].value, "knob value");
+        finalize(g, choices[i], "knob choice");
+    }
+    cudnnBackendDescriptor_t cfg = make(g, CUDNN_BACKEND_ENGINECFG_DESCRIPTOR);
+    set(g, cfg, CUDNN_ATTR_ENGINECFG_ENGINE, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &engine, "engine config engine");
+    set(g, cfg, CUDNN_ATTR_ENGINECFG_KNOB_CHOICES, CUDNN_TYPE_BACKEND_DESCRIPTOR, n, choices, "engine config knobs");
+    finalize(g, cfg, "deterministic Blackwell engine config");
+    return g->status == CUDNN_STATUS_SUCCESS ? cfg : NULL;
+}
+
+// The engine configs cuDNN's heuristics (mode A) propose for the graph, best
+// first, at most 8, into cfgs; their count (0 with the reason in g->err).
+static int64_t heuristics_configs(Graph* g, cudnnBackendDescriptor_t graph, cudnnBackendDescriptor_t cfgs[8]) {
+    int64_t count = 0;
+    cudnnBackendDescriptor_t heur = make(g, CUDNN_BACKEND_ENGINEHEUR_DESCRIPTOR);
+    cudnnBackendHeurMode_t mode = CUDNN_HEUR_MODE_A;
+    set(g, heur, CUDNN_ATTR_ENGINEHEUR_OPERATION_GRAPH, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &graph, "heuristics");
+    set(g, heur, CUDNN_ATTR_ENGINEHEUR_MODE, CUDNN_TYPE_HEUR_MODE, 1, &mode, "heuristics mode");
+    finalize(g, heur, "engine heuristics");
+    if (g->status == CUDNN_STATUS_SUCCESS) {
+        cudnnStatus_t st = g_api.GetAttribute(heur, CUDNN_ATTR_ENGINEHEUR_RESULTS, CUDNN_TYPE_BACKEND_DESCRIPTOR, 0,
+                                              &count, NULL);
+        if (st != CUDNN_STATUS_SUCCESS) graph_fail(g, st, "heuristics results");
+    }
+    if (g->status == CUDNN_STATUS_SUCCESS && count == 0)
+        snprintf(g->err, sizeof g->err, "no cuDNN engine supports this attention graph"), g->status = CUDNN_STATUS_NOT_SUPPORTED;
+    if (count > 8) count = 8;
+    for (int64_t i = 0; i < count; i++) cfgs[i] = make(g, CUDNN_BACKEND_ENGINECFG_DESCRIPTOR);
+    if (g->status == CUDNN_STATUS_SUCCESS) {
+        int64_t got = 0;
+        cudnnStatus_t st =
+            g_api.GetAttribute(heur, CUDNN_ATTR_ENGINEHEUR_RESULTS, CUDNN_TYPE_BACKEND_DESCRIPTOR, count, &got, cfgs);
+        if (st != CUDNN_STATUS_SUCCESS) graph_fail(g, st, "heuristics results");
+        count = got;
+    }
+    return count;
+}
+
 // Builds the graph and its plan: the first engine config of cuDNN's
-// heuristics (mode A) that finalizes and is deterministic. On failure, the
+// heuristics (mode A) that finalizes and is deterministic; the backward on
+// Blackwell takes the pinned deterministic engine instead. On failure, the
 // reason is in p->g.err and every descriptor is freed.
 static int plan_build(Plan* p) {
     Graph* g = &p->g;
@@ -512,33 +607,19 @@ static int plan_build(Plan* p) {
     set(g, graph, CUDNN_ATTR_OPERATIONGRAPH_HANDLE, CUDNN_TYPE_HANDLE, 1, &g_api.handle, "operation graph handle");
     set(g, graph, CUDNN_ATTR_OPERATIONGRAPH_OPS, CUDNN_TYPE_BACKEND_DESCRIPTOR, ops.n, ops.ops, "operation graph");
     finalize(g, graph, "operation graph");
-    cudnnBackendDescriptor_t heur = make(g, CUDNN_BACKEND_ENGINEHEUR_DESCRIPTOR);
-    cudnnBackendHeurMode_t mode = CUDNN_HEUR_MODE_A;
-    set(g, heur, CUDNN_ATTR_ENGINEHEUR_OPERATION_GRAPH, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &graph, "heuristics");
-    set(g, heur, CUDNN_ATTR_ENGINEHEUR_MODE, CUDNN_TYPE_HEUR_MODE, 1, &mode, "heuristics mode");
-    finalize(g, heur, "engine heuristics");
-    int64_t count = 0;
-    if (g->status == CUDNN_STATUS_SUCCESS) {
-        cudnnStatus_t st = g_api.GetAttribute(heur, CUDNN_ATTR_ENGINEHEUR_RESULTS, CUDNN_TYPE_BACKEND_DESCRIPTOR, 0,
-                                              &count, NULL);
-        if (st != CUDNN_STATUS_SUCCESS) graph_fail(g, st, "heuristics results");
-    }
-    if (g->status == CUDNN_STATUS_SUCCESS && count == 0)
-        snprintf(g->err, sizeof g->err, "no cuDNN engine supports this attention graph"), g->status = CUDNN_STATUS_NOT_SUPPORTED;
-    if (count > 8) count = 8;
+    int pinned = p->backward && p->cc_major == 10;
     cudnnBackendDescriptor_t cfgs[8];
-    for (int64_t i = 0; i < count; i++) cfgs[i] = make(g, CUDNN_BACKEND_ENGINECFG_DESCRIPTOR);
-    if (g->status == CUDNN_STATUS_SUCCESS) {
-        int64_t got = 0;
-        cudnnStatus_t st =
-            g_api.GetAttribute(heur, CUDNN_ATTR_ENGINEHEUR_RESULTS, CUDNN_TYPE_BACKEND_DESCRIPTOR, count, &got, cfgs);
-        if (st != CUDNN_STATUS_SUCCESS) graph_fail(g, st, "heuristics results");
-        count = got;
+    int64_t count = 0;
+    if (pinned) {
+        cfgs[0] = blackwell_deterministic_config(g, graph, p->cc_minor);
+        count = cfgs[0] ? 1 : 0;
+    } else {
+        count = heuristics_configs(g, graph, cfgs);
     }
     p->plan = NULL;
     int skipped_nondeterministic = 0;
     for (int64_t i = 0; i < count && g->status == CUDNN_STATUS_SUCCESS && !p->plan; i++) {
-        if (nondeterministic(g, cfgs[i])) {
+        if (!pinned && nondeterministic(g, cfgs[i])) {  // the pinned engine is deterministic by its knobs
             skipped_nondeterministic++;
             continue;
         }
@@ -573,7 +654,7 @@ static int plan_build(Plan* p) {
 
 // The cached plan of this shape, built on first use; NULL with *why set when
 // cuDNN cannot run it (the failure is cached too, so it is tried once).
-static Plan* plan_for(int backward, int B, int T, int NH, int NKV, int HS, const char** why) {
+static Plan* plan_for(Backend* be, int backward, int B, int T, int NH, int NKV, int HS, const char** why) {
     for (int i = 0; i < g_plan_count; i++) {
         Plan* p = &g_plans[i];
         if (p->backward == backward && p->B == B && p->T == T && p->NH == NH && p->NKV == NKV && p->HS == HS) {
@@ -585,6 +666,7 @@ static Plan* plan_for(int backward, int B, int T, int NH, int NKV, int HS, const
     Plan* p = &g_plans[g_plan_count++];
     memset(p, 0, sizeof *p);
     p->backward = backward, p->B = B, p->T = T, p->NH = NH, p->NKV = NKV, p->HS = HS;
+    p->cc_major = cuda_state(be)->cc_major, p->cc_minor = cuda_state(be)->cc_minor;
     plan_build(p);
     *why = p->g.err;
     return p->plan ? p : NULL;
@@ -613,6 +695,10 @@ static void execute(Backend* be, Plan* p, const int64_t* uids, void* const* ptrs
     graph_free(&vp_g);
 }
 
+// The backward's D (B, NH, T) FP32 ahead of cuDNN's workspace in the
+// scratch, rounded to 256 bytes so that the workspace stays aligned.
+static size_t backward_d_bytes(int B, int T, int NH) { return ((size_t)B * NH * T * sizeof(float) + 255) / 256 * 256; }
+
 // The masked scores' value: -inf, or the lowest float before cuDNN 9.10
 // (which preferred a finite mask value, as cudnn-frontend notes).
 static float neg_inf_value(void) { return g_api.version >= 91000 ? -INFINITY : -3.402823466e38f; }
@@ -621,7 +707,7 @@ static const float kOne = 1.0f;
 void attention_cudnn_forward(Backend* be, void* out, float* lse, const void* qkv, int B, int T, int NH, int NKV,
                              int HS) {
     const char* why;
-    Plan* p = plan_for(0, B, T, NH, NKV, HS, &why);
+    Plan* p = plan_for(be, 0, B, T, NH, NKV, HS, &why);
     if (!p) fatal("attention (cuDNN) forward, B=%d T=%d NH=%d NKV=%d HS=%d: %s", B, T, NH, NKV, HS, why);
     float scale = 1.0f / sqrtf((float)HS);
     const bf16* base = (const bf16*)qkv;
@@ -636,11 +722,11 @@ void attention_cudnn_forward(Backend* be, void* out, float* lse, const void* qkv
 void attention_cudnn_backward(Backend* be, void* dqkv, const void* dout, const void* qkv, const void* out,
                               const float* lse, int B, int T, int NH, int NKV, int HS) {
     const char* why;
-    Plan* p = plan_for(1, B, T, NH, NKV, HS, &why);
+    Plan* p = plan_for(be, 1, B, T, NH, NKV, HS, &why);
     if (!p) fatal("attention (cuDNN) backward, B=%d T=%d NH=%d NKV=%d HS=%d: %s", B, T, NH, NKV, HS, why);
     float scale = 1.0f / sqrtf((float)HS);
-    // The scratch buffer holds D (B, NH, T) then cuDNN's workspace, 256-byte aligned.
-    size_t d_bytes = ((size_t)B * NH * T * sizeof(float) + 255) / 256 * 256;
+    // The scratch buffer holds D (B, NH, T) then cuDNN's workspace.
+    size_t d_bytes = backward_d_bytes(B, T, NH);
     char* scratch = (char*)cuda_scratch(be, d_bytes + (size_t)p->workspace);
     const bf16* base = (const bf16*)qkv;
     bf16* dbase = (bf16*)dqkv;
@@ -665,9 +751,8 @@ void attention_cudnn_backward(Backend* be, void* dqkv, const void* dout, const v
 
 // ---- the choice -------------------------------------------------------------------------------------
 
-// Why cuDNN cannot take this call ("" if it can), short of building the plan.
-static const char* unsupported(Backend* be, int T, int NH, int NKV, int HS, const void* p0, const void* p1,
-                               const void* p2, const void* p3) {
+// Why cuDNN cannot take this shape ("" if it can), short of building the plan.
+static const char* unsupported(Backend* be, int T, int NH, int NKV, int HS) {
     static char why[256];
     const char* lib_why;
     if (!attention_cudnn_version(&lib_why)) return lib_why;
@@ -682,10 +767,19 @@ static const char* unsupported(Backend* be, int T, int NH, int NKV, int HS, cons
         snprintf(why, sizeof why, "NH=%d is not a multiple of NKV=%d", NH, NKV);
         return why;
     }
-    if (!aligned_to(p0, 16) || !aligned_to(p1, 16) || !aligned_to(p2, 16) || !aligned_to(p3, 16))
-        return "a tensor is not 16-byte aligned";
     (void)T;
     return "";
+}
+
+size_t attention_cudnn_scratch_bytes(Backend* be, int B, int T, int NH, int NKV, int HS) {
+    if (g_choice == ATTN_NATIVE || *unsupported(be, T, NH, NKV, HS)) return 0;
+    const char* why;
+    size_t need = 0;
+    Plan* f = plan_for(be, 0, B, T, NH, NKV, HS, &why);
+    if (f) need = (size_t)f->workspace;
+    Plan* b = plan_for(be, 1, B, T, NH, NKV, HS, &why);
+    size_t bwd = b ? backward_d_bytes(B, T, NH) + (size_t)b->workspace : 0;
+    return bwd > need ? bwd : need;
 }
 
 int attention_cudnn_use(Backend* be, int backward, int B, int T, int NH, int NKV, int HS, const void* p0,
@@ -693,9 +787,11 @@ int attention_cudnn_use(Backend* be, int backward, int B, int T, int NH, int NKV
     static int announced = -1;  // the choice last printed: printed once, again only if it changes
     g_last_used = 0;
     if (g_choice == ATTN_NATIVE) return 0;
-    const char* why = unsupported(be, T, NH, NKV, HS, p0, p1, p2, p3);
+    const char* why = unsupported(be, T, NH, NKV, HS);
+    if (!*why && (!aligned_to(p0, 16) || !aligned_to(p1, 16) || !aligned_to(p2, 16) || !aligned_to(p3, 16)))
+        why = "a tensor is not 16-byte aligned";
     if (!*why) {
-        Plan* p = plan_for(backward, B, T, NH, NKV, HS, &why);
+        Plan* p = plan_for(be, backward, B, T, NH, NKV, HS, &why);
         if (p) why = "";
     }
     if (*why && g_choice == ATTN_CUDNN)
@@ -727,6 +823,7 @@ int attention_cudnn_use(Backend*, int, int, int, int, int, int, const void*, con
     if (g_choice == ATTN_AUTO && g_verbose && !announced++) printf("attention: native kernels (cuDNN not used: %s)\n", why);
     return 0;
 }
+size_t attention_cudnn_scratch_bytes(Backend*, int, int, int, int, int) { return 0; }
 void attention_cudnn_forward(Backend*, void*, float*, const void*, int, int, int, int, int) {
     fatal("attention (cuDNN): this binary was built without cuDNN's headers");
 }

@@ -27,11 +27,18 @@ int attention_cudnn_use(Backend* be, int backward, int B, int T, int NH, int NKV
 
 // The cuDNN forward and backward (BF16 tensors, FP32 lse). Plans are built
 // once per shape and cached; the workspace comes from the backend's scratch
-// buffer (it grows in the first step only).
+// buffer, reserved at start-up through attention_cudnn_scratch_bytes.
 void attention_cudnn_forward(Backend* be, void* out, float* lse, const void* qkv, int B, int T, int NH, int NKV,
                              int HS);
 void attention_cudnn_backward(Backend* be, void* dqkv, const void* dout, const void* qkv, const void* out,
                               const float* lse, int B, int T, int NH, int NKV, int HS);
+
+// The scratch the cuDNN path takes at these shapes: the larger of the forward
+// plan's workspace and the backward's D (B, NH, T) plus its plan's workspace;
+// 0 where the cuDNN path will not run them (--attention native, unsupported
+// shape, no library). Builds and caches both plans now, so that the first
+// step builds none; called by reserve_scratch after --attention is chosen.
+size_t attention_cudnn_scratch_bytes(Backend* be, int B, int T, int NH, int NKV, int HS);
 
 // The loaded library's version (e.g. 91900), 0 if none; why it is absent.
 extern "C" size_t attention_cudnn_version(const char** why);

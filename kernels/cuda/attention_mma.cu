@@ -295,6 +295,50 @@ __global__ void attention_mma_dot_kernel(float* D, const bf16* dout, const bf16*
     }
 }
 
+// The shared memory of both backward kernels (mma_backward_smem), carved the
+// same way: the block's two resident tiles of MMA_BWD_ROWS rows, the two
+// streamed inputs double-buffered ([2][MMA_BWD_COLS] rows each), and two
+// arrays of MMA_BWD_ROWS floats of query statistics (lse, D).
+template <int HS>
+struct BwdSmem {
+    bf16 *res0, *res1, *str0, *str1;
+    float *lse, *D;
+};
+static_assert(2 * MMA_BWD_COLS == MMA_BWD_ROWS, "the statistics arrays hold 2 streamed tiles or 1 resident one");
+
+// Carves smem and issues the cp.async copies (not yet committed) of the two
+// resident tiles: rows r0 .. r0 + MMA_BWD_ROWS - 1 of src0 and src1, whose
+// rows are stride0 and stride1 elements apart.
+template <int HS>
+__device__ inline BwdSmem<HS> bwd_smem_load(unsigned char* smem, const bf16* src0, size_t stride0, const bf16* src1,
+                                            size_t stride1, int r0, int T) {
+    const int LD = MmaTile<HS>::LD;
+    BwdSmem<HS> s;
+    s.res0 = (bf16*)smem;
+    s.res1 = s.res0 + MMA_BWD_ROWS * LD;
+    s.str0 = s.res1 + MMA_BWD_ROWS * LD;
+    s.str1 = s.str0 + 2 * MMA_BWD_COLS * LD;
+    s.lse = (float*)(s.str1 + 2 * MMA_BWD_COLS * LD);
+    s.D = s.lse + MMA_BWD_ROWS;
+    async_tile<MMA_BWD_ROWS, HS>(s.res0, src0, r0, T, stride0);
+    async_tile<MMA_BWD_ROWS, HS>(s.res1, src1, r0, T, stride1);
+    return s;
+}
+
+// A backward tile pair's two products, from zero: s = A_w B^T and dp = C_w D^T,
+// 16 x (8 NT) each (A, C: the block's resident tiles from the warp's row
+// `row`; B, D: the streamed tiles). dK/dV: S^T = K Q^T, dP^T = V dO^T; dQ:
+// S = Q K^T, dP = dO V^T.
+template <int HS, int NT>
+__device__ inline void bwd_tile_products(float s[NT][4], float dp[NT][4], const bf16* A, const bf16* B, const bf16* C,
+                                         const bf16* D, int row) {
+    UNROLL for (int j = 0; j < NT; j++) {
+        UNROLL for (int i = 0; i < 4; i++) s[j][i] = dp[j][i] = 0.0f;
+    }
+    scores<HS, NT>(s, A, row, B, 0);
+    scores<HS, NT>(dp, C, row, D, 0);
+}
+
 // dK, dV: grid (B * NKV, key blocks). A block owns 64 keys of kv head kvh (warp w:
 // keys 16w..16w+15) and streams 32-query tiles of Q and dO (with their lse, D)
 // of each query head of the group, in a fixed order. In the transposed frame:
@@ -306,20 +350,16 @@ __global__ void KERNEL_BOUNDS(MMA_BWD_WARPS * WARP_SIZE, 2)
                                        const float* D, int T, int NH, int NKV, float scale, float scale_log2) {
     const int LD = MmaTile<HS>::LD, NT = MMA_BWD_COLS / 8;
     extern __shared__ __align__(128) unsigned char attn_mma_smem[];
-    bf16* Ks = (bf16*)attn_mma_smem;                // [64][LD]
-    bf16* Vs = Ks + MMA_BWD_ROWS * LD;              // [64][LD]
-    bf16* Qs = Vs + MMA_BWD_ROWS * LD;              // [2][32][LD]
-    bf16* dOs = Qs + 2 * MMA_BWD_COLS * LD;         // [2][32][LD]
-    float* lse_s = (float*)(dOs + 2 * MMA_BWD_COLS * LD);  // [2][32]
-    float* D_s = lse_s + 2 * MMA_BWD_COLS;                  // [2][32]
-
     int bg = blockIdx.x, b = bg / NKV, kvh = bg % NKV, group = NH / NKV;
     int k0 = blockIdx.y * MMA_BWD_ROWS;
     size_t stride = (size_t)(NH + 2 * NKV) * HS, ostride = (size_t)NH * HS;
     const bf16* tok = qkv + (size_t)b * T * stride;
     const bf16* gtok = dout + (size_t)b * T * ostride;
-    async_tile<MMA_BWD_ROWS, HS>(Ks, tok + (size_t)(NH + kvh) * HS, k0, T, stride);
-    async_tile<MMA_BWD_ROWS, HS>(Vs, tok + (size_t)(NH + NKV + kvh) * HS, k0, T, stride);
+    // Resident: K, V [64][LD]; streamed: Q, dO [2][32][LD]; lse, D [2][32] (per buffer).
+    BwdSmem<HS> sm = bwd_smem_load<HS>(attn_mma_smem, tok + (size_t)(NH + kvh) * HS, stride,
+                                       tok + (size_t)(NH + NKV + kvh) * HS, stride, k0, T);
+    bf16 *Ks = sm.res0, *Vs = sm.res1, *Qs = sm.str0, *dOs = sm.str1;
+    float *lse_s = sm.lse, *D_s = sm.D;
 
     // The streamed tiles: for each query head of the group, the 32-query tiles from the one holding k0 on.
     int qt0 = k0 / MMA_BWD_COLS, nqt = (T + MMA_BWD_COLS - 1) / MMA_BWD_COLS - qt0, steps = group * nqt;
@@ -353,11 +393,7 @@ __global__ void KERNEL_BOUNDS(MMA_BWD_WARPS * WARP_SIZE, 2)
 
         if (q0 + MMA_BWD_COLS - 1 >= wk) {  // some query of the tile sees some key of the warp
             float st[NT][4], dpt[NT][4];
-            UNROLL for (int j = 0; j < NT; j++) {
-                UNROLL for (int i = 0; i < 4; i++) st[j][i] = dpt[j][i] = 0.0f;
-            }
-            scores<HS, NT>(st, Ks, warp * 16, Qt, 0);
-            scores<HS, NT>(dpt, Vs, warp * 16, dOt, 0);
+            bwd_tile_products<HS, NT>(st, dpt, Ks, Qt, Vs, dOt, warp * 16);
             // Element i of n-tile j: key wk + g + 8(i/2), query q0 + 8j + 2t + i%2.
             UNROLL for (int j = 0; j < NT; j++) {
                 UNROLL for (int i = 0; i < 4; i++) {
@@ -388,21 +424,17 @@ __global__ void KERNEL_BOUNDS(MMA_BWD_WARPS * WARP_SIZE, 2)
                                      const float* D, int T, int NH, int NKV, float scale, float scale_log2) {
     const int LD = MmaTile<HS>::LD, NT = MMA_BWD_COLS / 8;
     extern __shared__ __align__(128) unsigned char attn_mma_smem[];
-    bf16* Qs = (bf16*)attn_mma_smem;                // [64][LD]
-    bf16* dOs = Qs + MMA_BWD_ROWS * LD;             // [64][LD]
-    bf16* Ks = dOs + MMA_BWD_ROWS * LD;             // [2][32][LD]
-    bf16* Vs = Ks + 2 * MMA_BWD_COLS * LD;          // [2][32][LD]
-    float* lse_s = (float*)(Vs + 2 * MMA_BWD_COLS * LD);  // [64]
-    float* D_s = lse_s + MMA_BWD_ROWS;                     // [64]
-
     int bh = blockIdx.x, b = bh / NH, h = bh % NH, kvh = h / (NH / NKV);
     int q0 = (gridDim.y - 1 - blockIdx.y) * MMA_BWD_ROWS;
     size_t stride = (size_t)(NH + 2 * NKV) * HS, ostride = (size_t)NH * HS;
     const bf16* tok = qkv + (size_t)b * T * stride;
     const bf16* ksrc = tok + (size_t)(NH + kvh) * HS;
     const bf16* vsrc = tok + (size_t)(NH + NKV + kvh) * HS;
-    async_tile<MMA_BWD_ROWS, HS>(Qs, tok + (size_t)h * HS, q0, T, stride);
-    async_tile<MMA_BWD_ROWS, HS>(dOs, dout + (size_t)b * T * ostride + (size_t)h * HS, q0, T, ostride);
+    // Resident: Q, dO [64][LD]; streamed: K, V [2][32][LD]; lse, D [64] (per query).
+    BwdSmem<HS> sm = bwd_smem_load<HS>(attn_mma_smem, tok + (size_t)h * HS, stride,
+                                       dout + (size_t)b * T * ostride + (size_t)h * HS, ostride, q0, T);
+    bf16 *Qs = sm.res0, *dOs = sm.res1, *Ks = sm.str0, *Vs = sm.str1;
+    float *lse_s = sm.lse, *D_s = sm.D;
     async_tile<MMA_BWD_COLS, HS>(Ks, ksrc, 0, T, stride);
     async_tile<MMA_BWD_COLS, HS>(Vs, vsrc, 0, T, stride);
     cp_async_commit();
@@ -429,11 +461,7 @@ __global__ void KERNEL_BOUNDS(MMA_BWD_WARPS * WARP_SIZE, 2)
 
         if (k0 <= wq + 15) {
             float s[NT][4], dp[NT][4];
-            UNROLL for (int j = 0; j < NT; j++) {
-                UNROLL for (int i = 0; i < 4; i++) s[j][i] = dp[j][i] = 0.0f;
-            }
-            scores<HS, NT>(s, Qs, warp * 16, Kt, 0);
-            scores<HS, NT>(dp, dOs, warp * 16, Vt, 0);
+            bwd_tile_products<HS, NT>(s, dp, Qs, Kt, dOs, Vt, warp * 16);
             UNROLL for (int j = 0; j < NT; j++) {
                 UNROLL for (int i = 0; i < 4; i++) {
                     int row = warp * 16 + g + 8 * (i >> 1), key = k0 + 8 * j + 2 * t + (i & 1);

@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "kernels/cuda/attention_cudnn.cuh"
 #include "kernels/cuda/cuda_backend.cuh"
 
 // ---- memory ----------------------------------------------------------------------------------------
@@ -90,10 +91,12 @@ void* cuda_scratch(Backend* be, size_t bytes) {
 }
 
 // The largest scratch any op takes at the model's shapes, allocated once.
-static void cuda_reserve_scratch(Backend* be, int B, int T, int C, int widest, int NH) {
+// The cuDNN attention's workspace is among them (its plans are built here).
+static void cuda_reserve_scratch(Backend* be, int B, int T, int C, int widest, int NH, int NKV) {
     int N = B * T;
     size_t sizes[] = {cuda_attention_scratch_bytes(B, T, NH), cuda_encoder_scratch_bytes(N),
-                      cuda_layernorm_scratch_bytes(N, C), cuda_reduce_scratch_bytes(N, widest > C ? widest : C)};
+                      cuda_norm_scratch_bytes(be, N, C), cuda_reduce_scratch_bytes(N, widest > C ? widest : C),
+                      attention_cudnn_scratch_bytes(be, B, T, NH, NKV, C / NH)};
     size_t need = 0;
     for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) need = sizes[i] > need ? sizes[i] : need;
     CudaState* s = cuda_state(be);
@@ -208,6 +211,8 @@ extern "C" Backend* cuda_backend_create(DType dtype) {
     s->sm_count = prop.multiProcessorCount;
     s->smem_optin = prop.sharedMemPerBlockOptin;
     CUDA_CHECK(cudaStreamCreateWithFlags(&s->stream, cudaStreamNonBlocking));
+    s->norm_ticket = (unsigned*)device_alloc(s, sizeof(unsigned), "norm backward ticket");
+    CUDA_CHECK(cudaMemset(s->norm_ticket, 0, sizeof(unsigned)));
     for (int k = 0; k < 4; k++) CUDA_CHECK(cudaEventCreateWithFlags(&s->staging[k].done, cudaEventDisableTiming));
 
     Backend* be = (Backend*)xcalloc(1, sizeof(Backend));

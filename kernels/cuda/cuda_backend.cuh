@@ -36,6 +36,10 @@ typedef struct {
     void* scratch;
     size_t scratch_bytes;
     int scratch_reserved, scratch_warned;
+    // The layernorm/RMSNorm backward's ticket counter (norm.cuh): zero
+    // between launches (the kernel's last block wraps it back), so it lives
+    // apart from the scratch, which other ops overwrite.
+    unsigned* norm_ticket;
 
     // TRAIN_GPT_SYNC_CHECK=1 / TRAIN_GPT_OP_PROFILE=1: the op table before op_watch.cu wrapped it.
     Backend* unwrapped;
@@ -69,7 +73,7 @@ void* cuda_scratch(Backend* be, size_t bytes);
 // to cuda_scratch uses the same function, so the reservation cannot drift).
 size_t cuda_attention_scratch_bytes(int B, int T, int NH);
 size_t cuda_encoder_scratch_bytes(int N);
-size_t cuda_layernorm_scratch_bytes(int N, int C);
+size_t cuda_norm_scratch_bytes(Backend* be, int N, int C);  // layernorm and RMSNorm backward
 size_t cuda_reduce_scratch_bytes(int N, int C);
 
 // Checks the last launch; every LAUNCH is followed by it.
@@ -156,12 +160,8 @@ void cuda_cross_entropy(Backend* be, float* losses, void* logits, const int32_t*
 
 // out[c] += sum over b < blocks of partial[b * stride + c], c < C, in a fixed
 // order (out has the backend's dtype): the second pass of every deterministic
-// column reduction (layernorm dw/db, matmul dbias).
+// column reduction (matmul dbias).
 void cuda_reduce_partials_add(Backend* be, void* out, const float* partial, int blocks, size_t stride, int C);
-// The same for two outputs of C columns each whose partials are side by side
-// (row b: out's C values, then out2's), in one launch.
-void cuda_reduce_partials_add2(Backend* be, void* out, void* out2, const float* partial, int blocks, size_t stride,
-                               int C);
 void cuda_sum(Backend* be, float* out, const float* x, size_t n, int accumulate);
 void cuda_sum_squares(Backend* be, float* out, const void* x, size_t n, int accumulate);
 

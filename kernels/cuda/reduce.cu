@@ -1,6 +1,5 @@
 // reduce.cu: deterministic reductions on the device: whole-buffer sums (the
-// loss sum, the squared gradient norm) and column sums (bias gradients, and
-// the second pass of layernorm's dw/db).
+// loss sum, the squared gradient norm) and column sums (bias gradients).
 //
 // Every reduction has a fixed shape that depends only on the sizes: a first
 // kernel with a grid computed from n writes per-block partials, a second adds
@@ -95,11 +94,8 @@ void cuda_sum_squares(Backend* be, float* out, const void* x, size_t n, int accu
 // Block (32, 32): threadIdx.x picks one of 32 columns, threadIdx.y one of 32
 // slices of the partial rows (b = y, y + 32, ...); the slices are then added
 // in order. Coalesced: a warp reads 32 consecutive columns of one row.
-// Columns c < C1 go to out[c], the others (c < C) to out2[c - C1]: two
-// outputs whose partials sit side by side (layernorm's dw and db) in one launch.
 template <typename T>
-__global__ void reduce_partials_kernel(T* out, T* out2, int C1, const float* partial, int blocks, size_t stride,
-                                       int C) {
+__global__ void reduce_partials_kernel(T* out, const float* partial, int blocks, size_t stride, int C) {
     __shared__ float s[32][33];
     int c = blockIdx.x * 32 + threadIdx.x;
     float acc = 0.0f;
@@ -111,32 +107,21 @@ __global__ void reduce_partials_kernel(T* out, T* out2, int C1, const float* par
     if (threadIdx.y == 0 && c < C) {
         float total = 0.0f;
         for (int k = 0; k < 32; k++) total += s[k][threadIdx.x];
-        T* o = c < C1 ? out + c : out2 + (c - C1);
-        *o = from_float<T>(to_float(*o) + total);
+        out[c] = from_float<T>(to_float(out[c]) + total);
     }
 }
 
-static void reduce_partials(Backend* be, void* out, void* out2, int C1, const float* partial, int blocks,
-                            size_t stride, int C) {
+void cuda_reduce_partials_add(Backend* be, void* out, const float* partial, int blocks, size_t stride, int C) {
     dim3 block(32, 32);
     unsigned grid = (unsigned)ceil_div((size_t)C, 32);
     if (be->dtype == DTYPE_BF16) {
         auto kernel = reduce_partials_kernel<bf16>;
-        LAUNCH(kernel, grid, block, 0, cuda_stream(be), (bf16*)out, (bf16*)out2, C1, partial, blocks, stride, C);
+        LAUNCH(kernel, grid, block, 0, cuda_stream(be), (bf16*)out, partial, blocks, stride, C);
     } else {
         auto kernel = reduce_partials_kernel<float>;
-        LAUNCH(kernel, grid, block, 0, cuda_stream(be), (float*)out, (float*)out2, C1, partial, blocks, stride, C);
+        LAUNCH(kernel, grid, block, 0, cuda_stream(be), (float*)out, partial, blocks, stride, C);
     }
     CUDA_CHECK_LAUNCH();
-}
-
-void cuda_reduce_partials_add(Backend* be, void* out, const float* partial, int blocks, size_t stride, int C) {
-    reduce_partials(be, out, out, C, partial, blocks, stride, C);
-}
-
-void cuda_reduce_partials_add2(Backend* be, void* out, void* out2, const float* partial, int blocks, size_t stride,
-                               int C) {
-    reduce_partials(be, out, out2, C, partial, blocks, stride, 2 * C);
 }
 
 // partial[blockIdx.x][c] = sum of x[r][c] over this block's COLSUM_ROWS rows, in row order.

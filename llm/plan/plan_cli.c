@@ -258,7 +258,7 @@ void plan_print_bill(FILE* f, const PlanConfig* pc, const MemoryBill* b, const P
     line(f, "tokens", pc->model.arch == ARCH_LLAMA ? "inputs, targets (int32), scalars, RoPE table"
                                                     : "inputs, targets (int32), scalars",
          (double)b->tokens, u);
-    if (dev->is_gpu) line(f, "workspace", "cuBLASLt", (double)b->workspace, u);
+    if (dev->is_gpu) line(f, "workspace", "cuBLASLt + op scratch (cuDNN attention's, norms' partials)", (double)b->workspace, u);
     else {
         snprintf(how, sizeof how, "attention scratch, %d threads%s", dev->cpu_threads,
                  pc->precision == PREC_FP8 ? ", or an FP8 GEMM's decoded operands" : "");

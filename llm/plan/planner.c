@@ -99,6 +99,21 @@ int plan_shard_world(const PlanConfig* pc) {
     return pc->hybrid && pc->ranks_per_node < pc->world ? pc->ranks_per_node : pc->world;
 }
 
+size_t plan_gpu_op_scratch(const GPTConfig* c, int B, int T) {
+    size_t N = (size_t)B * T, C = (size_t)c->channels, NH = (size_t)c->num_heads, HS = C / NH;
+    size_t widest = 4 * C;  // the MLP's biased linear layer (reserve_scratch's `widest`)
+    size_t d = (N * NH * sizeof(float) + 255) / 256 * 256;  // attention's D (B, NH, T)
+    size_t cudnn = d + N * NH * HS * sizeof(float) + N * NH * sizeof(float);
+    size_t norm_rows = N < PLAN_GPU_MAX_SMS * 2 ? N : PLAN_GPU_MAX_SMS * 2;
+    size_t norm = norm_rows * 2 * C * sizeof(float);  // layernorm/RMSNorm backward partials (2 blocks per SM)
+    size_t colsum = (N + 127) / 128 * widest * sizeof(float);  // bias gradients' partials (128 rows a block)
+    size_t encoder = 8;
+    while (encoder < N * 8) encoder <<= 1;  // the encoder backward's sort keys (a power of two)
+    size_t sizes[] = {cudnn, norm, colsum, encoder}, most = 0;
+    for (int i = 0; i < 4; i++) most = sizes[i] > most ? sizes[i] : most;
+    return most;
+}
+
 MemoryBill plan_bill(const PlanConfig* pc, const PlanDevice* dev) {
     MemoryBill b;
     memset(&b, 0, sizeof b);
@@ -122,7 +137,7 @@ MemoryBill plan_bill(const PlanConfig* pc, const PlanDevice* dev) {
     // Llama's RoPE table (T, HS/2, 2) FP32 (llm/llama.c) is billed with these small buffers.
     if (c->arch == ARCH_LLAMA) b.tokens += (size_t)pc->T * gpt_head_size(c) * sizeof(float);
     if (dev->is_gpu) {
-        b.workspace = PLAN_CUBLASLT_WORKSPACE;
+        b.workspace = PLAN_CUBLASLT_WORKSPACE + plan_gpu_op_scratch(c, pc->B, pc->T);
     } else {
         // One op's scratch at a time: the attention's, or an emulated FP8 GEMM's.
         size_t att = cpu_attention_scratch_bytes(pc->T, c->channels / c->num_heads, dev->cpu_threads);

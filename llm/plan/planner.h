@@ -77,7 +77,7 @@ typedef struct {
     ActLayout acts;           // the arena (16/32-bit)
     size_t activations;       // arena bytes, plus the FP8 cast buffers
     size_t tokens;            // inputs, targets (int32) and the 4 scalars
-    size_t workspace;         // CPU: attention scratch; GPU: cuBLASLt workspace
+    size_t workspace;         // CPU: attention scratch; GPU: cuBLASLt workspace + plan_gpu_op_scratch
     size_t allocated;         // the sum of the above: the backend's peak
     size_t reserve;           // GPU: runtime (1 GiB) + 5% of allocated; CPU: 0
     size_t total;             // allocated + reserve
@@ -92,6 +92,18 @@ typedef struct {
 // the data than the average, a library update; a plan at 98% is a plan to
 // run out of memory.
 #define PLAN_GPU_HEADROOM_PERCENT 10
+
+// The largest SM count a GPU the plan is for may have (B200: 148), for the
+// layernorm backward's partials (2 blocks per SM).
+#define PLAN_GPU_MAX_SMS 160
+
+// The CUDA backend's op scratch (kernels/cuda/backend.cu cuda_reserve_scratch),
+// bounded without a GPU: the largest of the cuDNN attention backward's D plus
+// its workspace (bounded by an FP32 dQ accumulator and softmax sums: cuDNN
+// reports the exact size only at start-up, and its deterministic engines take
+// no more), the layernorm backward's partials, the bias gradients' partials
+// and the encoder backward's sort keys.
+size_t plan_gpu_op_scratch(const GPTConfig* c, int B, int T);
 
 MemoryBill plan_bill(const PlanConfig* pc, const PlanDevice* dev);
 // Whether the bill's total fits in plan_usable_memory.

@@ -4,7 +4,9 @@
 # BF16 training with --attention cudnn follows --attention native within
 # BF16 tolerance and is bit-for-bit repeatable; auto prints its choice (cuDNN
 # when it loads, the native kernels when not); cudnn fails with one clear
-# line when cuDNN cannot run (no library, wrong version, fp32, the CPU).
+# line when cuDNN cannot run (no library, wrong version, fp32, the CPU); the
+# workspace is reserved at start-up (no scratch growth inside a step); on
+# Blackwell the backward takes cuDNN's pinned deterministic engine.
 set -u
 cd "$(dirname "$0")/../.."
 # shellcheck source=tests/lib.sh
@@ -55,6 +57,47 @@ if grep -q '^attention: native kernels (cuDNN not used.*library not found' "$T/a
 else
   fail sim_cudnn_auto_without_library "$(grep -E '^attention|error' "$T/auto_none.log" | head -n 3)"
 fi
+
+# 2b. cuDNN's workspace is reserved at start-up with the other ops' scratch:
+#     at B*T = 640 rows the backward's (an FP32 dQ accumulator in the fake,
+#     B*T*C*4 bytes) is the largest, and no step grows the scratch (the
+#     warning names the miss).
+run long --attention cudnn --channels 64 --heads 1 --seq-len 320 --micro-batch 2 --steps 2
+if grep -q '^attention: cuDNN' "$T/long.log" && ! grep -q 'op scratch grows' "$T/long.log" &&
+   [ "$(step_losses "$T/long.metrics" | wc -l)" -eq 2 ]; then
+  ok sim_cudnn_workspace_reserved
+else
+  fail sim_cudnn_workspace_reserved "$(grep -E '^attention|scratch|error' "$T/long.log" | head -n 3)"
+fi
+
+# 2c. Blackwell (CUDA_SIM_CC=100): the backward runs on cuDNN's one
+#     deterministic engine, pinned with its knobs (the fake refuses any other
+#     engine config there), and repeats bit for bit; cuDNN 9.23's knob set
+#     too; before 9.18 there is none: cudnn fails naming why, auto runs the
+#     backward natively.
+CUDA_SIM_CC=100 run bw1 --attention cudnn --steps 3
+CUDA_SIM_CC=100 run bw2 --attention cudnn --steps 3
+if [ "$(step_losses "$T/bw1.metrics" | wc -l)" -eq 3 ] && [ "$(step_losses "$T/bw1.metrics")" = "$(step_losses "$T/bw2.metrics")" ] &&
+   grep -q '^attention: cuDNN' "$T/bw1.log" && ! grep -q 'native kernels' "$T/bw1.log"; then
+  ok sim_cudnn_blackwell_deterministic
+else
+  fail sim_cudnn_blackwell_deterministic "$(grep -E '^attention|error|fake' "$T/bw1.log" | head -n 3)"
+fi
+CUDA_SIM_CC=100 CUDA_SIM_CUDNN_VERSION=92300 run bw923 --attention cudnn --steps 2
+if [ "$(step_losses "$T/bw923.metrics" | wc -l)" -eq 2 ]; then
+  ok sim_cudnn_blackwell_knobs_9_23
+else
+  fail sim_cudnn_blackwell_knobs_9_23 "$(grep -E '^attention|error|fake' "$T/bw923.log" | head -n 3)"
+fi
+CUDA_SIM_CC=100 CUDA_SIM_CUDNN_VERSION=91700 run bwauto --attention auto --steps 2
+if grep -q '^attention: native kernels (cuDNN not used for the backward: cuDNN 91700 has no deterministic attention backward on Blackwell' "$T/bwauto.log" &&
+   [ "$(step_losses "$T/bwauto.metrics" | wc -l)" -eq 2 ]; then
+  ok sim_cudnn_blackwell_old_auto_native
+else
+  fail sim_cudnn_blackwell_old_auto_native "$(grep -E '^attention|error' "$T/bwauto.log" | head -n 3)"
+fi
+expect_error sim_cudnn_blackwell_old 'cannot run the backward .*no deterministic attention backward on Blackwell \(9.18.0' \
+  env TRAIN_GPT_CUDNN_LIB="$FAKE" CUDA_SIM_CC=100 CUDA_SIM_CUDNN_VERSION=91700 "$TG" "${tiny[@]}" --attention cudnn
 
 # 3. --attention cudnn where it cannot run: one error line naming why, exit 1.
 expect_error sim_cudnn_no_library '--attention cudnn: library not found' "$TG" "${tiny[@]}" --attention cudnn

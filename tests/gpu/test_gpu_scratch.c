@@ -26,11 +26,12 @@ static void scratch_case(int B, int T, int C, int NH, int V) {
     gpu->attention_forward(gpu, d_out, d_lse, d_qkv, B, T, NH, NH, C / NH);
     gpu->synchronize(gpu);
 
-    gpu->reserve_scratch(gpu, B, T, C, H, NH);
+    gpu->reserve_scratch(gpu, B, T, C, H, NH, NH);
     size_t before = gpu->allocated_bytes(gpu);
     gpu->attention_backward(gpu, d_dqkv, d_dout, d_qkv, d_out, d_lse, B, T, NH, NH, C / NH);
     gpu->encoder_backward(gpu, d_wte, d_wpe, d_dout, d_tok, B, T, C);
     gpu->layernorm_backward(gpu, d_din, d_lnw, d_lnw, d_dout, d_dout, d_lnw, d_mean, d_rstd, N, C, NULL);
+    gpu->rmsnorm_backward(gpu, d_din, d_lnw, d_dout, d_dout, d_lnw, d_rstd, N, C, NULL);
     gpu->matmul_backward(gpu, d_din, d_dw, d_db, d_h, d_dout, d_w, N, C, H);  // dbias over (N, 4C)
     gpu->sum_squares(gpu, d_sum, d_h, (size_t)N * H, 0);
     gpu->synchronize(gpu);

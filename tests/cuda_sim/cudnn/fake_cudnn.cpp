@@ -26,7 +26,10 @@
 // Heuristics offer backward graphs a nondeterministic engine first (as the
 // real library may); executing it fails, so a caller that does not filter
 // engines by their numerical notes is caught. The workspace is poisoned
-// before each run, so a caller that keeps data in it is caught too.
+// before each run, so a caller that keeps data in it is caught too. On
+// Blackwell (CUDA_SIM_CC=10x) a backward runs only on the engine cuDNN makes
+// deterministic there (pinned by global index with its knobs), so a caller
+// that leaves the backward to the heuristics is caught as well.
 #include <cudnn_graph.h>
 #include <math.h>
 #include <stdarg.h>
@@ -42,6 +45,7 @@
 namespace {
 
 constexpr uint32_t kMagic = 0x636e6e64;
+constexpr int kGlobalEngines = 24;  // engines an attention graph has, by global index
 char g_last_error[1024];
 int64_t g_graph_count, g_exec_count;
 
@@ -66,6 +70,8 @@ struct Desc;
 struct Engine {
     int id = -1;
     bool nondeterministic = false;
+    bool pinned = false;               // named by global index (not from heuristics)
+    std::map<int, int64_t> knobs;      // knob type -> choice, from the engine config
 };
 
 struct Desc {
@@ -98,6 +104,7 @@ const char* type_name(cudnnBackendDescriptorType_t t) {
     case CUDNN_BACKEND_ENGINEHEUR_DESCRIPTOR: return "ENGINEHEUR";
     case CUDNN_BACKEND_ENGINECFG_DESCRIPTOR: return "ENGINECFG";
     case CUDNN_BACKEND_ENGINE_DESCRIPTOR: return "ENGINE";
+    case CUDNN_BACKEND_KNOB_CHOICE_DESCRIPTOR: return "KNOB_CHOICE";
     case CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR: return "EXECUTION_PLAN";
     case CUDNN_BACKEND_VARIANT_PACK_DESCRIPTOR: return "VARIANT_PACK";
     default: return NULL;
@@ -114,62 +121,62 @@ struct AttrRule {
     cudnnBackendDescriptorType_t value_desc;  // for descriptor-valued attributes
 };
 
-#define D CUDNN_TYPE_BACKEND_DESCRIPTOR
+// ONE / MANY: a plain attribute of 1 or lo..hi elements; DESC / DESCS: one
+// or lo..hi descriptors of the named type.
+#define ONE(dt, attr, type) {CUDNN_BACKEND_##dt##_DESCRIPTOR, CUDNN_ATTR_##attr, CUDNN_TYPE_##type, 1, 1, {}}
+#define MANY(dt, attr, type, lo, hi) {CUDNN_BACKEND_##dt##_DESCRIPTOR, CUDNN_ATTR_##attr, CUDNN_TYPE_##type, lo, hi, {}}
+#define DESCS(dt, attr, of, lo, hi)                                                                                \
+    {CUDNN_BACKEND_##dt##_DESCRIPTOR, CUDNN_ATTR_##attr, CUDNN_TYPE_BACKEND_DESCRIPTOR, lo, hi, CUDNN_BACKEND_##of##_DESCRIPTOR}
+#define DESC(dt, attr, of) DESCS(dt, attr, of, 1, 1)
 const AttrRule kRules[] = {
-    {CUDNN_BACKEND_TENSOR_DESCRIPTOR, CUDNN_ATTR_TENSOR_DATA_TYPE, CUDNN_TYPE_DATA_TYPE, 1, 1, {}},
-    {CUDNN_BACKEND_TENSOR_DESCRIPTOR, CUDNN_ATTR_TENSOR_DIMENSIONS, CUDNN_TYPE_INT64, 1, 8, {}},
-    {CUDNN_BACKEND_TENSOR_DESCRIPTOR, CUDNN_ATTR_TENSOR_STRIDES, CUDNN_TYPE_INT64, 1, 8, {}},
-    {CUDNN_BACKEND_TENSOR_DESCRIPTOR, CUDNN_ATTR_TENSOR_UNIQUE_ID, CUDNN_TYPE_INT64, 1, 1, {}},
-    {CUDNN_BACKEND_TENSOR_DESCRIPTOR, CUDNN_ATTR_TENSOR_BYTE_ALIGNMENT, CUDNN_TYPE_INT64, 1, 1, {}},
-    {CUDNN_BACKEND_TENSOR_DESCRIPTOR, CUDNN_ATTR_TENSOR_IS_VIRTUAL, CUDNN_TYPE_BOOLEAN, 1, 1, {}},
-    {CUDNN_BACKEND_TENSOR_DESCRIPTOR, CUDNN_ATTR_TENSOR_IS_BY_VALUE, CUDNN_TYPE_BOOLEAN, 1, 1, {}},
-    {CUDNN_BACKEND_POINTWISE_DESCRIPTOR, CUDNN_ATTR_POINTWISE_MODE, CUDNN_TYPE_POINTWISE_MODE, 1, 1, {}},
-    {CUDNN_BACKEND_POINTWISE_DESCRIPTOR, CUDNN_ATTR_POINTWISE_MATH_PREC, CUDNN_TYPE_DATA_TYPE, 1, 1, {}},
-    {CUDNN_BACKEND_POINTWISE_DESCRIPTOR, CUDNN_ATTR_POINTWISE_AXIS, CUDNN_TYPE_INT64, 1, 1, {}},
-    {CUDNN_BACKEND_OPERATION_POINTWISE_DESCRIPTOR, CUDNN_ATTR_OPERATION_POINTWISE_PW_DESCRIPTOR, D, 1, 1,
-     CUDNN_BACKEND_POINTWISE_DESCRIPTOR},
-    {CUDNN_BACKEND_OPERATION_POINTWISE_DESCRIPTOR, CUDNN_ATTR_OPERATION_POINTWISE_XDESC, D, 1, 1,
-     CUDNN_BACKEND_TENSOR_DESCRIPTOR},
-    {CUDNN_BACKEND_OPERATION_POINTWISE_DESCRIPTOR, CUDNN_ATTR_OPERATION_POINTWISE_BDESC, D, 1, 1,
-     CUDNN_BACKEND_TENSOR_DESCRIPTOR},
-    {CUDNN_BACKEND_OPERATION_POINTWISE_DESCRIPTOR, CUDNN_ATTR_OPERATION_POINTWISE_TDESC, D, 1, 1,
-     CUDNN_BACKEND_TENSOR_DESCRIPTOR},
-    {CUDNN_BACKEND_OPERATION_POINTWISE_DESCRIPTOR, CUDNN_ATTR_OPERATION_POINTWISE_YDESC, D, 1, 1,
-     CUDNN_BACKEND_TENSOR_DESCRIPTOR},
-    {CUDNN_BACKEND_REDUCTION_DESCRIPTOR, CUDNN_ATTR_REDUCTION_OPERATOR, CUDNN_TYPE_REDUCTION_OPERATOR_TYPE, 1, 1, {}},
-    {CUDNN_BACKEND_REDUCTION_DESCRIPTOR, CUDNN_ATTR_REDUCTION_COMP_TYPE, CUDNN_TYPE_DATA_TYPE, 1, 1, {}},
-    {CUDNN_BACKEND_OPERATION_REDUCTION_DESCRIPTOR, CUDNN_ATTR_OPERATION_REDUCTION_XDESC, D, 1, 1,
-     CUDNN_BACKEND_TENSOR_DESCRIPTOR},
-    {CUDNN_BACKEND_OPERATION_REDUCTION_DESCRIPTOR, CUDNN_ATTR_OPERATION_REDUCTION_YDESC, D, 1, 1,
-     CUDNN_BACKEND_TENSOR_DESCRIPTOR},
-    {CUDNN_BACKEND_OPERATION_REDUCTION_DESCRIPTOR, CUDNN_ATTR_OPERATION_REDUCTION_DESC, D, 1, 1,
-     CUDNN_BACKEND_REDUCTION_DESCRIPTOR},
-    {CUDNN_BACKEND_MATMUL_DESCRIPTOR, CUDNN_ATTR_MATMUL_COMP_TYPE, CUDNN_TYPE_DATA_TYPE, 1, 1, {}},
-    {CUDNN_BACKEND_OPERATION_MATMUL_DESCRIPTOR, CUDNN_ATTR_OPERATION_MATMUL_ADESC, D, 1, 1,
-     CUDNN_BACKEND_TENSOR_DESCRIPTOR},
-    {CUDNN_BACKEND_OPERATION_MATMUL_DESCRIPTOR, CUDNN_ATTR_OPERATION_MATMUL_BDESC, D, 1, 1,
-     CUDNN_BACKEND_TENSOR_DESCRIPTOR},
-    {CUDNN_BACKEND_OPERATION_MATMUL_DESCRIPTOR, CUDNN_ATTR_OPERATION_MATMUL_CDESC, D, 1, 1,
-     CUDNN_BACKEND_TENSOR_DESCRIPTOR},
-    {CUDNN_BACKEND_OPERATION_MATMUL_DESCRIPTOR, CUDNN_ATTR_OPERATION_MATMUL_DESC, D, 1, 1,
-     CUDNN_BACKEND_MATMUL_DESCRIPTOR},
-    {CUDNN_BACKEND_OPERATION_RESHAPE_DESCRIPTOR, CUDNN_ATTR_OPERATION_RESHAPE_XDESC, D, 1, 1,
-     CUDNN_BACKEND_TENSOR_DESCRIPTOR},
-    {CUDNN_BACKEND_OPERATION_RESHAPE_DESCRIPTOR, CUDNN_ATTR_OPERATION_RESHAPE_YDESC, D, 1, 1,
-     CUDNN_BACKEND_TENSOR_DESCRIPTOR},
-    {CUDNN_BACKEND_OPERATIONGRAPH_DESCRIPTOR, CUDNN_ATTR_OPERATIONGRAPH_HANDLE, CUDNN_TYPE_HANDLE, 1, 1, {}},
-    {CUDNN_BACKEND_OPERATIONGRAPH_DESCRIPTOR, CUDNN_ATTR_OPERATIONGRAPH_OPS, D, 1, -1, {}},
-    {CUDNN_BACKEND_ENGINEHEUR_DESCRIPTOR, CUDNN_ATTR_ENGINEHEUR_OPERATION_GRAPH, D, 1, 1,
-     CUDNN_BACKEND_OPERATIONGRAPH_DESCRIPTOR},
-    {CUDNN_BACKEND_ENGINEHEUR_DESCRIPTOR, CUDNN_ATTR_ENGINEHEUR_MODE, CUDNN_TYPE_HEUR_MODE, 1, 1, {}},
-    {CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR, CUDNN_ATTR_EXECUTION_PLAN_HANDLE, CUDNN_TYPE_HANDLE, 1, 1, {}},
-    {CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR, CUDNN_ATTR_EXECUTION_PLAN_ENGINE_CONFIG, D, 1, 1,
-     CUDNN_BACKEND_ENGINECFG_DESCRIPTOR},
-    {CUDNN_BACKEND_VARIANT_PACK_DESCRIPTOR, CUDNN_ATTR_VARIANT_PACK_UNIQUE_IDS, CUDNN_TYPE_INT64, 1, -1, {}},
-    {CUDNN_BACKEND_VARIANT_PACK_DESCRIPTOR, CUDNN_ATTR_VARIANT_PACK_DATA_POINTERS, CUDNN_TYPE_VOID_PTR, 1, -1, {}},
-    {CUDNN_BACKEND_VARIANT_PACK_DESCRIPTOR, CUDNN_ATTR_VARIANT_PACK_WORKSPACE, CUDNN_TYPE_VOID_PTR, 1, 1, {}},
+    ONE(TENSOR, TENSOR_DATA_TYPE, DATA_TYPE),
+    MANY(TENSOR, TENSOR_DIMENSIONS, INT64, 1, 8),
+    MANY(TENSOR, TENSOR_STRIDES, INT64, 1, 8),
+    ONE(TENSOR, TENSOR_UNIQUE_ID, INT64),
+    ONE(TENSOR, TENSOR_BYTE_ALIGNMENT, INT64),
+    ONE(TENSOR, TENSOR_IS_VIRTUAL, BOOLEAN),
+    ONE(TENSOR, TENSOR_IS_BY_VALUE, BOOLEAN),
+    ONE(POINTWISE, POINTWISE_MODE, POINTWISE_MODE),
+    ONE(POINTWISE, POINTWISE_MATH_PREC, DATA_TYPE),
+    ONE(POINTWISE, POINTWISE_AXIS, INT64),
+    DESC(OPERATION_POINTWISE, OPERATION_POINTWISE_PW_DESCRIPTOR, POINTWISE),
+    DESC(OPERATION_POINTWISE, OPERATION_POINTWISE_XDESC, TENSOR),
+    DESC(OPERATION_POINTWISE, OPERATION_POINTWISE_BDESC, TENSOR),
+    DESC(OPERATION_POINTWISE, OPERATION_POINTWISE_TDESC, TENSOR),
+    DESC(OPERATION_POINTWISE, OPERATION_POINTWISE_YDESC, TENSOR),
+    ONE(REDUCTION, REDUCTION_OPERATOR, REDUCTION_OPERATOR_TYPE),
+    ONE(REDUCTION, REDUCTION_COMP_TYPE, DATA_TYPE),
+    DESC(OPERATION_REDUCTION, OPERATION_REDUCTION_XDESC, TENSOR),
+    DESC(OPERATION_REDUCTION, OPERATION_REDUCTION_YDESC, TENSOR),
+    DESC(OPERATION_REDUCTION, OPERATION_REDUCTION_DESC, REDUCTION),
+    ONE(MATMUL, MATMUL_COMP_TYPE, DATA_TYPE),
+    DESC(OPERATION_MATMUL, OPERATION_MATMUL_ADESC, TENSOR),
+    DESC(OPERATION_MATMUL, OPERATION_MATMUL_BDESC, TENSOR),
+    DESC(OPERATION_MATMUL, OPERATION_MATMUL_CDESC, TENSOR),
+    DESC(OPERATION_MATMUL, OPERATION_MATMUL_DESC, MATMUL),
+    DESC(OPERATION_RESHAPE, OPERATION_RESHAPE_XDESC, TENSOR),
+    DESC(OPERATION_RESHAPE, OPERATION_RESHAPE_YDESC, TENSOR),
+    ONE(OPERATIONGRAPH, OPERATIONGRAPH_HANDLE, HANDLE),
+    {CUDNN_BACKEND_OPERATIONGRAPH_DESCRIPTOR, CUDNN_ATTR_OPERATIONGRAPH_OPS, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, -1,
+     {}},  // operations of any type
+    DESC(ENGINEHEUR, ENGINEHEUR_OPERATION_GRAPH, OPERATIONGRAPH),
+    ONE(ENGINEHEUR, ENGINEHEUR_MODE, HEUR_MODE),
+    DESC(ENGINE, ENGINE_OPERATION_GRAPH, OPERATIONGRAPH),
+    ONE(ENGINE, ENGINE_GLOBAL_INDEX, INT64),
+    ONE(KNOB_CHOICE, KNOB_CHOICE_KNOB_TYPE, KNOB_TYPE),
+    ONE(KNOB_CHOICE, KNOB_CHOICE_KNOB_VALUE, INT64),
+    DESC(ENGINECFG, ENGINECFG_ENGINE, ENGINE),
+    DESCS(ENGINECFG, ENGINECFG_KNOB_CHOICES, KNOB_CHOICE, 1, CUDNN_KNOB_TYPE_COUNTS),
+    ONE(EXECUTION_PLAN, EXECUTION_PLAN_HANDLE, HANDLE),
+    DESC(EXECUTION_PLAN, EXECUTION_PLAN_ENGINE_CONFIG, ENGINECFG),
+    MANY(VARIANT_PACK, VARIANT_PACK_UNIQUE_IDS, INT64, 1, -1),
+    MANY(VARIANT_PACK, VARIANT_PACK_DATA_POINTERS, VOID_PTR, 1, -1),
+    ONE(VARIANT_PACK, VARIANT_PACK_WORKSPACE, VOID_PTR),
 };
-#undef D
+#undef ONE
+#undef MANY
+#undef DESCS
+#undef DESC
 
 size_t elem_size(cudnnBackendAttributeType_t t) {
     switch (t) {
@@ -181,6 +188,7 @@ size_t elem_size(cudnnBackendAttributeType_t t) {
     case CUDNN_TYPE_POINTWISE_MODE: return sizeof(cudnnPointwiseMode_t);
     case CUDNN_TYPE_REDUCTION_OPERATOR_TYPE: return sizeof(cudnnReduceTensorOp_t);
     case CUDNN_TYPE_HEUR_MODE: return sizeof(cudnnBackendHeurMode_t);
+    case CUDNN_TYPE_KNOB_TYPE: return sizeof(cudnnBackendKnobType_t);
     case CUDNN_TYPE_BACKEND_DESCRIPTOR: return sizeof(cudnnBackendDescriptor_t);
     default: return 0;
     }
@@ -596,6 +604,92 @@ cudnnStatus_t finalize_heur(Desc* d) {
     return check_attention_pattern(g_graphs[graph].get());
 }
 
+// ---- Blackwell's deterministic backward ------------------------------------------------------------
+// On compute capability 10.x no engine the heuristics return runs the
+// attention backward deterministically; cuDNN 9.18.0 and newer have one
+// deterministic engine, named by global index (5 on 10.0-10.3, 17 on later
+// 10.x) with fixed knob choices (cudnn-frontend's set_deterministic_algorithm;
+// the knob set changed in 9.23). Executing a backward on Blackwell with any
+// other engine config fails here, so a caller that leaves it to the
+// heuristics (or sets the wrong knobs) is caught. The device's compute
+// capability is the harness's (CUDA_SIM_CC, default 90).
+int sim_cc() {
+    const char* v = getenv("CUDA_SIM_CC");
+    return v && v[0] ? atoi(v) : 90;
+}
+// The emulated library's version: CUDA_SIM_CUDNN_VERSION (tests of the
+// version checks), else the headers'.
+size_t fake_version() {
+    const char* v = getenv("CUDA_SIM_CUDNN_VERSION");
+    return v ? (size_t)strtoul(v, NULL, 10) : (size_t)CUDNN_VERSION;
+}
+std::map<int, int64_t> blackwell_deterministic_knobs() {
+    if (fake_version() >= 92300)
+        return {{CUDNN_KNOB_TYPE_TILE_M, 3},   {CUDNN_KNOB_TYPE_TILE_N, 2},     {CUDNN_KNOB_TYPE_KERNEL_CFG, 2},
+                {CUDNN_KNOB_TYPE_STREAM_K, 0}, {CUDNN_KNOB_TYPE_TILE_CGA_M, 0}, {CUDNN_KNOB_TYPE_STAGES, 2}};
+    return {{CUDNN_KNOB_TYPE_KERNEL_CFG, 31}, {CUDNN_KNOB_TYPE_STAGES, 2}};
+}
+int blackwell_deterministic_engine() { return sim_cc() % 10 > 3 ? 17 : 5; }
+
+// Why a backward plan on Blackwell would not be deterministic ("" when it is).
+std::string blackwell_nondeterminism(const Engine& e) {
+    char why[256];
+    if (!e.pinned) {
+        snprintf(why, sizeof why, "engine %d from the heuristics (none of them is deterministic on cc %d)", e.id,
+                 sim_cc());
+        return why;
+    }
+    if (e.id != blackwell_deterministic_engine()) {
+        snprintf(why, sizeof why, "engine %d (the deterministic one is %d on cc %d)", e.id,
+                 blackwell_deterministic_engine(), sim_cc());
+        return why;
+    }
+    if (e.knobs != blackwell_deterministic_knobs()) {
+        snprintf(why, sizeof why, "engine %d with %zu knob choices that are not its deterministic set for cuDNN %zu",
+                 e.id, e.knobs.size(), fake_version());
+        return why;
+    }
+    return "";
+}
+
+cudnnStatus_t finalize_engine(Desc* d) {
+    Desc* graph = get_desc(d, CUDNN_ATTR_ENGINE_OPERATION_GRAPH);
+    const int64_t* index = get<int64_t>(d, CUDNN_ATTR_ENGINE_GLOBAL_INDEX);
+    if (!graph || !index)
+        return fail(CUDNN_STATUS_BAD_PARAM, "engine: %s is not set", !graph ? "OPERATION_GRAPH" : "GLOBAL_INDEX");
+    if (*index < 0 || *index >= kGlobalEngines)
+        return fail(CUDNN_STATUS_BAD_PARAM, "engine: global index %lld is not below the graph's %d engines",
+                    (long long)*index, kGlobalEngines);
+    d->graph = graph;
+    d->engine.id = (int)*index;
+    d->engine.pinned = true;
+    return check_attention_pattern(g_graphs[graph].get());
+}
+
+cudnnStatus_t finalize_knob(Desc* d) {
+    if (!d->attrs.count(CUDNN_ATTR_KNOB_CHOICE_KNOB_TYPE) || !d->attrs.count(CUDNN_ATTR_KNOB_CHOICE_KNOB_VALUE))
+        return fail(CUDNN_STATUS_BAD_PARAM, "knob choice: the knob's type and value must both be set");
+    return CUDNN_STATUS_SUCCESS;
+}
+
+// An engine config built by the caller (not a heuristics result): its engine
+// and knob choices, each knob type once.
+cudnnStatus_t finalize_cfg(Desc* d) {
+    Desc* engine = get_desc(d, CUDNN_ATTR_ENGINECFG_ENGINE);
+    if (!engine) return fail(CUDNN_STATUS_BAD_PARAM, "engine config: ENGINE is not set");
+    d->graph = engine->graph;
+    d->engine = engine->engine;
+    int64_t n = 0;
+    const cudnnBackendDescriptor_t* knobs = get<cudnnBackendDescriptor_t>(d, CUDNN_ATTR_ENGINECFG_KNOB_CHOICES, &n);
+    for (int64_t i = 0; knobs && i < n; i++) {
+        Desc* k = as_desc(knobs[i]);
+        int type = (int)*get<cudnnBackendKnobType_t>(k, CUDNN_ATTR_KNOB_CHOICE_KNOB_TYPE);
+        if (d->engine.knobs.count(type)) return fail(CUDNN_STATUS_BAD_PARAM, "engine config: knob type %d chosen twice", type);
+        d->engine.knobs[type] = *get<int64_t>(k, CUDNN_ATTR_KNOB_CHOICE_KNOB_VALUE);
+    }
+    return CUDNN_STATUS_SUCCESS;
+}
+
 cudnnStatus_t finalize_plan(Desc* d) {
     Desc* cfg = get_desc(d, CUDNN_ATTR_EXECUTION_PLAN_ENGINE_CONFIG);
     if (!cfg || !d->attrs.count(CUDNN_ATTR_EXECUTION_PLAN_HANDLE))
@@ -603,12 +697,20 @@ cudnnStatus_t finalize_plan(Desc* d) {
     if (!cfg->graph) return fail(CUDNN_STATUS_BAD_PARAM, "execution plan: the engine config came from no heuristics");
     d->graph = cfg->graph;
     d->engine = cfg->engine;
-    // Workspace: one FP32 row per query and head, as an engine might use.
+    if (d->engine.pinned && fake_version() < 91800)
+        return fail(CUDNN_STATUS_NOT_SUPPORTED, "execution plan: engine %d has no deterministic attention backward "
+                    "before cuDNN 9.18.0 (this is %zu)", d->engine.id, fake_version());
+    // Workspace: forward, one FP32 row per query and head, as an engine might
+    // use; backward, an FP32 dQ accumulator (b, h, sq, d) and softmax sums
+    // (b, h, sq), the most a cuDNN backward takes (the planner's bound), which
+    // at long sequences is the largest scratch of a training step: what the
+    // caller must reserve at start-up.
     GraphInfo* g = g_graphs[d->graph].get();
-    Desc* s = nullptr;  // the scores (b, h, sq, skv): the first product's output
+    const Node* mm = nullptr;  // the first product: S = Q K^T, scores (b, h, sq, skv)
     for (auto& n : g->nodes)
-        if (!s && !strcmp(n.kind, "matmul")) s = n.out;
-    d->workspace = s->dims[0] * s->dims[1] * s->dims[2] * 4 + 4096;
+        if (!mm && !strcmp(n.kind, "matmul")) mm = &n;
+    const int64_t* sd = mm->out->dims;
+    d->workspace = g->backward ? sd[0] * sd[1] * sd[2] * (mm->in[0]->dims[3] + 1) * 4 : sd[0] * sd[1] * sd[2] * 4 + 4096;
     return CUDNN_STATUS_SUCCESS;
 }
 
@@ -786,6 +888,16 @@ cudnnStatus_t execute(Desc* plan, Desc* pack) {
         return fail(CUDNN_STATUS_NOT_SUPPORTED,
                     "execute: engine %d (nondeterministic: dQ accumulated with atomics) is not emulated; choose a "
                     "deterministic engine config", plan->engine.id);
+    if (g->backward && sim_cc() / 10 == 10) {
+        std::string why = blackwell_nondeterminism(plan->engine);
+        if (!why.empty())
+            return fail(CUDNN_STATUS_NOT_SUPPORTED, "execute: the attention backward on Blackwell with %s is not "
+                        "deterministic (not emulated): pin engine %d with its deterministic knobs", why.c_str(),
+                        blackwell_deterministic_engine());
+    } else if (plan->engine.pinned) {
+        return fail(CUDNN_STATUS_NOT_SUPPORTED, "execute: a pinned engine (%d) is emulated only for Blackwell's "
+                    "deterministic attention backward", plan->engine.id);
+    }
     for (auto& node : g->nodes) run_node(node, st);
     g_exec_count++;
     return CUDNN_STATUS_SUCCESS;
@@ -802,10 +914,7 @@ struct Handle {
 
 extern "C" {
 
-size_t cudnnGetVersion(void) {
-    const char* v = getenv("CUDA_SIM_CUDNN_VERSION");  // tests of the version check
-    return v ? (size_t)strtoul(v, NULL, 10) : (size_t)CUDNN_VERSION;
-}
+size_t cudnnGetVersion(void) { return fake_version(); }
 
 const char* cudnnGetErrorString(cudnnStatus_t st) {
     switch (st) {
@@ -911,10 +1020,9 @@ cudnnStatus_t cudnnBackendFinalize(cudnnBackendDescriptor_t desc) {
     case CUDNN_BACKEND_ENGINEHEUR_DESCRIPTOR: st = finalize_heur(d); break;
     case CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR: st = finalize_plan(d); break;
     case CUDNN_BACKEND_VARIANT_PACK_DESCRIPTOR: st = finalize_pack(d); break;
-    case CUDNN_BACKEND_ENGINECFG_DESCRIPTOR:
-    case CUDNN_BACKEND_ENGINE_DESCRIPTOR:
-        st = fail(CUDNN_STATUS_NOT_SUPPORTED, "%s: only heuristics results are emulated", type_name(d->type));
-        break;
+    case CUDNN_BACKEND_ENGINECFG_DESCRIPTOR: st = finalize_cfg(d); break;
+    case CUDNN_BACKEND_ENGINE_DESCRIPTOR: st = finalize_engine(d); break;
+    case CUDNN_BACKEND_KNOB_CHOICE_DESCRIPTOR: st = finalize_knob(d); break;
     default: st = finalize_op(d); break;
     }
     if (st == CUDNN_STATUS_SUCCESS) d->finalized = true;
