@@ -286,11 +286,16 @@ static int same_book(const Verse* a, const Verse* b) {
     return a->book_len == b->book_len && memcmp(a->book, b->book, (size_t)a->book_len) == 0;
 }
 
+static int same_words(const Verse* a, const Verse* b) {
+    return a->n == b->n && memcmp(a->ids, b->ids, (size_t)a->n * sizeof *a->ids) == 0;
+}
+
 // Built from the validation chapters only (never trained on). Each example:
 //   context     one verse of a validation chapter and its newline (never the heading);
 //   completions the verse after it in the same chapter (the right one), and three
 //               verses of validation chapters from other books with exactly as many
-//               tokens, drawn without replacement; the right one's place drawn too.
+//               tokens, drawn without replacement, all four different texts; the
+//               right one's place drawn too.
 // Equal token counts mean neither the summed loss (acc) nor the mean loss
 // (acc_norm) can pick the right one by length, and the two accuracies agree;
 // other books mean the right verse can be told only by following on from the
@@ -337,9 +342,15 @@ static int write_kjv_eval(const Tokenizer* tok, const char* text, const Doc* doc
         if (v[i].doc != v[i + 1].doc || pair++ % stride) continue;
         const Verse* right = &v[i + 1];
         if (right->n > EVAL_MAX_COMPLETION) continue;
+        // Verses recur word for word (Matthew 11:6 is Luke 7:23): a text is in
+        // the pool once, and never when it is the right verse's.
         int np = 0;
-        for (int j = 0; j < nv; j++)
-            if (v[j].n == right->n && !same_book(&v[j], right)) pool[np++] = j;
+        for (int j = 0; j < nv; j++) {
+            if (v[j].n != right->n || same_book(&v[j], right) || same_words(&v[j], right)) continue;
+            int seen = 0;
+            for (int k = 0; k < np && !seen; k++) seen = same_words(&v[pool[k]], &v[j]);
+            if (!seen) pool[np++] = j;
+        }
         if (np < EVAL_CHOICES - 1) continue;
         labels[n] = (int)rng_below(key, (uint64_t)i * 8, EVAL_CHOICES);
         counts[n] = EVAL_CHOICES;
