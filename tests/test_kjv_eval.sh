@@ -30,6 +30,7 @@ fi
 # `make run` evaluates at a few points of its 300 steps, on the file make data writes.
 flags=$(make -s --no-print-directory print-demo-flags 2>/dev/null | tail -n 1)
 every=$(sed -nE 's/.*--eval-every ([0-9]+).*/\1/p' <<<"$flags")
+# shellcheck disable=SC2016  # $(DEMO_FLAGS) is the Makefile's text, not a shell expansion
 if [[ "$flags" == *"--eval-data data/kjv/kjv_eval.bin"* ]] && [ -n "$every" ] && [ "$every" -gt 0 ] && [ "$every" -lt 300 ] &&
    grep -q '^	\./train_gpt \$(DEMO_FLAGS)$' Makefile; then
   ok make_run_evaluates
