@@ -299,9 +299,11 @@ static int same_words(const Verse* a, const Verse* b) {
 // Equal token counts mean neither the summed loss (acc) nor the mean loss
 // (acc_norm) can pick the right one by length, and the two accuracies agree;
 // other books mean the right verse can be told only by following on from the
-// context. Chance is 25%. Pairs are taken at an even stride through the
-// chapters (at most EVAL_EXAMPLES); a pair is left out when the next verse has
-// over EVAL_MAX_COMPLETION tokens or fewer than three verses match it.
+// context. Chance is 25%. Every stride-th pair is taken (stride: the pairs
+// over EVAL_EXAMPLES, rounded down), from the first chapter on, until there
+// are EVAL_EXAMPLES (which stops short of the last chapters); a pair is left
+// out when the next verse has over EVAL_MAX_COMPLETION tokens or fewer than
+// three verses match it.
 // All draws come from one rng_key, so the file is the same on every run.
 static int write_kjv_eval(const Tokenizer* tok, const char* text, const Doc* docs, int num_docs, int val_every,
                           const char* path) {
