@@ -267,26 +267,61 @@ static char* join_path(const char* dir, const char* name) {
 #define EVAL_MAX_COMPLETION 48  // tokens, so that --seq-len 64 runs the eval too
 
 typedef struct {
-    size_t start, len;
-    int doc;
+    int32_t* ids;    // the verse's tokens, without its newline
+    int n;           // how many
+    int doc;         // the chapter
+    const char* book;  // the chapter heading's words ("1 Kings" of "1 Kings 12"), not 0-terminated
+    int book_len;
 } Verse;
 
-// In the validation chapters, a verse (and its newline) is the context and
-// the verse after it the right completion, against three verses drawn from
-// other validation chapters; the right one's place is drawn too. Chance is 25%.
-// Examples with a completion over EVAL_MAX_COMPLETION tokens are left out.
+// The book of a chapter: its heading line without the trailing chapter number.
+static void heading_book(const char* text, const Doc* d, const char** book, int* len) {
+    size_t e = line_end(text, d->start + d->len, d->start), k = e;
+    while (k > d->start && text[k - 1] != ' ') k--;
+    *book = text + d->start;
+    *len = k > d->start ? (int)(k - 1 - d->start) : (int)(e - d->start);
+}
+
+static int same_book(const Verse* a, const Verse* b) {
+    return a->book_len == b->book_len && memcmp(a->book, b->book, (size_t)a->book_len) == 0;
+}
+
+static int same_words(const Verse* a, const Verse* b) {
+    return a->n == b->n && memcmp(a->ids, b->ids, (size_t)a->n * sizeof *a->ids) == 0;
+}
+
+// Built from the validation chapters only (never trained on). Each example:
+//   context     one verse of a validation chapter and its newline (never the heading);
+//   completions the verse after it in the same chapter (the right one), and three
+//               verses of validation chapters from other books with exactly as many
+//               tokens, drawn without replacement, all four different texts; the
+//               right one's place drawn too.
+// Equal token counts mean neither the summed loss (acc) nor the mean loss
+// (acc_norm) can pick the right one by length, and the two accuracies agree;
+// other books mean the right verse can be told only by following on from the
+// context. Chance is 25%. Every stride-th pair is taken (stride: the pairs
+// over EVAL_EXAMPLES, rounded down), from the first chapter on, until there
+// are EVAL_EXAMPLES (which stops short of the last chapters); a pair is left
+// out when the next verse has over EVAL_MAX_COMPLETION tokens or fewer than
+// three verses match it.
+// All draws come from one rng_key, so the file is the same on every run.
 static int write_kjv_eval(const Tokenizer* tok, const char* text, const Doc* docs, int num_docs, int val_every,
                           const char* path) {
     int nv = 0, cap = 1024;
     Verse* v = (Verse*)xmalloc((size_t)cap * sizeof *v);
     for (int d = val_every - 1; d < num_docs; d += val_every) {
+        const char* book;
+        int book_len;
+        heading_book(text, &docs[d], &book, &book_len);
         size_t i = docs[d].start, end = docs[d].start + docs[d].len;
         i = line_end(text, end, i) + 1;  // past the heading
         while (i < end) {
             size_t e = line_end(text, end, i);
             if (e > i) {
                 if (nv == cap) v = (Verse*)xrealloc(v, (size_t)(cap *= 2) * sizeof *v);
-                v[nv++] = (Verse){i, e - i, d};
+                Verse* w = &v[nv++];
+                w->n = (int)tokenizer_encode(tok, text + i, e - i, &w->ids);
+                w->doc = d, w->book = book, w->book_len = book_len;
             }
             i = e + 1;
         }
@@ -299,40 +334,56 @@ static int write_kjv_eval(const Tokenizer* tok, const char* text, const Doc* doc
     int32_t* ctx[EVAL_EXAMPLES];
     int32_t** comps[EVAL_EXAMPLES];
     int* comp_lens[EVAL_EXAMPLES];
-    uint64_t key = rng_key(20240522, 18, 0);
+    int* pool = (int*)xmalloc((size_t)nv * sizeof *pool);
+    uint64_t key = rng_key(20240522, 18, 1);
+    int32_t* nl_ids;
+    if (tokenizer_encode(tok, "\n", 1, &nl_ids) != 1) fatal("internal: the newline is not one token");
+    int32_t nl = nl_ids[0];
+    free(nl_ids);
     for (int i = 0, pair = 0; i + 1 < nv && n < EVAL_EXAMPLES; i++) {
         if (v[i].doc != v[i + 1].doc || pair++ % stride) continue;
+        const Verse* right = &v[i + 1];
+        if (right->n > EVAL_MAX_COMPLETION) continue;
+        // Verses recur word for word (Matthew 11:6 is Luke 7:23): a text is in
+        // the pool once, and never when it is the right verse's.
+        int np = 0;
+        for (int j = 0; j < nv; j++) {
+            if (v[j].n != right->n || same_book(&v[j], right) || same_words(&v[j], right)) continue;
+            int seen = 0;
+            for (int k = 0; k < np && !seen; k++) seen = same_words(&v[pool[k]], &v[j]);
+            if (!seen) pool[np++] = j;
+        }
+        if (np < EVAL_CHOICES - 1) continue;
         labels[n] = (int)rng_below(key, (uint64_t)i * 8, EVAL_CHOICES);
         counts[n] = EVAL_CHOICES;
-        ctx_len[n] = (int)tokenizer_encode(tok, text + v[i].start, v[i].len + 1, &ctx[n]);  // with its "\n"
+        ctx_len[n] = v[i].n + 1;
+        ctx[n] = (int32_t*)xmalloc((size_t)ctx_len[n] * sizeof *ctx[n]);
+        memcpy(ctx[n], v[i].ids, (size_t)v[i].n * sizeof *ctx[n]);
+        ctx[n][v[i].n] = nl;
         comps[n] = (int32_t**)xmalloc(EVAL_CHOICES * sizeof *comps[n]);
         comp_lens[n] = (int*)xmalloc(EVAL_CHOICES * sizeof *comp_lens[n]);
         for (int c = 0, draw = 1; c < EVAL_CHOICES; c++) {
-            const Verse* w = &v[i + 1];
-            if (c != labels[n]) {
-                do w = &v[rng_below(key, (uint64_t)i * 8 + (uint64_t)draw++, (uint64_t)nv)];
-                while (w->doc == v[i].doc);
+            const Verse* w = right;
+            if (c != labels[n]) {  // a partial Fisher-Yates shuffle of the pool: distinct verses
+                int k = draw - 1 + (int)rng_below(key, (uint64_t)i * 8 + (uint64_t)draw, (uint64_t)(np - (draw - 1)));
+                int t = pool[draw - 1];
+                pool[draw - 1] = pool[k], pool[k] = t;
+                w = &v[pool[draw - 1]];
+                draw++;
             }
-            comp_lens[n][c] = (int)tokenizer_encode(tok, text + w->start, w->len, &comps[n][c]);
+            comp_lens[n][c] = w->n;
+            comps[n][c] = w->ids;  // borrowed: freed with the verses
         }
-        int longest = 0;
-        for (int c = 0; c < EVAL_CHOICES; c++) longest = comp_lens[n][c] > longest ? comp_lens[n][c] : longest;
-        if (longest <= EVAL_MAX_COMPLETION) {
-            n++;
-            continue;
-        }
-        for (int c = 0; c < EVAL_CHOICES; c++) free(comps[n][c]);
-        free(comps[n]);
-        free(comp_lens[n]);
-        free(ctx[n]);
+        n++;
     }
     eval_file_write(path, n, labels, counts, ctx, ctx_len, comps, comp_lens);
     for (int i = 0; i < n; i++) {
-        for (int c = 0; c < EVAL_CHOICES; c++) free(comps[i][c]);
         free(comps[i]);
         free(comp_lens[i]);
         free(ctx[i]);
     }
+    for (int i = 0; i < nv; i++) free(v[i].ids);
+    free(pool);
     free(v);
     return n;
 }
@@ -392,7 +443,7 @@ int main(int argc, char** argv) {
            (unsigned long long)split[0].n, (unsigned long long)split[1].n, tok.eot);
     printf("prepare_data: %.3f bytes/token; tokenizer trained in %.2fs, encoded in %.2fs, %.2fs in all\n",
            (double)(split_bytes[0] + split_bytes[1]) / (double)doc_tokens, t_train, t_encode, now_seconds() - t0);
-    printf("prepare_data: eval: %d multiple-choice examples from the validation chapters (the next verse or 3 others)\n",
+    printf("prepare_data: eval: %d multiple-choice examples from the validation chapters (a verse; the next one or 3 of as many tokens from other books)\n",
            eval_examples);
     printf("prepare_data: wrote %s/{%s,%s,kjv_eval.bin,tokenizer.bin}\n", o.out_dir, names[0], names[1]);
 

@@ -77,21 +77,34 @@ EvalResult eval_run(Trainer* tr, const EvalFile* e) {
     double sums[4] = {0, 0, 0, 0};  // examples, right, right normalised, loss
     int next = tr->rank;
     for (int round = 0; round < rounds; round++) {
-        int rows = 0;
+        // This round's examples, and the forward's length: its longest row, not
+        // --seq-len. Rows are often short (KJV's: a verse and the next, about 60
+        // tokens) and a forward costs in proportion to its length; causal
+        // attention makes a position's loss the same at any forward length.
+        int first = next, rows = 0, Tb = 1;
         while (next < e->num_examples && rows + e->ex[next].num_completions <= B) {
             const EvalExample* x = &e->ex[next];
             for (int c = 0; c < x->num_completions; c++, rows++) {
-                row_ex[rows] = next;
-                row_start[rows] = fill_row(x, c, T, in + (size_t)rows * T, tg + (size_t)rows * T);
+                int L = x->ctx_len + x->comp_len[c] - 1;  // inputs of the row
+                Tb = L > Tb ? L : Tb;
             }
             next += tr->world;
         }
+        Tb = Tb < T ? Tb : T;
+        rows = 0;
+        for (int i = first; i < next; i += tr->world) {
+            const EvalExample* x = &e->ex[i];
+            for (int c = 0; c < x->num_completions; c++, rows++) {
+                row_ex[rows] = i;
+                row_start[rows] = fill_row(x, c, Tb, in + (size_t)rows * Tb, tg + (size_t)rows * Tb);
+            }
+        }
         int run_rows = rows > 0 ? rows : 1;  // a rank out of examples still joins the forward
-        if (rows == 0) memset(in, 0, (size_t)T * sizeof *in), memset(tg, 0, (size_t)T * sizeof *tg);
-        be->to_device(be, m->inputs, in, (size_t)run_rows * T * sizeof *in);
-        be->to_device(be, m->targets, tg, (size_t)run_rows * T * sizeof *tg);
-        gpt_forward(m, m->inputs, m->targets, run_rows, T, 0.0f);
-        be->to_host(be, losses, (const char*)m->arena + m->acts.offset[A_LOSSES], (size_t)run_rows * T * sizeof *losses);
+        if (rows == 0) memset(in, 0, (size_t)Tb * sizeof *in), memset(tg, 0, (size_t)Tb * sizeof *tg);
+        be->to_device(be, m->inputs, in, (size_t)run_rows * Tb * sizeof *in);
+        be->to_device(be, m->targets, tg, (size_t)run_rows * Tb * sizeof *tg);
+        gpt_forward(m, m->inputs, m->targets, run_rows, Tb, 0.0f);
+        be->to_host(be, losses, (const char*)m->arena + m->acts.offset[A_LOSSES], (size_t)run_rows * Tb * sizeof *losses);
         for (int r0 = 0; r0 < rows;) {
             const EvalExample* x = &e->ex[row_ex[r0]];
             int best = 0, best_norm = 0;
@@ -99,7 +112,7 @@ EvalResult eval_run(Trainer* tr, const EvalFile* e) {
             for (int c = 0; c < x->num_completions; c++) {
                 int r = r0 + c;
                 double s = 0;
-                for (int t = 0; t < x->comp_len[c]; t++) s += losses[(size_t)r * T + row_start[r] + t];
+                for (int t = 0; t < x->comp_len[c]; t++) s += losses[(size_t)r * Tb + row_start[r] + t];
                 double mean = s / x->comp_len[c];
                 if (s < best_sum) best_sum = s, best = c;
                 if (mean < best_mean) best_mean = mean, best_norm = c;

@@ -7,7 +7,8 @@
 // Per completion, the loss of each of its tokens given everything before it;
 // accuracy takes the completion with the lowest summed loss, length-normalised
 // accuracy (llm.c's figure) the lowest mean loss; ties go to the first. A row
-// longer than --seq-len + 1 loses context tokens from the left.
+// longer than --seq-len + 1 loses context tokens from the left. Each forward
+// runs at the length of its longest row (at most --seq-len), not --seq-len.
 #pragma once
 
 #include "data/eval_file.h"

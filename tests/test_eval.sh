@@ -2,7 +2,8 @@
 # test_eval.sh: --eval-data (llm/eval.c): multiple-choice accuracy, length-
 # normalised accuracy and the correct completions' loss equal a PyTorch
 # computation with the same weights (tests/eval_ref.py) on a synthetic eval
-# file (2-4 completions, a row longer than --seq-len); the same on 2 ranks;
+# file (2-4 completions, a row longer than --seq-len), and with every row
+# shorter than --seq-len (forwards at the rows' length); the same on 2 ranks;
 # logged on the step output and in metrics.jsonl at --eval-every and the
 # end; malformed eval files get one clear line.
 set -u
@@ -27,6 +28,21 @@ if [ "$acc" = "$(printf '%.4f' "$racc")" ] && [ "$norm" = "$(printf '%.4f' "$rno
   ok eval_matches_pytorch
 else
   fail eval_matches_pytorch "train_gpt: ${ours:-nothing}; PyTorch: $ref"
+fi
+# Every row under --seq-len: each forward runs at its longest row's length, not
+# --seq-len (llm/eval.c), and must give the same scores as PyTorch at full length.
+"$TG" --device cpu --depth 2 --seq-len 128 --micro-batch 4 --steps 3 --val-every 0 --sample-every 0 --threads 1 \
+  --eval-data "$T/eval.bin" --export "$T/model128.bin" >"$T/t128.log" 2>&1 ||
+  fail eval_short_rows "exit $?: $(tail -n 3 "$T/t128.log")"
+ours=$(grep '^eval     3/3 ' "$T/t128.log" | sed -E 's/.*acc ([^ ]+) \| acc_norm ([^ ]+) \| loss ([^ ]+) \| ([0-9]+) examples/\1 \2 \3 \4/')
+ref=$("$PY" tests/eval_ref.py score "$T/model128.bin" "$T/eval.bin" 128)
+read -r _ racc _ rnorm _ rloss _ rn <<<"$ref"
+read -r acc norm loss n <<<"$ours"
+if [ "$acc" = "$(printf '%.4f' "$racc")" ] && [ "$norm" = "$(printf '%.4f' "$rnorm")" ] && [ "$n" = "$rn" ] &&
+   within "$(awk -v a="$loss" -v b="$rloss" 'BEGIN { d = a - b; print d < 0 ? -d : d }')" 1e-4; then
+  ok eval_short_rows
+else
+  fail eval_short_rows "train_gpt: ${ours:-nothing}; PyTorch: $ref"
 fi
 if [ "$(grep -c '"type":"eval"' "$T/log/metrics.jsonl")" = 2 ] && grep -q '"type":"eval","step":2,"acc":' "$T/log/metrics.jsonl"; then
   ok eval_logged

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# test_train_e2e.sh: the trainer end to end on the bundled corpus: the default
-# run learns, runs are deterministic, and weights round-trip through llm.c's
+# test_train_e2e.sh: the trainer end to end on the bundled corpus: the demo
+# (make run's command) learns and evaluates, runs are deterministic, and weights round-trip through llm.c's
 # model format.
 set -u
 cd "$(dirname "$0")/.."
@@ -10,10 +10,12 @@ cd "$(dirname "$0")/.."
 T=$TEST_TMP
 small=(--device cpu --depth 2 --seq-len 64 --micro-batch 4 --val-every 0 --sample-every 0)
 
-# 1. The README's demo: `./train_gpt` with no flags (but a log to read). Its final validation loss
+# 1. The README's demo: `make run`'s command (train_gpt's defaults and the Makefile's
+# DEMO_FLAGS: the multiple-choice eval), with a log to read. Its final validation loss
 # must reach what a working trainer reaches (measured: 4.31 after 300 steps,
 # scripts/baselines/demo.sh; an untrained model sits at ln(4096) = 8.3).
-if "$TG" --log-dir "$T/default" >"$T/default.log" 2>&1; then
+read -r -a demo <<<"$(make -s --no-print-directory print-demo-flags 2>/dev/null | tail -n 1)"
+if "$TG" "${demo[@]}" --log-dir "$T/default" >"$T/default.log" 2>&1; then
   first=$(step_losses "$T/default" | head -n 1 | cut -d' ' -f1)
   final_val=$(val_losses "$T/default" | tail -n 1)
   samples=$(grep -c '^---- sample at step' "$T/default.log")
@@ -23,6 +25,17 @@ if "$TG" --log-dir "$T/default" >"$T/default.log" 2>&1; then
     fail default_run_learns "first loss $first, final val loss $final_val (want > 8.0 and < 5.0)"
   fi
   if [ "$samples" -ge 1 ]; then ok default_run_prints_samples; else fail default_run_prints_samples "no sample printed"; fi
+  # The eval at steps 100, 200 and 300 (--eval-every 100, and the end), on the step output
+  # and in metrics.jsonl, each an accuracy in [0, 1] over the file's 400 examples. How
+  # high it gets is not asserted: 400 examples leave about 2.4 points of noise (README).
+  evals=$(grep '"type":"eval"' "$T/default/metrics.jsonl" | sed -E 's/.*"step":([0-9]+),"acc":([^,]+),"acc_norm":([^,]+),.*/\1 \2 \3/')
+  if [ "$(cut -d' ' -f1 <<<"$evals" | tr '\n' ' ')" = "100 200 300 " ] &&
+     [ "$(grep -c '^eval .* | 400 examples$' "$T/default.log")" = 3 ] &&
+     awk '{ if (!($2 >= 0 && $2 <= 1 && $3 >= 0 && $3 <= 1)) bad = 1 } END { exit bad || NR != 3 }' <<<"$evals"; then
+    ok default_run_evaluates
+  else
+    fail default_run_evaluates "eval records: ${evals:-none}; lines: $(grep -c '^eval ' "$T/default.log")"
+  fi
 else
   fail default_run_learns "train_gpt exited with $?: $(tail -n 3 "$T/default.log")"
 fi
