@@ -11,16 +11,7 @@ ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
 sys.path.insert(0, os.path.join(ROOT, "dev"))
 import bench_attention_torch as bat  # noqa: E402
 
-failures = 0
-
-
-def check(name, cond, why):
-    global failures
-    if cond:
-        print(f"ok {name}", flush=True)
-    else:
-        failures += 1
-        print(f"FAIL {name}: {why}", flush=True)
+from pycheck import check, finish  # noqa: E402
 
 
 src = open(os.path.join(ROOT, "dev", "bench_gpu.c")).read()
@@ -52,4 +43,4 @@ want = [
     "attention fwd native T=1024 HS=64: n/a",
 ]
 check("ratios_of_bench_gpu_rows", got == want, f"got {got}")
-sys.exit(min(failures, 100))
+finish()

@@ -25,17 +25,8 @@ sys.path.insert(0, os.path.join(ROOT, "scripts"))
 import gpu_check_summary as summary  # noqa: E402
 import reference  # noqa: E402
 
-failures = 0
+from pycheck import check, finish  # noqa: E402
 TG = os.environ.get("TG", os.path.join(ROOT, "train_gpt"))
-
-
-def check(name, cond, why):
-    global failures
-    if cond:
-        print(f"ok {name}", flush=True)
-    else:
-        failures += 1
-        print(f"FAIL {name}: {why}", flush=True)
 
 
 def plan(shape, T):
@@ -126,4 +117,4 @@ with tempfile.TemporaryDirectory() as work:
     ratios = [r[3] for r in summary.llama_figures(work) if r[0].startswith("  vs")]
     check("summary_llama8b_without_compile", ratios == ["2.00x", "n/a", "2.67x", "n/a"], f"ratios {ratios}")
 
-sys.exit(1 if failures else 0)
+finish()

@@ -14,36 +14,36 @@ cd "$(dirname "$0")/.." || exit 1
 T=$TEST_TMP
 MPI=(mpirun --allow-run-as-root --oversubscribe --bind-to none --mca btl_vader_single_copy_mechanism none)
 "$PY" tests/eval_ref.py write "$T/eval.bin" 4096 18
+
+# matches_pytorch NAME LOG MODEL SEQ_LEN: the final eval line of LOG against
+# tests/eval_ref.py's float64 scores of MODEL at SEQ_LEN (acc and acc_norm to the
+# printed 4 decimals, the example count exactly, the mean loss within 1e-4).
+matches_pytorch() {
+  local name=$1 log=$2 model=$3 seq=$4 ours ref racc rnorm rloss rn acc norm loss n
+  ours=$(grep '^eval     3/3 ' "$log" | sed -E 's/.*acc ([^ ]+) \| acc_norm ([^ ]+) \| loss ([^ ]+) \| ([0-9]+) examples/\1 \2 \3 \4/')
+  ref=$("$PY" tests/eval_ref.py score "$model" "$T/eval.bin" "$seq")
+  read -r _ racc _ rnorm _ rloss _ rn <<<"$ref"
+  read -r acc norm loss n <<<"$ours"
+  if [ "$acc" = "$(printf '%.4f' "$racc")" ] && [ "$norm" = "$(printf '%.4f' "$rnorm")" ] && [ "$n" = "$rn" ] &&
+     within "$(awk -v a="$loss" -v b="$rloss" 'BEGIN { d = a - b; print d < 0 ? -d : d }')" 1e-4; then
+    ok "$name"
+  else
+    fail "$name" "train_gpt: ${ours:-nothing}; PyTorch: $ref"
+  fi
+}
+
 run=(--device cpu --depth 2 --seq-len 32 --micro-batch 4 --batch-tokens 256 --steps 3 --val-every 0 --sample-every 0 --threads 1
      --eval-data "$T/eval.bin")
 
 "$TG" "${run[@]}" --eval-every 2 --export "$T/model.bin" --log-dir "$T/log" >"$T/one.log" 2>&1 ||
   fail eval_run "exit $?: $(tail -n 3 "$T/one.log")"
-ours=$(grep '^eval     3/3 ' "$T/one.log" | sed -E 's/.*acc ([^ ]+) \| acc_norm ([^ ]+) \| loss ([^ ]+) \| ([0-9]+) examples/\1 \2 \3 \4/')
-ref=$("$PY" tests/eval_ref.py score "$T/model.bin" "$T/eval.bin" 32)
-read -r _ racc _ rnorm _ rloss _ rn <<<"$ref"
-read -r acc norm loss n <<<"$ours"
-if [ "$acc" = "$(printf '%.4f' "$racc")" ] && [ "$norm" = "$(printf '%.4f' "$rnorm")" ] && [ "$n" = "$rn" ] &&
-   within "$(awk -v a="$loss" -v b="$rloss" 'BEGIN { d = a - b; print d < 0 ? -d : d }')" 1e-4; then
-  ok eval_matches_pytorch
-else
-  fail eval_matches_pytorch "train_gpt: ${ours:-nothing}; PyTorch: $ref"
-fi
+matches_pytorch eval_matches_pytorch "$T/one.log" "$T/model.bin" 32
 # Every row under --seq-len: each forward runs at its longest row's length, not
 # --seq-len (llm/eval.c), and must give the same scores as PyTorch at full length.
 "$TG" --device cpu --depth 2 --seq-len 128 --micro-batch 4 --steps 3 --val-every 0 --sample-every 0 --threads 1 \
   --eval-data "$T/eval.bin" --export "$T/model128.bin" >"$T/t128.log" 2>&1 ||
   fail eval_short_rows "exit $?: $(tail -n 3 "$T/t128.log")"
-ours=$(grep '^eval     3/3 ' "$T/t128.log" | sed -E 's/.*acc ([^ ]+) \| acc_norm ([^ ]+) \| loss ([^ ]+) \| ([0-9]+) examples/\1 \2 \3 \4/')
-ref=$("$PY" tests/eval_ref.py score "$T/model128.bin" "$T/eval.bin" 128)
-read -r _ racc _ rnorm _ rloss _ rn <<<"$ref"
-read -r acc norm loss n <<<"$ours"
-if [ "$acc" = "$(printf '%.4f' "$racc")" ] && [ "$norm" = "$(printf '%.4f' "$rnorm")" ] && [ "$n" = "$rn" ] &&
-   within "$(awk -v a="$loss" -v b="$rloss" 'BEGIN { d = a - b; print d < 0 ? -d : d }')" 1e-4; then
-  ok eval_short_rows
-else
-  fail eval_short_rows "train_gpt: ${ours:-nothing}; PyTorch: $ref"
-fi
+matches_pytorch eval_short_rows "$T/t128.log" "$T/model128.bin" 128
 if [ "$(grep -c '"type":"eval"' "$T/log/metrics.jsonl")" = 2 ] && grep -q '"type":"eval","step":2,"acc":' "$T/log/metrics.jsonl"; then
   ok eval_logged
 else
