@@ -179,12 +179,22 @@ compare() {
 train=("${base[@]}" --train-data "$T/data.shard" --vocab-size 300 --seq-len 48 --micro-batch 2 --steps 40 --lr 1e-2 --warmup 2)
 gpt2=(--channels 96 --heads 3 --layers 2 --max-seq-len 64)
 llama=(--arch llama --channels 96 --heads 6 --kv-heads 2 --layers 2 --mlp-hidden 200 --rope-theta 10000)
-"$TG" "${train[@]}" "${gpt2[@]}" --export-hf "$T/g_fp32" --export-hf-dtype fp32 >"$T/g_fp32.log" 2>&1
+"$TG" "${train[@]}" "${gpt2[@]}" --export-hf "$T/g_fp32" --export-hf-dtype fp32 --model-dir "$T/g_model" >"$T/g_fp32.log" 2>&1
 "$TG" "${train[@]}" "${gpt2[@]}" --export-hf "$T/g_bf16" >"$T/g_bf16.log" 2>&1
-"$TG" "${train[@]}" "${llama[@]}" --export-hf "$T/l_fp32" --export-hf-dtype fp32 >"$T/l_fp32.log" 2>&1
+"$TG" "${train[@]}" "${llama[@]}" --export-hf "$T/l_fp32" --export-hf-dtype fp32 --model-dir "$T/l_model" >"$T/l_fp32.log" 2>&1
 "$TG" "${train[@]}" "${llama[@]}" --export-hf "$T/l_bf16" >"$T/l_bf16.log" 2>&1
 "$TG" "${train[@]}" "${llama[@]}" --tie-embeddings 1 --export-hf "$T/lt_fp32" --export-hf-dtype fp32 >"$T/lt_fp32.log" 2>&1
 "$TG" "${train[@]}" "${llama[@]}" --steps 2 --rope-scaling 1 --export-hf "$T/ls_fp32" --export-hf-dtype fp32 >"$T/ls_fp32.log" 2>&1
+# --model-dir (SageMaker's final weights, --export-dtype fp32 by default) holds
+# the same folder as --export-hf, from the checkpointer's gathered weights, and
+# llm.c's model.bin for GPT-2 only (that format describes no Llama).
+for a in g l; do
+  if [ -s "$T/${a}_model/model.safetensors" ] && cmp -s "$T/${a}_model/model.safetensors" "$T/${a}_fp32/model.safetensors" &&
+     cmp -s "$T/${a}_model/config.json" "$T/${a}_fp32/config.json"; then ok "hf_model_dir_$a"
+  else fail "hf_model_dir_$a" "$(ls "$T/${a}_model" 2>&1 | tr '\n' ' '); $(grep -i 'error\|model ' "$T/${a}_fp32.log" | head -n 3)"; fi
+done
+if [ -s "$T/g_model/model.bin" ] && [ ! -e "$T/l_model/model.bin" ]; then ok hf_model_dir_llmc_for_gpt2_only
+else fail hf_model_dir_llmc_for_gpt2_only "$(ls "$T/g_model" "$T/l_model" 2>&1 | tr '\n' ' ')"; fi
 compare hf_export_gpt2_fp32 "$T/g_fp32" 1e-4
 compare hf_export_gpt2_bf16 "$T/g_bf16" 1e-4
 compare hf_export_llama_fp32 "$T/l_fp32" 1e-4

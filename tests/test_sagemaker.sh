@@ -61,12 +61,13 @@ if sm >"$T/sm.log" 2>&1; then
   "$TG" --device cpu --depth 2 --seq-len 64 --micro-batch 4 --steps 6 --lr 0.003 --warmup 2 --val-every 3 \
     --val-batches 2 --sample-every 0 --seed 7 --train-data "$R/input/data/train/*.bin" \
     --val-data "$R/input/data/val/*.bin" --tokenizer "$R/input/data/tokenizer/tokenizer.bin" \
-    --export "$T/plain.bin" --log-dir "$T/plain" >"$T/plain.log" 2>&1
+    --export "$T/plain.bin" --export-hf "$T/plain_hf" --export-hf-dtype fp32 --log-dir "$T/plain" >"$T/plain.log" 2>&1
   if [ -s "$R/model/model.bin" ] && cmp -s "$R/model/model.bin" "$T/plain.bin" &&
+     cmp -s "$R/model/model.safetensors" "$T/plain_hf/model.safetensors" && cmp -s "$R/model/config.json" "$T/plain_hf/config.json" &&
      [ "$(step_losses "$R/output/data")" = "$(step_losses "$T/plain")" ]; then
     ok sm_model_exported_same_as_flags
   else
-    fail sm_model_exported_same_as_flags "model/model.bin differs from the command-line run's export"
+    fail sm_model_exported_same_as_flags "model/{model.bin,model.safetensors,config.json} differ from the command-line run's --export and --export-hf"
   fi
   if grep -q '^sagemaker | root .* | host algo-1 (1 of 1: algo-1) | ml.p5.48xlarge | interface eth0$' "$T/sm.log" &&
      grep -q '^sagemaker | hyperparameters.json: 11 applied .* 4 sagemaker_\* keys left to the launcher' "$T/sm.log" &&

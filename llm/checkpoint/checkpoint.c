@@ -17,6 +17,8 @@
 #include "llm/checkpoint/ckpt_manifest.h"
 #include "llm/checkpoint/ckpt_state.h"
 #include "llm/checkpoint/fault_inject.h"
+#include "llm/checkpoint/llmc_io.h"
+#include "llm/hf/hf.h"
 #include "llm/util/strbuf.h"
 #include "llm/checkpoint/signals.h"
 
@@ -689,12 +691,26 @@ void checkpoint_export_model_dir(Checkpointer* ck) {
     int e = ckpt_mkdirs(ck->model_dir);
     if (e) fatal("--model-dir '%s': %s", ck->model_dir, strerror(e));
     DType dt = ck->cfg->export_dtype == EXPORT_BF16 ? DTYPE_BF16 : DTYPE_F32;
-    CkptFileEntry entry;
-    char msg[CKPT_MSG_SIZE];
-    if (ckpt_write_weights(&ck->snap, ck->model_dir, "model.bin", dt, -1, &entry, msg, sizeof msg))
-        fatal("--model-dir: %s", msg);
-    printf("model     | final weights in %s/model.bin (llm.c format, %s, %.1f MiB)\n", ck->model_dir, dtype_name(dt),
-           mib(entry.bytes));
+    const GPT* m = &ck->tr->model;
+    // llm.c's model.bin describes GPT-2 only; a Llama's final weights are the
+    // Hugging Face folder alone (what SageMaker's model.tar.gz is served from).
+    if (m->config.arch == ARCH_GPT2) {
+        CkptFileEntry entry;
+        char msg[CKPT_MSG_SIZE];
+        if (ckpt_write_weights(&ck->snap, ck->model_dir, "model.bin", dt, -1, &entry, msg, sizeof msg))
+            fatal("--model-dir: %s", msg);
+        printf("model     | final weights in %s/model.bin (llm.c format, %s, %.1f MiB)\n", ck->model_dir,
+               dtype_name(dt), mib(entry.bytes));
+    }
+    // The same values as a Hugging Face folder (config.json, model.safetensors)
+    // beside it, so that transformers loads them as they are: the snapshot's
+    // weights are in llm.c's order, the folder's writer takes the flat layout.
+    float* flat = (float*)xmalloc(m->layout.total * sizeof(float));
+    llmc_to_flat(m, ck->snap.weights, flat);
+    hf_write_folder(m, flat, ck->model_dir, dt, ck->tr->has_tok ? ck->tr->tok.eot : -1);
+    free(flat);
+    printf("model     | final weights in %s/ as a Hugging Face folder (config.json, model.safetensors, %s)\n",
+           ck->model_dir, dtype_name(dt));
     fflush(stdout);
 }
 

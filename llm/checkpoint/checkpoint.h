@@ -47,8 +47,9 @@ int checkpoint_after_step(Checkpointer* ck, int steps_done);
 // Writes the checkpoint of the last step if it has none yet, and waits for
 // background writes. Call once after the loop.
 void checkpoint_end(Checkpointer* ck);
-// Writes the final weights (llm.c format, --export-dtype) to --model-dir,
-// if there is one.
+// Writes the final weights (--export-dtype) to --model-dir, if there is one:
+// a Hugging Face folder (config.json, model.safetensors), and for GPT-2 also
+// llm.c's model.bin.
 void checkpoint_export_model_dir(Checkpointer* ck);
 void checkpointer_free(Checkpointer* ck);
 
