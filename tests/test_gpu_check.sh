@@ -67,7 +67,8 @@ touch "$sk/run.sh" "$sk/kernels/cuda/attention.cu" "$sk/data/kjv/tokenizer.bin" 
 "$PY" - "$sk/bin.tar.xz" <<'PY'
 import io, sys, tarfile
 with tarfile.open(sys.argv[1], "w:xz") as t:
-    for name in ("bin/train_gpt", "bin/bench_gpu", "bin/test_gpu_ops", "bin/test_gpu_fp8", "bin/test_gpu_grid"):
+    for name in ("bin/train_gpt", "bin/bench_gpu", "bin/test_gpu_ops", "bin/test_gpu_fp8", "bin/test_gpu_grid",
+                 "bin/test_gpu_norm_backward"):
         info = tarfile.TarInfo(name)
         info.mode = 0o755
         t.addfile(info, io.BytesIO(b""))

@@ -51,7 +51,9 @@ for f in "$CUDA_HOME"/include/*; do
   case $(basename "$f") in nccl*) ;; *) ln -s "$f" "$fake/include/" ;; esac
 done
 for d in bin lib64 lib nvvm; do [ -e "$CUDA_HOME/$d" ] && ln -s "$CUDA_HOME/$d" "$fake/$d"; done
-make -n --no-print-directory CUDA_HOME="$fake" NVCC="$NVCC" PY_SITE="" BUILD="$T/b" BIN="$T/b/train_gpt" \
+# As a top-level make (under `make test` MAKELEVEL is 1, and the library lines
+# print only at level 0).
+env -u MAKELEVEL -u MAKEFLAGS -u MFLAGS make -n --no-print-directory CUDA_HOME="$fake" NVCC="$NVCC" PY_SITE="" BUILD="$T/b" BIN="$T/b/train_gpt" \
   "$T/b/train_gpt" >"$T/make.log" 2>&1
 if [ ! -e "$fake/include/nccl.h" ] && grep -q 'NCCL: .*no header needed' "$T/make.log" &&
    grep -q -- "-c llm/parallel/comm_nccl.cu -o $T/b/llm/parallel/comm_nccl.o" "$T/make.log" &&
