@@ -37,6 +37,18 @@ else
 fi
 expect_error resume_other_arch "written for a llama model; this run trains a gpt2" \
   "$TG" --device cpu --depth 2 --seq-len 32 --micro-batch 2 --steps 16 --resume "$T/ck/step_00000008" --checkpoint-dir "$T/ck3"
+# The checkpoint's model.bin holds a Llama in llm.c's layout under its own magic
+# (llm/checkpoint/llmc_io.h: 20261202, [8] kv heads, [9] MLP width, [10] tied),
+# so that nothing reads it as a GPT-2; --init-from names it and says what to use.
+hdr=$(od -An -t d4 -N 44 "$T/ck/step_00000008/model.bin" | tr -s ' \n' ' ' | sed 's/^ //; s/ $//')
+want=$(sed -nE 's/^llama +\| kv heads ([0-9]+) \| MLP ([0-9]+) .*/\1 \2/p' "$T/straight.log" | head -n 1)
+if [ "$(cut -d' ' -f1 <<<"$hdr")" = 20261202 ] && [ -n "$want" ] && [ "$(cut -d' ' -f9,10 <<<"$hdr")" = "$want" ]; then
+  ok llama_checkpoint_weights_magic
+else
+  fail llama_checkpoint_weights_magic "header '$hdr', kv heads and MLP from the log '$want'"
+fi
+expect_error llama_checkpoint_weights_init_from "a Llama's weights from a checkpoint .* --resume" \
+  "$TG" --device cpu --init-from "$T/ck/step_00000008/model.bin" --steps 1
 
 # 3. ZeRO-3 on two ranks (same global batch) and selective recompute give the same curve.
 "$TG" "${small[@]}" --steps 8 --val-every 8 --batch-tokens 128 --zero 0 --log-dir "$T/z0.metrics" >"$T/z0.log" 2>&1

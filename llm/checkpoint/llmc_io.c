@@ -72,6 +72,10 @@ static void read_header(const char* path, int32_t h[256]) {
     FILE* f = xfopen(path, "rb");
     xfread(h, 256 * sizeof(int32_t), f, path, "the 1024-byte model header");
     fclose(f);
+    if (h[0] == LLAMA_WEIGHTS_MAGIC)
+        fatal("%s: a Llama's weights from a checkpoint (llm.c's format holds GPT-2 only): resume from its folder "
+              "with --resume, or give --init-from a Hugging Face folder (--export-hf or --model-dir writes one)",
+              path);
     if (h[0] != LLMC_MODEL_MAGIC)
         fatal("%s: bad magic %d (expected %d): not an llm.c model file", path, h[0], LLMC_MODEL_MAGIC);
     if (h[1] != LLMC_VERSION_F32 && h[1] != LLMC_VERSION_BF16)
@@ -183,7 +187,7 @@ void llmc_load_weights(GPT* m, const char* path) {
 void llmc_header(const GPTConfig* c, DType dtype, int32_t h[256]) {
     if (dtype != DTYPE_F32 && dtype != DTYPE_BF16) fatal("llm.c model files hold float32 or bfloat16, not %s", dtype_name(dtype));
     memset(h, 0, 256 * sizeof(int32_t));
-    h[0] = LLMC_MODEL_MAGIC;
+    h[0] = c->arch == ARCH_GPT2 ? LLMC_MODEL_MAGIC : LLAMA_WEIGHTS_MAGIC;
     h[1] = dtype == DTYPE_F32 ? LLMC_VERSION_F32 : LLMC_VERSION_BF16;
     h[2] = c->max_seq_len;
     h[3] = c->vocab_size;
@@ -191,6 +195,11 @@ void llmc_header(const GPTConfig* c, DType dtype, int32_t h[256]) {
     h[5] = c->num_heads;
     h[6] = c->channels;
     h[7] = c->padded_vocab_size;
+    if (c->arch != ARCH_GPT2) {
+        h[8] = c->num_kv_heads;
+        h[9] = c->mlp_hidden;
+        h[10] = c->tie_embeddings;
+    }
 }
 
 void llmc_save_weights(const GPT* m, const char* path, DType dtype) {

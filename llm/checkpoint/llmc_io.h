@@ -5,6 +5,12 @@
 // [1] = 3 (float32) or 5 (bfloat16), [2] max_seq_len, [3] vocab_size,
 // [4] num_layers, [5] num_heads, [6] channels, [7] padded_vocab_size. So
 // llm.c users can bring their weights to train_gpt and take ours back.
+//
+// llm.c's format describes GPT-2 only. A checkpoint of a Llama still holds its
+// weights in this layout (model.bin, kind-major, FP32), but under its own magic
+// (LLAMA_WEIGHTS_MAGIC, with [8] num_kv_heads, [9] mlp_hidden, [10]
+// tie_embeddings), so that neither llm.c nor --init-from reads it as a GPT-2;
+// a Llama's weights for other tools are a Hugging Face folder (llm/hf/).
 #pragma once
 
 #include "llm/gpt.h"
@@ -14,6 +20,8 @@ EXTERN_C_BEGIN
 #define LLMC_MODEL_MAGIC 20240326
 #define LLMC_VERSION_F32 3
 #define LLMC_VERSION_BF16 5
+// train_gpt's Llama weights in llm.c's layout (checkpoints' model.bin); not llm.c's.
+#define LLAMA_WEIGHTS_MAGIC 20261202
 
 // Reads and validates the header (magic, version, shape, and that the file
 // size matches exactly); fills the model configuration.
