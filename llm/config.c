@@ -43,7 +43,7 @@ typedef struct {
 // Enum fields are written through an int pointer.
 _Static_assert(sizeof(DeviceChoice) == sizeof(int) && sizeof(AttentionChoice) == sizeof(int) && sizeof(PrecisionChoice) == sizeof(int) &&
                    sizeof(RecomputeMode) == sizeof(int) && sizeof(DivergenceAction) == sizeof(int) &&
-                   sizeof(ShardScope) == sizeof(int) && sizeof(ExportDtype) == sizeof(int),
+                   sizeof(ShardScope) == sizeof(int) && sizeof(ExportDtype) == sizeof(int) && sizeof(ModelFormat) == sizeof(int),
                "enum flags are int-sized");
 
 #define OFF(field) offsetof(TrainConfig, field)
@@ -109,7 +109,8 @@ static const Flag FLAGS[] = {
     {"keep-last", F_INT, OFF(keep_last), "2", "K", "keep the K newest complete checkpoints, delete older ones; 0: keep all", NULL, "[0, inf)"},
     {"resume", F_STRING, OFF(resume), "auto", "auto|never|DIR", "auto: continue from the newest complete, verified checkpoint; never: start over; DIR: from that checkpoint", NULL, NULL},
     {"async-checkpoint", F_BOOL, OFF(async_checkpoint), "0", "0|1", "copy the state to host memory and write it from a background thread while training goes on", NULL, NULL},
-    {"model-dir", F_STRING, OFF(model_dir), "auto", "DIR", "final weights (--export-dtype) go to DIR as a Hugging Face folder (config.json, model.safetensors), and for GPT-2 also DIR/model.bin (llm.c format); auto: $SM_MODEL_DIR, else /opt/ml/model if it exists; empty: none", NULL, NULL},
+    {"model-dir", F_STRING, OFF(model_dir), "auto", "DIR", "final weights (--export-dtype, --model-format) go to DIR; auto: $SM_MODEL_DIR, else /opt/ml/model if it exists; empty: none", NULL, NULL},
+    {"model-format", F_ENUM, OFF(model_format), "both", NULL, "what --model-dir holds: both: a Hugging Face folder (config.json, model.safetensors) and, for GPT-2, llm.c's model.bin; hf: the folder only (half of SageMaker's model.tar.gz); llmc: model.bin only (GPT-2)", NULL, "both|hf|llmc"},
 
     {"device", F_ENUM, OFF(device), "auto", NULL, "compute backend; auto: the GPU when one is present", "Runtime", "auto|cpu|cuda"},
     {"precision", F_ENUM, OFF(precision), "auto", NULL, "fp32, bf16, fp8 or auto. fp8: the blocks' linear layers (qkv, attproj, fc, fcproj) run their GEMMs in FP8 (E4M3 forward, E5M2 gradients), the rest in bf16 (on the CPU: fp32 with the FP8 GEMMs emulated). auto: on GPUs bf16 under 6.5B parameters and fp8 from there (the 7B class) where the GPU has FP8; fp32 on the CPU. Master weights and optimizer state are always fp32", NULL, "fp32|bf16|fp8|auto"},

@@ -22,6 +22,7 @@ typedef enum { PRECISION_FP32 = 0, PRECISION_BF16, PRECISION_FP8, PRECISION_AUTO
 typedef enum { ON_DIVERGENCE_STOP = 0, ON_DIVERGENCE_ROLLBACK } DivergenceAction;        // --on-divergence
 typedef enum { SHARD_SCOPE_WORLD = 0, SHARD_SCOPE_NODE } ShardScope;                     // --shard-scope
 typedef enum { EXPORT_FP32 = 0, EXPORT_BF16 } ExportDtype;                               // --export-dtype
+typedef enum { MODEL_FORMAT_BOTH = 0, MODEL_FORMAT_HF, MODEL_FORMAT_LLMC } ModelFormat;  // --model-format
 typedef enum { ATTENTION_AUTO = 0, ATTENTION_CUDNN, ATTENTION_NATIVE } AttentionChoice;       // --attention
 // --recompute is a RecomputeMode (llm/recompute.h) and --fp8-recipe an
 // Fp8Recipe (llm/fp8/fp8.h), in the same order (tests/test_config.c checks).
@@ -76,7 +77,8 @@ typedef struct {
     int keep_last;        // complete checkpoints kept; 0: all
     char* resume;         // auto|never|DIR of one checkpoint (config_resume_mode)
     int async_checkpoint; // write checkpoints from a background thread
-    char* model_dir;      // final weights (llm.c layout) go here: auto|""|DIR
+    char* model_dir;      // final weights go here (--model-format): auto|""|DIR
+    ModelFormat model_format;  // what --model-dir holds
     // runtime
     DeviceChoice device;
     AttentionChoice attention;  // CUDA attention (llm/platform/device.h)

@@ -113,6 +113,8 @@ void trainer_setup(Trainer* tr, const TrainConfig* cfg, Backend* be, Comm* comm)
 
     if (mc.arch == ARCH_LLAMA && cfg->export_path[0])
         fatal("--export writes llm.c's model format, which holds GPT-2 models only (got --arch llama; --export-hf DIR writes a Hugging Face folder)");
+    if (mc.arch == ARCH_LLAMA && cfg->model_format == MODEL_FORMAT_LLMC)
+        fatal("--model-format llmc: llm.c's model format holds GPT-2 models only (got --arch llama; hf or both write a Hugging Face folder)");
 
     dataloader_init(&tr->train, cfg->train_data, "--train-data", tr->T, mc.vocab_size, cfg->shuffle, (uint64_t)cfg->seed);
     if (cfg->val_data[0] && cfg->val_every > 0) {

@@ -195,6 +195,17 @@ for a in g l; do
 done
 if [ -s "$T/g_model/model.bin" ] && [ ! -e "$T/l_model/model.bin" ]; then ok hf_model_dir_llmc_for_gpt2_only
 else fail hf_model_dir_llmc_for_gpt2_only "$(ls "$T/g_model" "$T/l_model" 2>&1 | tr '\n' ' ')"; fi
+# --model-format: one of the two (half of SageMaker's model.tar.gz); llmc refused for a Llama.
+"$TG" "${base[@]}" --train-data "$T/data.shard" --vocab-size 300 --seq-len 16 --micro-batch 1 --steps 1 "${gpt2[@]}" \
+  --model-dir "$T/g_hf_only" --model-format hf >"$T/g_hf_only.log" 2>&1
+"$TG" "${base[@]}" --train-data "$T/data.shard" --vocab-size 300 --seq-len 16 --micro-batch 1 --steps 1 "${gpt2[@]}" \
+  --model-dir "$T/g_llmc_only" --model-format llmc >"$T/g_llmc_only.log" 2>&1
+if [ -s "$T/g_hf_only/model.safetensors" ] && [ -s "$T/g_hf_only/config.json" ] && [ ! -e "$T/g_hf_only/model.bin" ] &&
+   [ -s "$T/g_llmc_only/model.bin" ] && [ ! -e "$T/g_llmc_only/model.safetensors" ] && [ ! -e "$T/g_llmc_only/config.json" ]; then
+  ok hf_model_format_one_of_two
+else fail hf_model_format_one_of_two "$(ls "$T/g_hf_only" "$T/g_llmc_only" 2>&1 | tr '\n' ' ')"; fi
+expect_error hf_model_format_llmc_llama "--model-format llmc: llm.c's model format holds GPT-2 models only" \
+  "$TG" "${base[@]}" --train-data "$T/data.shard" --vocab-size 300 --seq-len 16 --steps 1 "${llama[@]}" --model-format llmc
 compare hf_export_gpt2_fp32 "$T/g_fp32" 1e-4
 compare hf_export_gpt2_bf16 "$T/g_bf16" 1e-4
 compare hf_export_llama_fp32 "$T/l_fp32" 1e-4

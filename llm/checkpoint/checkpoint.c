@@ -694,13 +694,18 @@ void checkpoint_export_model_dir(Checkpointer* ck) {
     const GPT* m = &ck->tr->model;
     // llm.c's model.bin describes GPT-2 only; a Llama's final weights are the
     // Hugging Face folder alone (what SageMaker's model.tar.gz is served from).
-    if (m->config.arch == ARCH_GPT2) {
+    ModelFormat format = ck->cfg->model_format;
+    if (m->config.arch == ARCH_GPT2 && format != MODEL_FORMAT_HF) {
         CkptFileEntry entry;
         char msg[CKPT_MSG_SIZE];
         if (ckpt_write_weights(&ck->snap, ck->model_dir, "model.bin", dt, -1, &entry, msg, sizeof msg))
             fatal("--model-dir: %s", msg);
         printf("model     | final weights in %s/model.bin (llm.c format, %s, %.1f MiB)\n", ck->model_dir,
                dtype_name(dt), mib(entry.bytes));
+    }
+    if (format == MODEL_FORMAT_LLMC) {
+        fflush(stdout);
+        return;
     }
     // The same values as a Hugging Face folder (config.json, model.safetensors)
     // beside it, so that transformers loads them as they are: the snapshot's

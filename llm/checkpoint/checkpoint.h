@@ -48,8 +48,8 @@ int checkpoint_after_step(Checkpointer* ck, int steps_done);
 // background writes. Call once after the loop.
 void checkpoint_end(Checkpointer* ck);
 // Writes the final weights (--export-dtype) to --model-dir, if there is one:
-// a Hugging Face folder (config.json, model.safetensors), and for GPT-2 also
-// llm.c's model.bin.
+// a Hugging Face folder (config.json, model.safetensors) and, for GPT-2, also
+// llm.c's model.bin, or one of the two (--model-format).
 void checkpoint_export_model_dir(Checkpointer* ck);
 void checkpointer_free(Checkpointer* ck);
 
