@@ -78,22 +78,20 @@ static void require_eps(const Cfg* c, const char* key) {
     if (fabs(eps - 1e-5) > 1e-9) fatal("%s: \"%s\" %g is not supported (the model's LayerNorm uses 1e-05)", c->path, key, eps);
 }
 
-static void require_positive(const Cfg* c, const char* key, int v) {
+// get_int for a count or a size: fatal unless it is positive.
+static int get_positive(const Cfg* c, const char* key, int required, int def) {
+    int v = get_int(c, key, required, def);
     if (v <= 0) fatal("%s: \"%s\" must be positive (got %d)", c->path, key, v);
+    return v;
 }
 
 static void read_gpt2(const Cfg* c, GPTConfig* m) {
     m->arch = ARCH_GPT2;
-    m->channels = get_int(c, "n_embd", 1, 0);
-    m->num_heads = get_int(c, "n_head", 1, 0);
-    m->num_layers = get_int(c, "n_layer", 1, 0);
-    m->max_seq_len = get_int(c, "n_positions", 1, 0);
-    m->vocab_size = get_int(c, "vocab_size", 1, 0);
-    require_positive(c, "n_embd", m->channels);
-    require_positive(c, "n_head", m->num_heads);
-    require_positive(c, "n_layer", m->num_layers);
-    require_positive(c, "n_positions", m->max_seq_len);
-    require_positive(c, "vocab_size", m->vocab_size);
+    m->channels = get_positive(c, "n_embd", 1, 0);
+    m->num_heads = get_positive(c, "n_head", 1, 0);
+    m->num_layers = get_positive(c, "n_layer", 1, 0);
+    m->max_seq_len = get_positive(c, "n_positions", 1, 0);
+    m->vocab_size = get_positive(c, "vocab_size", 1, 0);
     if (m->channels % m->num_heads != 0)
         fatal("%s: \"n_embd\" %d is not divisible by \"n_head\" %d", c->path, m->channels, m->num_heads);
     int inner = get_int(c, "n_inner", 0, 4 * m->channels);
@@ -113,20 +111,13 @@ static void read_gpt2(const Cfg* c, GPTConfig* m) {
 
 static void read_llama(const Cfg* c, GPTConfig* m) {
     m->arch = ARCH_LLAMA;
-    m->channels = get_int(c, "hidden_size", 1, 0);
-    m->num_heads = get_int(c, "num_attention_heads", 1, 0);
-    m->num_layers = get_int(c, "num_hidden_layers", 1, 0);
-    m->mlp_hidden = get_int(c, "intermediate_size", 1, 0);
-    m->vocab_size = get_int(c, "vocab_size", 1, 0);
-    m->max_seq_len = get_int(c, "max_position_embeddings", 0, 2048);
-    require_positive(c, "hidden_size", m->channels);
-    require_positive(c, "num_attention_heads", m->num_heads);
-    require_positive(c, "num_hidden_layers", m->num_layers);
-    require_positive(c, "intermediate_size", m->mlp_hidden);
-    require_positive(c, "vocab_size", m->vocab_size);
-    require_positive(c, "max_position_embeddings", m->max_seq_len);
-    m->num_kv_heads = get_int(c, "num_key_value_heads", 0, m->num_heads);
-    require_positive(c, "num_key_value_heads", m->num_kv_heads);
+    m->channels = get_positive(c, "hidden_size", 1, 0);
+    m->num_heads = get_positive(c, "num_attention_heads", 1, 0);
+    m->num_layers = get_positive(c, "num_hidden_layers", 1, 0);
+    m->mlp_hidden = get_positive(c, "intermediate_size", 1, 0);
+    m->vocab_size = get_positive(c, "vocab_size", 1, 0);
+    m->max_seq_len = get_positive(c, "max_position_embeddings", 0, 2048);
+    m->num_kv_heads = get_positive(c, "num_key_value_heads", 0, m->num_heads);
     if (m->channels % m->num_heads != 0)
         fatal("%s: \"hidden_size\" %d is not divisible by \"num_attention_heads\" %d", c->path, m->channels, m->num_heads);
     if (m->num_heads % m->num_kv_heads != 0)
