@@ -11,20 +11,10 @@ import subprocess
 import sys
 
 os.chdir(os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-failures = 0
+from pycheck import fail, finish, ok  # noqa: E402
 FOLDERS = ["llm", "llm/parallel", "llm/checkpoint", "llm/fp8", "llm/plan", "llm/report", "llm/platform",
            "llm/util", "kernels", "kernels/cpu", "kernels/cuda", "data", "dev", "tests", "tests/cuda_sim",
            "scripts", "scripts/sagemaker", "scripts/baselines"]
-
-
-def ok(name):
-    print(f"ok {name}", flush=True)
-
-
-def fail(name, why):
-    global failures
-    failures += 1
-    print(f"FAIL {name}: {why}", flush=True)
 
 
 def check(name, problems):
@@ -120,4 +110,4 @@ for d in ["kernels", "data"]:
                         problems.append(f"{path}:{i} includes {m.group(1)}")
 check("kernels_and_data_include_only_llm_util", problems)
 
-sys.exit(min(failures, 100))
+finish()

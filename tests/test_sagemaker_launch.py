@@ -14,17 +14,7 @@ import sys
 os.chdir(os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 LAUNCH = "scripts/sagemaker/launch.py"
 TG = os.environ.get("TG", "./train_gpt")
-failures = 0
-
-
-def ok(name):
-    print(f"ok {name}", flush=True)
-
-
-def fail(name, why):
-    global failures
-    failures += 1
-    print(f"FAIL {name}: {why}", flush=True)
+from pycheck import fail, finish, ok  # noqa: E402
 
 
 def launch(*args):
@@ -175,4 +165,4 @@ if r.returncode == 0 and json.loads(r.stdout)["distribution"]["mpi"]["processes_
 else:
     fail("other_instance_type_with_gpus", r.stderr)
 
-sys.exit(min(failures, 100))
+finish()

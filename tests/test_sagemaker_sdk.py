@@ -15,18 +15,8 @@ import subprocess
 import sys
 
 os.chdir(os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-failures = 0
+from pycheck import fail, finish, ok  # noqa: E402
 SDKS = [("v3", "sagemaker>=3,<4"), ("v2", "sagemaker>=2.200,<3")]
-
-
-def ok(name):
-    print(f"ok {name}", flush=True)
-
-
-def fail(name, why):
-    global failures
-    failures += 1
-    print(f"FAIL {name}: {why}", flush=True)
 
 
 def venv_python(tag, requirement):
@@ -158,4 +148,4 @@ for tag, requirement in SDKS:
         fail(name, problem)
     else:
         ok(name)
-sys.exit(min(failures, 100))
+finish()
