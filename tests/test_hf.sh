@@ -123,6 +123,8 @@ bad2() {
   expect_error "hf_$name" "$pattern" run_from "$T/$name" "$@"
 }
 bad2 gpt2_act 'cfg:activation_function="relu"' "config.json: \"activation_function\" \"relu\" is not supported"
+# A value with a newline in it still gives one error line (the fuzzer's find): the newline is escaped.
+bad2 gpt2_act_newline 'cfg:activation_function="gelu\nx"' "config.json: \"activation_function\" \"gelu\\\\nx\" is not supported"
 bad2 gpt2_heads 'cfg:n_head=3' "config.json: \"n_embd\" 64 is not divisible by \"n_head\" 3"
 bad2 gpt2_inner 'cfg:n_inner=100' "config.json: \"n_inner\" 100 is not supported"
 bad2 gpt2_untied 'cfg:tie_word_embeddings=false' "config.json: \"tie_word_embeddings\": false is not supported for GPT-2"

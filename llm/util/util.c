@@ -29,12 +29,26 @@ void add_fatal_hook(FatalHook hook) {
     if (num_fatal_hooks < MAX_FATAL_HOOKS) fatal_hooks[num_fatal_hooks++] = hook;
 }
 
+// An error is one line: control characters that came in with the input (a
+// newline inside a config.json string, say) are written as escapes.
+static void escape_controls(char* dst, size_t size, const char* src) {
+    size_t n = 0;
+    for (const unsigned char* p = (const unsigned char*)src; *p && n + 5 < size; p++) {
+        if (*p == '\n') n += (size_t)snprintf(dst + n, size - n, "\\n");
+        else if (*p == '\t') n += (size_t)snprintf(dst + n, size - n, "\\t");
+        else if (*p < 0x20 || *p == 0x7f) n += (size_t)snprintf(dst + n, size - n, "\\x%02x", *p);
+        else dst[n++] = (char)*p;
+    }
+    dst[n] = 0;
+}
+
 void fatal(const char* fmt, ...) {
-    char msg[2048];
+    char raw[2048], msg[4 * 2048 + 8];
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(msg, sizeof msg, fmt, ap);
+    vsnprintf(raw, sizeof raw, fmt, ap);
     va_end(ap);
+    escape_controls(msg, sizeof msg, raw);
     if (fatal_jump) fatal_jump(msg);
     fflush(stdout);
     // A hook that itself fails must not recurse back into the hooks.
