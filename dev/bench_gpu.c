@@ -810,7 +810,7 @@ static double model_step_seconds(GPTConfig c, int B, int T, int steps, int fp8) 
     gpt_create(&m, &c, be, B, T, 1, 0, 0);
     if (fp8) {
         Fp8Options o = {.recipe = FP8_CURRENT, .history = 1, .margin = 0, .skip = NULL};
-        fp8_create(&s, &m, &o);
+        gpt_enable_fp8(&m, &s, &o);
     }
     gpt_init_random(&m, 1);
     int32_t* in = (int32_t*)xmalloc((size_t)B * T * 4);
@@ -837,8 +837,7 @@ static double model_step_seconds(GPTConfig c, int B, int T, int steps, int fp8) 
     be->synchronize(be);
     double sec = (now_seconds() - t0) / steps;
     free(in);
-    if (fp8) fp8_free(&s);
-    gpt_free(&m);
+    gpt_free(&m);  // and its FP8 state
     return sec;
 }
 

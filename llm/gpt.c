@@ -486,6 +486,7 @@ void gpt_create_recompute(GPT* m, const GPTConfig* c, Backend* be, int B, int T,
 
 void gpt_free(GPT* m) {
     Backend* be = m->be;
+    if (m->fp8) gpt_disable_fp8(m);
     be->free(be, m->params);
     be->free(be, m->grads);
     if (m->master) be->free(be, m->master);
@@ -599,6 +600,46 @@ void gpt_get_params_f32(const GPT* m, float* host_flat) {
 // tensors' amaxes into the slots fp8_amax_slot names (NULL when FP8 is off).
 
 float* gpt_amax_slot(GPT* m, int l, Fp8Gemm g, Fp8Role role) { return fp8_amax_slot(m->fp8, l, g, role); }
+
+// The weight tensor of each FP8 GEMM, in the flat layout.
+static const ParamKind GEMM_WEIGHT[FP8_NUM_GEMMS] = {P_QKVW, P_ATTPROJW, P_FCW, P_FCPROJW};
+
+void gpt_fp8_shapes(const GPTConfig* c, Fp8Shapes* s) {
+    s->layers = c->num_layers;
+    for (int g = 0; g < FP8_NUM_GEMMS; g++) {
+        int rows, cols;
+        param_shape(c, GEMM_WEIGHT[g], &rows, &cols);
+        s->rows[g] = (size_t)rows;
+        s->cols[g] = (size_t)cols;
+    }
+}
+
+Fp8Bytes gpt_fp8_bytes(const GPTConfig* c, int B, int T, int zero_stage, Fp8Support support, Fp8Recipe recipe,
+                       int history, const uint8_t* skip) {
+    Fp8Shapes s;
+    gpt_fp8_shapes(c, &s);
+    return fp8_state_bytes(&s, B, T, zero_stage, support, recipe, history, skip);
+}
+
+void gpt_enable_fp8(GPT* m, Fp8State* s, const Fp8Options* o) {
+    Fp8Shapes shapes;
+    gpt_fp8_shapes(&m->config, &shapes);
+    fp8_create(s, m->be, &shapes, m->B, m->T, m->zero_stage, o);
+    m->fp8 = s;
+}
+
+void gpt_disable_fp8(GPT* m) {
+    if (!m->fp8) return;
+    fp8_free(m->fp8);
+    m->fp8 = NULL;
+}
+
+// The AdamW amax slot of FP8 weight tensor (kind, layer), or NULL.
+static float* weight_update_amax(GPT* m, ParamKind kind, int layer) {
+    for (int g = 0; g < FP8_NUM_GEMMS; g++)
+        if (GEMM_WEIGHT[g] == kind) return fp8_amax_slot(m->fp8, layer, (Fp8Gemm)g, FP8_WEIGHT);
+    return NULL;
+}
 
 // matmul_forward; out_amax (may be NULL) receives the amax of out.
 void gpt_linear_forward(GPT* m, int l, Fp8Gemm g, void* out, void* pre_gelu, float* out_amax, void* inp,
@@ -853,7 +894,7 @@ void gpt_update(GPT* m, float lr, float beta1, float beta2, float eps, float wei
         x->count = b - a;
         x->index_base = a;
         x->weight_decay = t->decay ? weight_decay : 0.0f;
-        x->amax = fp8_weight_update_amax(m->fp8, t->kind, t->layer);
+        x->amax = weight_update_amax(m, t->kind, t->layer);
     }
     AdamWParams p;
     memset(&p, 0, sizeof p);

@@ -24,6 +24,7 @@
 #include <stdint.h>
 
 #include "kernels/ops.h"
+#include "llm/fp8/fp8.h"
 #include "llm/recompute.h"
 
 EXTERN_C_BEGIN
@@ -215,7 +216,6 @@ int act_kind_is_per_layer(ActKind k);
 
 
 typedef struct GPT GPT;
-struct Fp8State;
 
 // Where a unit's parameters and gradients live during forward and backward.
 // Without hooks they are slices of m->params and m->grads. ZeRO stages 2 and
@@ -268,7 +268,7 @@ struct GPT {
     float* scalars;       // [0] loss sum, [1] grad norm^2 (backend memory)
     int adam_step;        // completed optimizer steps
     const GPTHooks* hooks;  // NULL: parameters and gradients are the flat buffers
-    struct Fp8State* fp8;   // FP8 training (llm/fp8/fp8.h, attached by fp8_create), or NULL
+    Fp8State* fp8;          // FP8 training (gpt_enable_fp8), or NULL
     float* rope_freqs;      // Llama: (T, HS/2, 2) FP32 cos and sin (rope_table), backend memory
 };
 
@@ -342,6 +342,17 @@ void gpt_grad_norm_squared(GPT* m, size_t lo, size_t hi);
 // 2-D tensors only.
 void gpt_update(GPT* m, float lr, float beta1, float beta2, float eps, float weight_decay,
                 float grad_scale, uint64_t seed);
+
+// FP8 training (llm/fp8/fp8.h): allocates s for this model's linear layers
+// and attaches it (m->fp8 = s); from then on every linear layer that FP8
+// covers runs its GEMMs in FP8. gpt_disable_fp8 (and gpt_free) frees it again.
+void gpt_enable_fp8(GPT* m, Fp8State* s, const Fp8Options* o);
+void gpt_disable_fp8(GPT* m);
+// The shapes an FP8 state for a model of config c is made for (its linear layers' weights).
+void gpt_fp8_shapes(const GPTConfig* c, Fp8Shapes* s);
+// The bytes gpt_enable_fp8 allocates for a model of config c (what the planner bills).
+Fp8Bytes gpt_fp8_bytes(const GPTConfig* c, int B, int T, int zero_stage, Fp8Support support, Fp8Recipe recipe,
+                       int history, const uint8_t* skip);
 
 // Units by role.
 static inline int gpt_embed_unit(void) { return 0; }

@@ -82,7 +82,7 @@ static void setup_fp8(Trainer* tr, const TrainConfig* cfg) {
               "sequences x seq-len): use e.g. --seq-len %d",
               tr->T, multiple_of_16(tr->T));
     o.skip = skip;
-    fp8_create(&tr->fp8, m, &o);
+    gpt_enable_fp8(m, &tr->fp8, &o);
     free(skip);
 }
 
@@ -150,7 +150,6 @@ void trainer_setup(Trainer* tr, const TrainConfig* cfg, Backend* be, Comm* comm)
 }
 
 void trainer_free(Trainer* tr) {
-    if (tr->model.fp8) fp8_free(&tr->fp8);
     zero_free(&tr->zero);
     gpt_free(&tr->model);
     dataloader_free(&tr->train);

@@ -33,6 +33,14 @@
 
 static Backend* be;
 
+// An FP8 state sized for model m but not attached to it: the scaling
+// state's own mechanics, with no passes through the model.
+static void fp8_state_for(Fp8State* s, const GPT* m, const Fp8Options* o) {
+    Fp8Shapes shapes;
+    gpt_fp8_shapes(&m->config, &shapes);
+    fp8_create(s, m->be, &shapes, m->B, m->T, m->zero_stage, o);
+}
+
 static float* buffer(size_t n) { return (float*)be->alloc(be, (n ? n : 1) * sizeof(float), "test"); }
 
 static float* normal(size_t n, uint64_t seed, float scale) {
@@ -257,7 +265,7 @@ static void delayed_scaling_hand_computed(void) {
     gpt_create(&m, &c, be, 2, 16, 1, 0, 0);
     Fp8State s;
     Fp8Options o = {.recipe = FP8_DELAYED, .history = 3, .margin = 0, .skip = NULL};
-    fp8_create(&s, &m, &o);
+    fp8_state_for(&s, &m, &o);
     float qkv_in[] = {2, 8, 1, 1, 1, NAN, 1};
     float want_qkv[] = {224, 56, 56, 56, 448, 448, 448};  // 448 / max of the last 3 (NaN recorded as 0)
     float grad[] = {4, 0.5f, 0.5f, 0.5f, 0.5f, 0.5f, 0.5f};
@@ -287,7 +295,7 @@ static void delayed_scaling_hand_computed(void) {
     fp8_free(&s);
     // A margin of 2 leaves 4x headroom.
     o.margin = 2;
-    fp8_create(&s, &m, &o);
+    fp8_state_for(&s, &m, &o);
     fp8_begin_step(&s, 0);
     fp8_begin_forward(&s);
     *fp8_amax_slot(&s, 0, FP8_QKV, FP8_INPUT) = 2.0f;
@@ -333,7 +341,7 @@ static void state_save_restore(void) {
     gpt_create(&m, &c, be, 2, 16, 1, 0, 0);
     Fp8State s, t;
     Fp8Options o = {.recipe = FP8_DELAYED, .history = 4, .margin = 1, .skip = NULL};
-    fp8_create(&s, &m, &o);
+    fp8_state_for(&s, &m, &o);
     for (int step = 0; step < 5; step++) {
         fp8_begin_step(&s, step);
         for (int i = 0; i < s.n; i++) s.history[(size_t)s.pos * s.n + i] = 0.25f * (float)(1 + (i * 7 + step * 3) % 11);
@@ -344,9 +352,9 @@ static void state_save_restore(void) {
     char why[256] = "";
     fp8_snapshot_take(&s, &snap);
     fp8_free(&s);
-    fp8_create(&t, &m, &o);
+    fp8_state_for(&t, &m, &o);
     CHECK(fp8_snapshot_restore(&t, &snap, why, sizeof why), "restore refused: %s", why);
-    fp8_create(&s, &m, &o);  // a second run of the same 5 steps, for comparison
+    fp8_state_for(&s, &m, &o);  // a second run of the same 5 steps, for comparison
     for (int step = 0; step < 5; step++) {
         fp8_begin_step(&s, step);
         for (int i = 0; i < s.n; i++) s.history[(size_t)s.pos * s.n + i] = 0.25f * (float)(1 + (i * 7 + step * 3) % 11);
@@ -365,7 +373,7 @@ static void state_save_restore(void) {
     const char* want[3] = {"amax history has 4 steps", "--fp8-recipe delayed", "--fp8-margin 1"};
     for (int k = 0; k < 3; k++) {
         Fp8State u;
-        fp8_create(&u, &m, &others[k]);
+        fp8_state_for(&u, &m, &others[k]);
         int pos = u.pos;
         why[0] = 0;
         CHECK(!fp8_snapshot_restore(&u, &snap, why, sizeof why) && strstr(why, want[k]) && u.pos == pos,
@@ -414,7 +422,7 @@ static void train_fp8(Run* r, const Policy* p, const Fp8Options* o, int steps, G
     Fp8State* s = keep_fp8 ? keep_fp8 : &s0;
     if (!keep || first_step == 0) {
         gpt_create_recompute(m, &c, be, B, T, 1, 0, 0, &rp);
-        fp8_create(s, m, o);
+        gpt_enable_fp8(m, s, o);
         gpt_init_random(m, 42);
     }
     int32_t in[B * T], tg[B * T];
@@ -446,7 +454,7 @@ static void train_fp8(Run* r, const Policy* p, const Fp8Options* o, int steps, G
     r->weights = (float*)xmalloc(m->layout.total * sizeof(float));
     gpt_get_params_f32(m, r->weights);
     if (!keep) {
-        fp8_free(s);
+        gpt_disable_fp8(m);
         gpt_free(m);
     }
 }
@@ -501,7 +509,7 @@ static void resume_bit_for_bit(void) {
     GPT m;
     Fp8State s;
     train_fp8(&straight, &POLICIES[0], &o, 6, &m, &s, 0);
-    fp8_free(&s);
+    gpt_disable_fp8(&m);
     gpt_free(&m);
     train_fp8(&first, &POLICIES[0], &o, 3, &m, &s, 0);
     // The checkpoint: parameters, AdamW moments and step, the FP8 state.
@@ -513,13 +521,13 @@ static void resume_bit_for_bit(void) {
     int adam_step = m.adam_step;
     Fp8Snapshot state;
     fp8_snapshot_take(&s, &state);
-    fp8_free(&s);
+    gpt_disable_fp8(&m);
     gpt_free(&m);
     // A new process, as it were.
     GPTConfig c = tiny_config(3);
     RecomputePolicy rp = recompute_policy(RECOMPUTE_NONE, 0, c.num_layers);
     gpt_create_recompute(&m, &c, be, B, T, 1, 0, 0, &rp);
-    fp8_create(&s, &m, &o);
+    gpt_enable_fp8(&m, &s, &o);
     gpt_set_params_f32(&m, first.weights);
     memcpy(m.adam_m, adam_m, n * 4);
     memcpy(m.adam_v, adam_v, n * 4);
@@ -530,7 +538,7 @@ static void resume_bit_for_bit(void) {
     CHECK(!memcmp(second.loss, straight.loss + 3, 3 * sizeof(float)), "resumed losses %.9g %.9g %.9g vs %.9g %.9g %.9g",
           second.loss[0], second.loss[1], second.loss[2], straight.loss[3], straight.loss[4], straight.loss[5]);
     CHECK(!memcmp(second.weights, straight.weights, n * 4), "weights after the resumed steps differ");
-    fp8_free(&s);
+    gpt_disable_fp8(&m);
     gpt_free(&m);
     free(adam_m);
     free(adam_v);
@@ -568,7 +576,7 @@ static void planned_equals_allocated(void) {
         Fp8State s;
         Fp8Options o = {cases[i].history ? FP8_DELAYED : FP8_CURRENT, cases[i].history ? cases[i].history : 1, 0,
                         cases[i].skip};
-        fp8_create(&s, &m, &o);
+        gpt_enable_fp8(&m, &s, &o);
         gpt_init_random(&m, 3);
         int n = cases[i].Bm * cases[i].Tm;
         int32_t* tok = (int32_t*)xmalloc((size_t)n * sizeof(int32_t));
@@ -586,7 +594,7 @@ static void planned_equals_allocated(void) {
         size_t peak = b->peak_allocated_bytes(b), planned = plan_bill_of_model(&m).allocated;
         printf("# %-32s planned %9zu bytes, peak allocated %9zu\n", cases[i].what, planned, peak);
         CHECK(peak == planned, "%s: peak allocated %zu, planned %zu", cases[i].what, peak, planned);
-        fp8_free(&s);
+        gpt_disable_fp8(&m);
         gpt_free(&m);
         b->destroy(b);
     }
@@ -601,7 +609,7 @@ static void manifest_fp8_round_trip(void) {
     gpt_create(&m, &c, be, 2, 16, 1, 0, 0);
     Fp8State s, t;
     Fp8Options o = {.recipe = FP8_DELAYED, .history = 3, .margin = 2, .skip = NULL};
-    fp8_create(&s, &m, &o);
+    fp8_state_for(&s, &m, &o);
     size_t hn = (size_t)3 * s.n;
     for (size_t i = 0; i < hn; i++) s.history[i] = (float)rng_normal(5, i) * 100.0f;
     float special[] = {NAN, INFINITY, -INFINITY, 0.0f, -0.0f, 1e-45f, 3.4028235e38f, 0.1f};
@@ -626,7 +634,7 @@ static void manifest_fp8_round_trip(void) {
     int ok = manifest_parse(json, strlen(json), &b, why, sizeof why);
     CHECK(ok && b.fp8_present, "the manifest did not parse back with its fp8 object: %s", why);
     if (ok) {
-        fp8_create(&t, &m, &o);
+        fp8_state_for(&t, &m, &o);
         CHECK(manifest_restore_fp8(&b, &t, why, sizeof why), "restore refused: %s", why);
         int same = t.pos == 2 && t.steps_recorded == 17 && !memcmp(t.scale, s.scale, 2 * (size_t)s.n * 4);
         for (size_t i = 0; i < hn; i++)

@@ -90,35 +90,19 @@ uint8_t* fp8_parse_skip(const char* spec, int L) {
 // ---------------------------------------------------------------------------
 // memory
 
-// GEMM g's weight is (rows, cols) = (out, in) features: GPT-2's 3C x C,
-// C x C, 4C x C and C x 4C; Llama's (NH + 2 NKV) HS x C (q, k, v), C x C (o),
-// 2H x C (gate and up) and C x H (down).
-static void gemm_shape(const GPTConfig* c, int g, size_t* rows, size_t* cols) {
-    size_t C = (size_t)c->channels, llama = c->arch == ARCH_LLAMA, H = (size_t)c->mlp_hidden;
-    switch (g) {
-    case FP8_QKV: *rows = (size_t)gpt_qkv_width(c); *cols = C; return;
-    case FP8_ATTPROJ: *rows = C; *cols = C; return;
-    case FP8_FC: *rows = llama ? 2 * H : 4 * C; *cols = C; return;
-    default: *rows = C; *cols = llama ? H : 4 * C; return;
-    }
-}
 // Offset of GEMM g's FP8 weight in a layer's slot, in elements (bytes);
 // g = FP8_NUM_GEMMS gives the slot's size (12 C^2 for GPT-2).
-static size_t gemm_offset(const GPTConfig* c, int g) {
-    size_t off = 0, rows, cols;
-    for (int j = 0; j < g; j++) {
-        gemm_shape(c, j, &rows, &cols);
-        off += rows * cols;
-    }
+static size_t gemm_offset(const Fp8Shapes* sh, int g) {
+    size_t off = 0;
+    for (int j = 0; j < g; j++) off += sh->rows[j] * sh->cols[j];
     return off;
 }
 // The widest input or output of the four GEMMs (4C for GPT-2): the cast buffers' width.
-static size_t widest_activation(const GPTConfig* c) {
-    size_t w = 0, rows, cols;
+static size_t widest_activation(const Fp8Shapes* sh) {
+    size_t w = 0;
     for (int g = 0; g < FP8_NUM_GEMMS; g++) {
-        gemm_shape(c, g, &rows, &cols);
-        w = rows > w ? rows : w;
-        w = cols > w ? cols : w;
+        w = sh->rows[g] > w ? sh->rows[g] : w;
+        w = sh->cols[g] > w ? sh->cols[g] : w;
     }
     return w;
 }
@@ -126,22 +110,21 @@ static size_t widest_activation(const GPTConfig* c) {
 static int weight_slots(int L, int zero_stage) { return zero_stage >= 3 ? (L < 2 ? L : 2) : L; }
 static int cast_buffers(Fp8Support support) { return support == FP8_TN_ONLY ? 3 : 2; }
 
-Fp8Bytes fp8_state_bytes(const GPTConfig* c, int B, int T, int zero_stage, Fp8Support support, Fp8Recipe recipe,
-                         int history, const uint8_t* skip) {
+Fp8Bytes fp8_state_bytes(const Fp8Shapes* sh, int B, int T, int zero_stage, Fp8Support support,
+                         Fp8Recipe recipe, int history, const uint8_t* skip) {
     Fp8Bytes b;
-    size_t L = (size_t)c->num_layers, n = 12 * L;
-    size_t slot = gemm_offset(c, FP8_NUM_GEMMS) * (support == FP8_TN_ONLY ? 2 : 1);
-    b.weights = round_up(slot, 256) * (size_t)weight_slots(c->num_layers, zero_stage);
+    size_t L = (size_t)sh->layers, n = 12 * L;
+    size_t slot = gemm_offset(sh, FP8_NUM_GEMMS) * (support == FP8_TN_ONLY ? 2 : 1);
+    b.weights = round_up(slot, 256) * (size_t)weight_slots(sh->layers, zero_stage);
     b.scaling = n * (3 + (recipe == FP8_DELAYED ? (size_t)history : 0)) * sizeof(float);
-    b.casts = (size_t)cast_buffers(support) * round_up((size_t)B * T * widest_activation(c), 256);
+    b.casts = (size_t)cast_buffers(support) * round_up((size_t)B * T * widest_activation(sh), 256);
     // The largest FP8 GEMM any layer runs, at a full micro-batch.
     int used = 0;
-    for (int l = 0; l < c->num_layers; l++) used |= ~(skip ? skip[l] : 0) & ((1 << FP8_NUM_GEMMS) - 1);
+    for (int l = 0; l < sh->layers; l++) used |= ~(skip ? skip[l] : 0) & ((1 << FP8_NUM_GEMMS) - 1);
     b.cpu_gemm_scratch = 0;
     for (int g = 0; g < FP8_NUM_GEMMS; g++) {
         if (!(used & (1 << g))) continue;
-        size_t rows, cols;
-        gemm_shape(c, g, &rows, &cols);
+        size_t rows = sh->rows[g], cols = sh->cols[g];
         size_t s = cpu_fp8_matmul_scratch_bytes(B * T, (int)cols, (int)rows);
         b.cpu_gemm_scratch = s > b.cpu_gemm_scratch ? s : b.cpu_gemm_scratch;
     }
@@ -167,25 +150,23 @@ static void read_spike_hook(Fp8State* s) {
          gemm, s->spike_factor, s->spike_step);
 }
 
-void fp8_create(Fp8State* s, GPT* m, const Fp8Options* o) {
+void fp8_create(Fp8State* s, Backend* be, const Fp8Shapes* shapes, int B, int T, int zero_stage, const Fp8Options* o) {
     memset(s, 0, sizeof *s);
-    Backend* be = m->be;
     if (be->fp8_support == FP8_NONE) fatal("--precision fp8: the %s backend has no FP8 GEMMs on this device", be->name);
     if (o->recipe == FP8_DELAYED && o->history < 1)
         fatal("--fp8-amax-history must be at least 1 (got %d)", o->history);
     if (o->margin < 0 || o->margin > 31) fatal("--fp8-margin must be in 0..31 (got %d)", o->margin);
     s->opt = *o;
-    s->m = m;
+    s->shapes = *shapes;
     s->be = be;
-    s->L = m->config.num_layers;
-    s->C = m->config.channels;
+    s->L = shapes->layers;
     s->n = 12 * s->L;
     s->tn_only = be->fp8_support == FP8_TN_ONLY;
     s->skip = (uint8_t*)xcalloc((size_t)s->L, 1);
     if (o->skip) memcpy(s->skip, o->skip, (size_t)s->L);
     s->opt.skip = s->skip;
 
-    Fp8Bytes b = fp8_state_bytes(&m->config, m->B, m->T, m->zero_stage, be->fp8_support, o->recipe, o->history, NULL);
+    Fp8Bytes b = fp8_state_bytes(shapes, B, T, zero_stage, be->fp8_support, o->recipe, o->history, NULL);
     // One allocation for the scaling state: amax | scale | scale_inv | history.
     float* st = (float*)be->alloc(be, b.scaling, "FP8 scaling state");
     s->amax = st;
@@ -198,7 +179,7 @@ void fp8_create(Fp8State* s, GPT* m, const Fp8Options* o) {
     be->to_device(be, s->scale, ones, 2 * (size_t)s->n * sizeof(float));  // scale and scale_inv start at 1
     free(ones);
 
-    s->slots = weight_slots(s->L, m->zero_stage);
+    s->slots = weight_slots(s->L, zero_stage);
     s->slot_bytes = b.weights / (size_t)(s->slots ? s->slots : 1);
     s->weights = (uint8_t*)be->alloc(be, b.weights, "FP8 weights");
     s->slot_layer = (int*)xmalloc((size_t)(s->slots ? s->slots : 1) * sizeof(int));
@@ -210,7 +191,6 @@ void fp8_create(Fp8State* s, GPT* m, const Fp8Options* o) {
     size_t cast_bytes = b.casts / (size_t)cast_buffers(be->fp8_support);
     for (int k = 0; k < cast_buffers(be->fp8_support); k++) s->cast[k] = be->alloc(be, cast_bytes, "FP8 cast buffer");
     read_spike_hook(s);
-    m->fp8 = s;
 }
 
 void fp8_free(Fp8State* s) {
@@ -220,7 +200,6 @@ void fp8_free(Fp8State* s) {
     be->free(be, s->weights);
     for (int k = 0; k < 3; k++)
         if (s->cast[k]) be->free(be, s->cast[k]);
-    if (s->m && s->m->fp8 == s) s->m->fp8 = NULL;
     free(s->skip);
     free(s->slot_layer);
     free(s->slot_version);
@@ -288,10 +267,9 @@ static Fp8Tensor operand(Fp8State* s, int l, Fp8Gemm g, Fp8Role role, const void
 static Fp8Tensor fp8_weight(Fp8State* s, int l, Fp8Gemm g, const void* weight) {
     Backend* be = s->be;
     int k = s->slots == s->L ? l : l % 2;
-    size_t rows, cols;
-    gemm_shape(&s->m->config, g, &rows, &cols);
-    uint8_t* q = s->weights + (size_t)k * s->slot_bytes + gemm_offset(&s->m->config, g);
-    uint8_t* qt = s->tn_only ? q + gemm_offset(&s->m->config, FP8_NUM_GEMMS) : NULL;
+    size_t rows = s->shapes.rows[g], cols = s->shapes.cols[g];
+    uint8_t* q = s->weights + (size_t)k * s->slot_bytes + gemm_offset(&s->shapes, g);
+    uint8_t* qt = s->tn_only ? q + gemm_offset(&s->shapes, FP8_NUM_GEMMS) : NULL;
     uint64_t* held = &s->slot_version[(size_t)k * FP8_NUM_GEMMS + g];
     if (s->slot_layer[k] != l) {
         for (int j = 0; j < FP8_NUM_GEMMS; j++) s->slot_version[(size_t)k * FP8_NUM_GEMMS + j] = 0;
@@ -369,18 +347,6 @@ void fp8_linear_backward(Fp8State* s, int l, Fp8Gemm g, void* dinp, void* dweigh
     Fp8Tensor x = operand(s, l, g, FP8_INPUT, x_q, x_qt);
     Fp8Tensor w = dinp ? fp8_weight(s, l, g, weight) : operand(s, l, g, FP8_WEIGHT, NULL, NULL);
     be->fp8_matmul_backward(be, dinp, dweight, &dy, &x, &w, N, C, OC);
-}
-
-float* fp8_weight_update_amax(Fp8State* s, ParamKind kind, int layer) {
-    int g;
-    switch (kind) {
-    case P_QKVW: g = FP8_QKV; break;
-    case P_ATTPROJW: g = FP8_ATTPROJ; break;
-    case P_FCW: g = FP8_FC; break;
-    case P_FCPROJW: g = FP8_FCPROJ; break;
-    default: return NULL;
-    }
-    return fp8_amax_slot(s, layer, (Fp8Gemm)g, FP8_WEIGHT);
 }
 
 void fp8_before_update(Fp8State* s) {

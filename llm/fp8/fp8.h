@@ -53,8 +53,8 @@
 // cast buffers of B*T*4C bytes for the operands of one GEMM.
 #pragma once
 
+#include "kernels/ops.h"
 #include "llm/parallel/comm.h"
-#include "llm/gpt.h"
 
 EXTERN_C_BEGIN
 
@@ -77,12 +77,19 @@ Fp8Recipe fp8_parse_recipe(const char* s);
 // g: GEMM g stays in the model's dtype); fatal naming the item on an error.
 uint8_t* fp8_parse_skip(const char* spec, int num_layers);
 
-typedef struct {
+typedef struct Fp8Options {
     Fp8Recipe recipe;
     int history;     // delayed: amax history length, >= 1
     int margin;      // delayed: scales are max * 2^-margin / amax, 0..31
     const uint8_t* skip;  // per layer (num_layers), or NULL: nothing skipped; copied
 } Fp8Options;
+
+// The shapes FP8 training needs of a model (gpt_fp8_shapes, llm/gpt.h, fills them):
+// its layers and each linear layer's weight (out, in) = (rows, cols).
+typedef struct {
+    int layers;
+    size_t rows[FP8_NUM_GEMMS], cols[FP8_NUM_GEMMS];
+} Fp8Shapes;
 
 // Bytes an Fp8State allocates for a model.
 typedef struct {
@@ -91,15 +98,15 @@ typedef struct {
     size_t casts;    // cast buffers for one GEMM's operands
     size_t cpu_gemm_scratch;  // the CPU backend's largest emulated FP8 GEMM's scratch (not allocated here)
 } Fp8Bytes;
-Fp8Bytes fp8_state_bytes(const GPTConfig* c, int B, int T, int zero_stage, Fp8Support support, Fp8Recipe recipe,
-                         int history, const uint8_t* skip);
+Fp8Bytes fp8_state_bytes(const Fp8Shapes* shapes, int B, int T, int zero_stage, Fp8Support support,
+                         Fp8Recipe recipe, int history, const uint8_t* skip);
 
 typedef struct Fp8State {
     Fp8Options opt;
     uint8_t* skip;           // (L) owned copy
-    GPT* m;
+    Fp8Shapes shapes;
     Backend* be;
-    int L, C, n;             // n = 12 L tensors, ordered role-major: [role][layer][gemm]
+    int L, n;                // n = 12 L tensors, ordered role-major: [role][layer][gemm]
     int tn_only;             // the backend wants transposed copies
     float* amax;             // (n) the current pass's amaxes, and the weights' (from the update)
     float* scale;            // (n)
@@ -123,11 +130,13 @@ typedef struct Fp8State {
     float spike_factor;
 } Fp8State;
 
-// Allocates the state for model m on m's backend and attaches it (m->fp8).
-void fp8_create(Fp8State* s, GPT* m, const Fp8Options* o);
+// Allocates the state for a model of these shapes, micro-batches up to
+// (B, T) and a ZeRO stage, on backend be. The model attaches it
+// (gpt_enable_fp8, llm/gpt.h).
+void fp8_create(Fp8State* s, Backend* be, const Fp8Shapes* shapes, int B, int T, int zero_stage, const Fp8Options* o);
 void fp8_free(Fp8State* s);
 
-// ---- called by the model (llm/gpt.c) -------------------------------------------
+// ---- called by the model (llm/gpt.c, llm/llama.c) ------------------------------------
 // Whether GEMM g of layer l runs in FP8 for a pass over N tokens (FP8 GEMMs
 // need N a multiple of 16: shorter passes, as when sampling text, fall back).
 int fp8_gemm_on(const Fp8State* s, int l, Fp8Gemm g, int N);
@@ -148,8 +157,6 @@ void fp8_linear_forward(Fp8State* s, int l, Fp8Gemm g, void* out, void* pre_gelu
                         const void* weight, const void* bias, int N, int C, int OC);
 void fp8_linear_backward(Fp8State* s, int l, Fp8Gemm g, void* dinp, void* dweight, void* dbias, const void* dout,
                          const void* inp, const void* weight, int N, int C, int OC);
-// The AdamW amax of parameter tensor (kind, layer) (NULL: not an FP8 weight).
-float* fp8_weight_update_amax(Fp8State* s, ParamKind kind, int layer);
 // The parameters changed: by an update (the amaxes of the FP8 weights come
 // from AdamW; fp8_before_update zeroes them first) or by being set.
 void fp8_before_update(Fp8State* s);

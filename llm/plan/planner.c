@@ -126,8 +126,8 @@ MemoryBill plan_bill(const PlanConfig* pc, const PlanDevice* dev) {
     size_t BT = (size_t)pc->B * pc->T;
     size_t fp8_gemm_scratch = 0;
     if (pc->precision == PREC_FP8) {
-        Fp8Bytes f = fp8_state_bytes(c, pc->B, pc->T, pc->zero_stage, dev->is_gpu ? dev->fp8_support : FP8_ANY_LAYOUT,
-                                     pc->fp8_history ? FP8_DELAYED : FP8_CURRENT, pc->fp8_history, pc->fp8_skip);
+        Fp8Bytes f = gpt_fp8_bytes(c, pc->B, pc->T, pc->zero_stage, dev->is_gpu ? dev->fp8_support : FP8_ANY_LAYOUT,
+                                   pc->fp8_history ? FP8_DELAYED : FP8_CURRENT, pc->fp8_history, pc->fp8_skip);
         b.fp8_weights = f.weights;
         b.fp8_scaling = f.scaling;
         b.activations += f.casts;

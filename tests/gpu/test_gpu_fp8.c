@@ -257,7 +257,7 @@ static double* fp8_curve(Backend* be, int steps, int B, int T) {
     Fp8State s;
     Fp8Options o = {.recipe = FP8_DELAYED, .history = 4, .margin = 0, .skip = NULL};
     gpt_create(&m, &c, be, B, T, 1, 0, 0);
-    fp8_create(&s, &m, &o);
+    gpt_enable_fp8(&m, &s, &o);
     gpt_init_random(&m, 5);
     int32_t* in = (int32_t*)xmalloc((size_t)B * T * 4);
     int32_t* tgt = (int32_t*)xmalloc((size_t)B * T * 4);
@@ -270,8 +270,7 @@ static double* fp8_curve(Backend* be, int steps, int B, int T) {
     }
     free(in);
     free(tgt);
-    fp8_free(&s);
-    gpt_free(&m);
+    gpt_free(&m);  // and its FP8 state
     return losses;
 }
 
