@@ -19,8 +19,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "llm/arch/arch.h"
 #include "llm/fp8/fp8.h"
-#include "llm/gpt.h"
+#include "llm/model/model.h"
 #include "llm/util/rng.h"
 
 // The backend's own GEMM (OpenBLAS sgemm tiles on every core) on a large

@@ -3,7 +3,7 @@
 // model on the CPU backend (their values checked for NaN and infinity).
 #include "fuzz/fuzz.h"
 #include "llm/checkpoint/llmc_io.h"
-#include "llm/gpt.h"
+#include "llm/model/model.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     const char* path = fuzz_write_input(data, size, ".bin");

@@ -1,6 +1,6 @@
 // ops.h: the contract every compute backend implements.
 //
-// Model code (llm/gpt.c) calls only what is declared here and never knows
+// Model code (llm/model/, llm/arch/) calls only what is declared here and never knows
 // whether the CPU reference backend or the CUDA backend runs. A backend is a
 // table of function pointers plus its private state; `be->op(be, ...)`.
 //

@@ -59,7 +59,7 @@ static const Flag FLAGS[] = {
     {"vocab-size", F_INT, OFF(vocab_size), "0", "V", "vocabulary size; 0 takes it from --tokenizer (GPT-2's 50257 without one)", NULL, "[0, 16777216]"},
     {"max-seq-len", F_INT, OFF(max_seq_len), "0", "T", "rows of the position embedding; 0 = --seq-len (1024 for GPT-2 presets)", NULL, "[0, 131072]"},
     {"init-from", F_STRING, OFF(init_from), "", "FILE|DIR", "start from weights: an llm.c model file (version 3 fp32 or 5 bf16), or a Hugging Face model folder (config.json and model.safetensors or its sharded index; GPT-2 or Llama); the model shape comes from it", NULL, NULL},
-    // Llama 3 (llm/llama.c): presets llama3-1B, llama3-3B, llama3-8B, llama3-70B, or --arch llama with --depth or sizes.
+    // Llama 3 (llm/arch/llama.c): presets llama3-1B, llama3-3B, llama3-8B, llama3-70B, or --arch llama with --depth or sizes.
     {"arch", F_ENUM, OFF(arch), "gpt2", NULL, "architecture: GPT-2, or Llama 3 (RMSNorm, RoPE, grouped-query attention, SwiGLU, no biases); llama3-* presets set llama", NULL, "gpt2|llama"},
     {"kv-heads", F_INT, OFF(kv_heads), "0", "NKV", "Llama: key/value heads (divides --heads); 0: the preset's, or heads/4 rounded down to a divisor for --depth", NULL, "[0, 4096]"},
     {"mlp-hidden", F_INT, OFF(mlp_hidden), "0", "H", "Llama: MLP width of gate, up and down; 0: the preset's, or 8C/3 rounded up to 64 for --depth", NULL, "[0, 1048576]"},

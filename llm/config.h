@@ -38,7 +38,7 @@ typedef struct {
     int max_seq_len;      // 0: the sequence length (1024 for GPT-2 presets)
     char* init_from;      // llm.c model file, or a Hugging Face model folder
     // Llama (the architecture and its own shape flags)
-    int arch;             // --arch: gpt2|llama, the order of Arch (llm/gpt.h)
+    int arch;             // --arch: gpt2|llama, an Arch id (llm/arch/arch.h: the F_ENUM order is the registry's)
     int kv_heads;         // 0: the preset's (depth rule: see presets.c)
     int mlp_hidden;       // 0: the preset's
     double rope_theta;

@@ -4,51 +4,16 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "llm/arch/arch.h"
 #include "llm/checkpoint/llmc_io.h"
 #include "llm/hf/hf.h"
 
-typedef struct { const char* name; int layers, channels, heads; } Preset;
-
-// The four GPT-2 sizes (Radford et al. 2019), all with heads of 64 channels.
-static const Preset PRESETS[] = {
-    {"gpt2-124M", 12, 768, 12},
-    {"gpt2-350M", 24, 1024, 16},
-    {"gpt2-774M", 36, 1280, 20},
-    {"gpt2-1558M", 48, 1600, 25},
-};
-
-// Larger GPT-3-style shapes for planning and training at scale (Brown et al.
-// 2020, Table 2.1, with widths rounded to multiples of 128 and heads of 128
-// channels): the parameter counts with GPT-2's vocabulary and 4K positions
-// are 1.31B, 6.66B, 12.9B, 29.9B and 64.8B. Their maximum sequence length
-// follows --seq-len.
-static const Preset LARGE_PRESETS[] = {
-    {"gpt-1B", 24, 2048, 16},
-    {"gpt-7B", 32, 4096, 32},
-    {"gpt-13B", 40, 5120, 40},
-    {"gpt-30B", 48, 7168, 56},
-    {"gpt-64B", 80, 8192, 64},
-};
-
-// Llama 3 (Meta's model cards: Llama 3.2 1B and 3B, Llama 3.1 8B and 70B):
-// layers, channels, heads, kv heads, MLP width, tied embeddings.
-typedef struct { const char* name; int layers, channels, heads, kv_heads, mlp_hidden, tied; } LlamaPreset;
-static const LlamaPreset LLAMA_PRESETS[] = {
-    {"llama3-1B", 16, 2048, 32, 8, 8192, 1},
-    {"llama3-3B", 28, 3072, 24, 8, 8192, 1},
-    {"llama3-8B", 32, 4096, 32, 8, 14336, 0},
-    {"llama3-70B", 80, 8192, 64, 8, 28672, 0},
-};
-#define LLAMA_VOCAB 128256  // Llama 3's tokenizer
+// The presets themselves belong to their architectures (llm/arch/gpt2.c,
+// llama.c); arch_find_preset finds one by name in any of them.
 
 int preset_vocab_size(const char* model, const char** name) {
-    for (size_t i = 0; i < sizeof PRESETS / sizeof PRESETS[0]; i++)
-        if (strcmp(model, PRESETS[i].name) == 0) return *name = "GPT-2's", 50257;
-    for (size_t i = 0; i < sizeof LARGE_PRESETS / sizeof LARGE_PRESETS[0]; i++)
-        if (strcmp(model, LARGE_PRESETS[i].name) == 0) return *name = "GPT-2's", 50257;
-    for (size_t i = 0; i < sizeof LLAMA_PRESETS / sizeof LLAMA_PRESETS[0]; i++)
-        if (strcmp(model, LLAMA_PRESETS[i].name) == 0) return *name = "Llama 3's", LLAMA_VOCAB;
-    return 0;
+    Arch a;
+    return arch_find_preset(model, &a) ? arch_preset_vocab(a, name) : 0;
 }
 
 static void reject_if_set(const TrainConfig* cfg, const char* flag, const char* why) {
@@ -66,7 +31,7 @@ static int depth_kv_heads(int heads) {
 // The Llama fields of c: from a preset (p may be NULL) and the explicit flags.
 // The depth rule's MLP width 8C/3 (rounded up to 64) gives the MLP GPT-2's
 // 8 C^2 weights, so a Llama and a GPT-2 of one depth have about equal size.
-static void llama_fields(const TrainConfig* cfg, const LlamaPreset* p, GPTConfig* c) {
+static void llama_fields(const TrainConfig* cfg, const ModelPreset* p, GPTConfig* c) {
     c->arch = ARCH_LLAMA;
     c->num_kv_heads = p ? p->kv_heads : depth_kv_heads(c->num_heads);
     c->mlp_hidden = p ? p->mlp_hidden : (int)round_up((size_t)(8 * c->channels + 2) / 3, 64);
@@ -118,47 +83,32 @@ GPTConfig model_config_from_flags(const TrainConfig* cfg, int vocab_from_tokeniz
     }
 
     Arch arch = (Arch)cfg->arch;
-    int is_gpt2 = 0, from_preset = 0;
+    int from_preset = 0, positions = 0;
     int depth = cfg->depth;
-    const LlamaPreset* lp = NULL;
-    for (size_t i = 0; cfg->model[0] && i < sizeof LLAMA_PRESETS / sizeof LLAMA_PRESETS[0]; i++)
-        if (strcmp(cfg->model, LLAMA_PRESETS[i].name) == 0) lp = &LLAMA_PRESETS[i];
-    if (lp) {
+    Arch preset_arch = ARCH_GPT2;
+    const ModelPreset* preset = cfg->model[0] ? arch_find_preset(cfg->model, &preset_arch) : NULL;
+    if (preset) {
         reject_if_set(cfg, "depth", "--model");
-        if (config_is_set(cfg, "arch") && arch != ARCH_LLAMA)
-            fatal("--model %s is a Llama; it conflicts with --arch %s", lp->name, arch_name((Arch)cfg->arch));
-        arch = ARCH_LLAMA;
-        c.num_layers = lp->layers;
-        c.channels = lp->channels;
-        c.num_heads = lp->heads;
+        if (config_is_set(cfg, "arch") && arch != preset_arch) {
+            if (preset_arch == ARCH_LLAMA)
+                fatal("--model %s is a Llama; it conflicts with --arch %s", preset->name, arch_name(arch));
+            fatal("--model %s is a GPT-2-style preset; it conflicts with --arch %s", preset->name, arch_name(arch));
+        }
+        arch = preset_arch;
+        c.num_layers = preset->layers;
+        c.channels = preset->channels;
+        c.num_heads = preset->heads;
+        positions = preset->max_seq_len;
         from_preset = 1;
     } else if (cfg->model[0]) {
         reject_if_set(cfg, "depth", "--model");
-        const Preset* p = NULL;
-        for (size_t i = 0; i < sizeof PRESETS / sizeof PRESETS[0]; i++)
-            if (strcmp(cfg->model, PRESETS[i].name) == 0) p = &PRESETS[i];
-        const Preset* large = NULL;
-        for (size_t i = 0; i < sizeof LARGE_PRESETS / sizeof LARGE_PRESETS[0]; i++)
-            if (strcmp(cfg->model, LARGE_PRESETS[i].name) == 0) large = &LARGE_PRESETS[i];
         int d;
         char tail;
-        if (large || p) {
-            const Preset* q = large ? large : p;
-            c.num_layers = q->layers;
-            c.channels = q->channels;
-            c.num_heads = q->heads;
-            is_gpt2 = p != NULL;
-            from_preset = 1;
-        } else if (sscanf(cfg->model, "d%d%c", &d, &tail) == 1 && d > 0) {
-            depth = d;
-        } else {
+        if (sscanf(cfg->model, "d%d%c", &d, &tail) == 1 && d > 0) depth = d;
+        else
             fatal("--model '%s' is not a preset (gpt2-124M, gpt2-350M, gpt2-774M, gpt2-1558M, gpt-1B, gpt-7B, "
                   "gpt-13B, gpt-30B, gpt-64B, llama3-1B, llama3-3B, llama3-8B, llama3-70B) or dN",
                   cfg->model);
-        }
-        if (from_preset && arch != ARCH_GPT2) {
-            fatal("--model %s is a GPT-2-style preset; it conflicts with --arch %s", cfg->model, arch_name(arch));
-        }
     }
     if (!from_preset) {
         if (depth <= 0) fatal("--depth must be positive (got %d)", depth);
@@ -172,7 +122,7 @@ GPTConfig model_config_from_flags(const TrainConfig* cfg, int vocab_from_tokeniz
     if (c.channels % c.num_heads != 0)
         fatal("--channels %d is not divisible by --heads %d", c.channels, c.num_heads);
     if (arch == ARCH_LLAMA) {
-        llama_fields(cfg, lp, &c);
+        llama_fields(cfg, preset, &c);
     } else {
         const char* llama_only[] = {"kv-heads", "mlp-hidden", "rope-theta", "rope-scaling", "tie-embeddings"};
         for (size_t i = 0; i < sizeof llama_only / sizeof llama_only[0]; i++)
@@ -181,7 +131,7 @@ GPTConfig model_config_from_flags(const TrainConfig* cfg, int vocab_from_tokeniz
 
     if (cfg->vocab_size) c.vocab_size = cfg->vocab_size;
     else if (vocab_from_tokenizer) c.vocab_size = vocab_from_tokenizer;
-    else c.vocab_size = arch == ARCH_LLAMA ? LLAMA_VOCAB : 50257;  // the family's tokenizer
+    else c.vocab_size = arch_preset_vocab(arch, NULL);  // the family's tokenizer
     // Rows past the tokenizer's ids would never be trained, and samples would
     // draw ids it cannot print; padding for fast GEMMs is the model's own.
     if (vocab_from_tokenizer && c.vocab_size != vocab_from_tokenizer)
@@ -190,13 +140,14 @@ GPTConfig model_config_from_flags(const TrainConfig* cfg, int vocab_from_tokeniz
               c.vocab_size, vocab_from_tokenizer);
 
     if (cfg->max_seq_len) c.max_seq_len = cfg->max_seq_len;
-    else c.max_seq_len = is_gpt2 && cfg->seq_len <= 1024 ? 1024 : cfg->seq_len;
+    else c.max_seq_len = positions && cfg->seq_len <= positions ? positions : cfg->seq_len;
     if (cfg->seq_len > c.max_seq_len)
         fatal("--seq-len %d exceeds --max-seq-len %d", cfg->seq_len, c.max_seq_len);
     char why[160];
     if (gpt_config_invalid(&c, why, sizeof why))
         fatal("%s%s: %s", cfg->model[0] ? "--model " : "the model of --depth/--layers/--channels/--heads/--vocab-size",
               cfg->model, why);
+    c.arch = arch;
     gpt_config_finish(&c);
     return c;
 }

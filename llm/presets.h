@@ -3,7 +3,7 @@
 #pragma once
 
 #include "llm/config.h"
-#include "llm/gpt.h"
+#include "llm/model/model.h"
 
 EXTERN_C_BEGIN
 

@@ -20,7 +20,7 @@
 //
 // Gradients do not depend on the policy, bit for bit: recomputation calls the
 // same ops on the same inputs as the forward pass (see ops.h for the two
-// bitwise properties this relies on). llm/gpt.c maps the policy onto the
+// bitwise properties this relies on). llm/model/ maps the policy onto the
 // activation arena (act_layout_build) and the passes.
 #pragma once
 

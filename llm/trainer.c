@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "kernels/cuda_seam.h"
+#include "llm/arch/arch.h"
 #include "llm/platform/efa.h"
 #include "llm/checkpoint/llmc_io.h"
 #include "llm/hf/hf.h"

@@ -8,7 +8,7 @@
 #include "llm/parallel/comm.h"
 #include "llm/config.h"
 #include "llm/fp8/fp8.h"
-#include "llm/gpt.h"
+#include "llm/model/model.h"
 #include "llm/guard.h"
 #include "llm/schedule.h"
 #include "llm/parallel/zero.h"

@@ -9,7 +9,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "llm/gpt.h"
+#include "llm/arch/arch.h"
+#include "llm/model/model.h"
 #include "llm/hf/hf.h"
 
 int main(int argc, char** argv) {

@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "kernels/bf16.h"
+#include "llm/arch/arch.h"
 #include "llm/checkpoint/ckpt_comm.h"
 #include "llm/checkpoint/ckpt_files.h"
 #include "llm/checkpoint/ckpt_manifest.h"

@@ -11,8 +11,9 @@
 #include <string.h>
 
 #include "kernels/bf16.h"
+#include "llm/arch/arch.h"
 #include "llm/parallel/comm.h"
-#include "llm/gpt.h"
+#include "llm/model/model.h"
 #include "llm/util/rng.h"
 #include "llm/parallel/zero.h"
 #include "tests/testlib.h"

@@ -12,7 +12,7 @@ import sys
 
 os.chdir(os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 from pycheck import fail, finish, ok  # noqa: E402
-FOLDERS = ["llm", "llm/parallel", "llm/checkpoint", "llm/fp8", "llm/plan", "llm/report", "llm/platform",
+FOLDERS = ["llm", "llm/model", "llm/arch", "llm/hf", "llm/parallel", "llm/checkpoint", "llm/fp8", "llm/plan", "llm/report", "llm/platform",
            "llm/util", "kernels", "kernels/cpu", "kernels/cuda", "data", "dev", "tests", "tests/cuda_sim",
            "scripts", "scripts/sagemaker", "scripts/baselines"]
 

@@ -25,6 +25,7 @@
 #include <unistd.h>
 
 #include "kernels/cpu/cpu.h"
+#include "llm/arch/arch.h"
 #include "llm/checkpoint/ckpt_manifest.h"
 #include "llm/fp8/fp8.h"
 #include "llm/plan/planner.h"

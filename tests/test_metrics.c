@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "llm/arch/arch.h"
 #include "llm/config.h"
 #include "llm/util/json.h"
 #include "llm/plan/mfu.h"

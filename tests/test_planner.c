@@ -7,6 +7,7 @@
 #include <omp.h>
 #include <string.h>
 
+#include "llm/arch/arch.h"
 #include "llm/plan/planner.h"
 #include "llm/util/rng.h"
 #include "tests/testlib.h"

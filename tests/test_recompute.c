@@ -8,7 +8,8 @@
 #include <string.h>
 
 #include "kernels/cpu/cpu.h"
-#include "llm/gpt.h"
+#include "llm/arch/arch.h"
+#include "llm/model/model.h"
 #include "llm/util/rng.h"
 #include "tests/testlib.h"
 

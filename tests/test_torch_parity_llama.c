@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <unistd.h>
 
+#include "llm/arch/arch.h"
 #include "tests/testlib.h"
 #include "tests/torch_parity.h"
 

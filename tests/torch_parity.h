@@ -13,7 +13,7 @@
 #include <stdlib.h>
 
 #include "llm/checkpoint/llmc_io.h"
-#include "llm/gpt.h"
+#include "llm/model/model.h"
 #include "llm/schedule.h"
 #include "llm/trainer.h"
 #include "llm/util/rng.h"

@@ -11,6 +11,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "llm/arch/arch.h"
 #include "llm/checkpoint/ckpt_comm.h"
 #include "llm/checkpoint/ckpt_files.h"
 #include "llm/checkpoint/ckpt_lock.h"

@@ -7,6 +7,7 @@
 #include <string.h>
 #include <xxhash.h>
 
+#include "llm/arch/arch.h"
 #include "llm/util/json_read.h"
 #include "llm/util/strbuf.h"
 
@@ -607,6 +608,7 @@ static int check_layout(Problem* p, Manifest* man) {
         return problem(p, "'model': channels %d are not divisible by heads %d", c.channels, c.num_heads);
     int padded = c.padded_vocab_size;
     gpt_config_finish(&c);
+    man->model.block = c.block;  // the manifest's model is a finished config from here on
     if (c.padded_vocab_size != padded)
         return problem(p, "'model': padded_vocab_size %d, but vocab_size %d pads to %d", padded, c.vocab_size,
                        c.padded_vocab_size);

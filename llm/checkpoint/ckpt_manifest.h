@@ -33,7 +33,7 @@
 #include "kernels/ops.h"
 #include "llm/config.h"
 #include "llm/fp8/fp8.h"
-#include "llm/gpt.h"
+#include "llm/model/model.h"
 #include "llm/guard.h"
 
 EXTERN_C_BEGIN

@@ -15,7 +15,7 @@
 #include "llm/checkpoint/ckpt_comm.h"
 #include "llm/checkpoint/ckpt_files.h"
 #include "llm/checkpoint/ckpt_manifest.h"
-#include "llm/gpt.h"
+#include "llm/model/model.h"
 
 EXTERN_C_BEGIN
 

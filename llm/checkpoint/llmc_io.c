@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "llm/arch/arch.h"
 #include "llm/checkpoint/atomic_file.h"
 #include "kernels/bf16.h"
 

@@ -13,7 +13,7 @@
 // a Llama's weights for other tools are a Hugging Face folder (llm/hf/).
 #pragma once
 
-#include "llm/gpt.h"
+#include "llm/model/model.h"
 
 EXTERN_C_BEGIN
 

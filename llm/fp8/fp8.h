@@ -84,7 +84,7 @@ typedef struct Fp8Options {
     const uint8_t* skip;  // per layer (num_layers), or NULL: nothing skipped; copied
 } Fp8Options;
 
-// The shapes FP8 training needs of a model (gpt_fp8_shapes, llm/gpt.h, fills them):
+// The shapes FP8 training needs of a model (llm/model/linear.c fills them):
 // its layers and each linear layer's weight (out, in) = (rows, cols).
 typedef struct {
     int layers;
@@ -132,11 +132,11 @@ typedef struct Fp8State {
 
 // Allocates the state for a model of these shapes, micro-batches up to
 // (B, T) and a ZeRO stage, on backend be. The model attaches it
-// (gpt_enable_fp8, llm/gpt.h).
+// (gpt_enable_fp8, llm/model/model.h).
 void fp8_create(Fp8State* s, Backend* be, const Fp8Shapes* shapes, int B, int T, int zero_stage, const Fp8Options* o);
 void fp8_free(Fp8State* s);
 
-// ---- called by the model (llm/gpt.c, llm/llama.c) ------------------------------------
+// ---- called by the model (llm/model/linear.c, passes.c, optimizer.c) ---------------
 // Whether GEMM g of layer l runs in FP8 for a pass over N tokens (FP8 GEMMs
 // need N a multiple of 16: shorter passes, as when sampling text, fall back).
 int fp8_gemm_on(const Fp8State* s, int l, Fp8Gemm g, int N);

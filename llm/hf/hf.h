@@ -12,7 +12,7 @@
 
 #include <stddef.h>
 
-#include "llm/gpt.h"
+#include "llm/model/model.h"
 
 EXTERN_C_BEGIN
 

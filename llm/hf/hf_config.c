@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "llm/arch/arch.h"
 #include "llm/hf/hf.h"
 #include "llm/util/json_read.h"
 #include "llm/util/strbuf.h"

@@ -10,6 +10,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "llm/arch/arch.h"
 #include "llm/checkpoint/atomic_file.h"
 #include "llm/hf/hf.h"
 #include "llm/hf/safetensors.h"

@@ -1,5 +1,5 @@
 // zero.h: data parallelism with ZeRO stages 0-3 over llm/parallel/comm.h, driven by
-// the model's unit hooks (GPTHooks in llm/gpt.h).
+// the model's unit hooks (GPTHooks in llm/model/model.h).
 //
 //   stage 0  every rank keeps everything; gradients are all-reduced.
 //   stage 1  gradients are reduce-scattered: each rank receives the sum of
@@ -29,7 +29,7 @@
 #pragma once
 
 #include "llm/parallel/comm.h"
-#include "llm/gpt.h"
+#include "llm/model/model.h"
 
 EXTERN_C_BEGIN
 

@@ -7,9 +7,10 @@
 #include <strings.h>
 
 double flops_per_token(const GPTConfig* c, int T) {
-    // Tables that are only looked up: GPT-2's positions; Llama's wte when the head is untied.
-    double lookup = c->arch == ARCH_GPT2 ? (double)c->max_seq_len * c->channels
-                                         : c->tie_embeddings ? 0.0 : (double)c->vocab_size * c->channels;
+    // Tables that are only looked up: learned positions (GPT-2); the token
+    // embedding when the LM head is a tensor of its own (an untied Llama).
+    double lookup = (gpt_has_kind(c, P_WPE) ? (double)c->max_seq_len * c->channels : 0.0) +
+                    (gpt_has_kind(c, P_LMHEAD) ? (double)c->vocab_size * c->channels : 0.0);
     double n = (double)gpt_num_params(c) - lookup;
     // h = the query heads' width NH * HS (= C): grouped-query attention shares
     // K and V but computes as many scores as multi-head attention.

@@ -18,7 +18,7 @@
 
 #include "kernels/ops.h"
 #include "llm/config.h"
-#include "llm/gpt.h"
+#include "llm/model/model.h"
 
 EXTERN_C_BEGIN
 

@@ -9,6 +9,7 @@
 
 #include "data/tokenizer.h"
 #include "kernels/cuda_seam.h"
+#include "llm/arch/arch.h"
 #include "llm/platform/device.h"
 #include "llm/fp8/fp8.h"
 #include "llm/presets.h"

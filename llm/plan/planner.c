@@ -8,6 +8,7 @@
 #include <string.h>
 #include <strings.h>
 
+#include "llm/arch/arch.h"
 #include "llm/fp8/fp8.h"
 #include "llm/plan/mfu.h"
 
@@ -134,8 +135,8 @@ MemoryBill plan_bill(const PlanConfig* pc, const PlanDevice* dev) {
         fp8_gemm_scratch = f.cpu_gemm_scratch;
     }
     b.tokens = 2 * BT * sizeof(int32_t) + 4 * sizeof(float);
-    // Llama's RoPE table (T, HS/2, 2) FP32 (llm/llama.c) is billed with these small buffers.
-    if (c->arch == ARCH_LLAMA) b.tokens += (size_t)pc->T * gpt_head_size(c) * sizeof(float);
+    // The architecture's own tables (Llama's RoPE table (T, HS/2, 2) FP32) are billed with these small buffers.
+    b.tokens += gpt_arch_state_bytes(c, pc->T);
     if (dev->is_gpu) {
         b.workspace = PLAN_CUBLASLT_WORKSPACE + plan_gpu_op_scratch(c, pc->B, pc->T);
     } else {
@@ -169,8 +170,8 @@ PlanSpeed plan_speed(const PlanConfig* pc, const PlanDevice* dev) {
     // A fully recomputed layer re-runs its qkv, attention-projection and fc
     // GEMMs (2 x their weights per token: 16h^2 for GPT-2; Llama's qkv is
     // narrower with GQA and its fc is gate|up) and its attention forward (4 h T).
-    double fc_out = c->arch == ARCH_LLAMA ? 2.0 * c->mlp_hidden : 4.0 * h;
-    double gemm_weights = h * gpt_qkv_width(c) + h * h + h * fc_out;
+    double gemm_weights = (double)gpt_kind_elems(c, P_QKVW) + (double)gpt_kind_elems(c, P_ATTPROJW) +
+                          (double)gpt_kind_elems(c, P_FCW);
     s.recompute_flops = pc->recompute.full_layers * (2.0 * gemm_weights + 4.0 * h * T);
     if (pc->precision == PREC_FP8) s.peak = dev->peak_fp8 > 0 ? dev->peak_fp8 : dev->peak_bf16;
     else if (pc->precision == PREC_BF16) s.peak = dev->peak_bf16;

@@ -22,7 +22,7 @@
 // operands are workspace.
 #pragma once
 
-#include "llm/gpt.h"
+#include "llm/model/model.h"
 
 EXTERN_C_BEGIN
 

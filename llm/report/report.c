@@ -8,6 +8,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "llm/arch/arch.h"
 #include "llm/plan/planner.h"
 #include "kernels/cuda_seam.h"
 #include "llm/report/metrics_log.h"

@@ -16,9 +16,10 @@
 //     follows the CPU FP8 run (FP32 storage) on the same batches: every
 //     step's loss within 0.05, and the loss falls.
 // The GPU backend computes in BF16, as FP8 training does.
+#include "llm/arch/arch.h"
 #include "llm/fp8/fp8.h"
 #include "kernels/fp8_format.h"
-#include "llm/gpt.h"
+#include "llm/model/model.h"
 #include "llm/trainer.h"
 #include "tests/gpu/gpu_test.h"
 

@@ -1,4 +1,4 @@
-// test_gpu_train.c: the whole GPT model (llm/gpt.c) on the CUDA backend
+// test_gpu_train.c: the whole model (llm/model/, GPT-2's block) on the CUDA backend
 // against the CPU backend:
 //   - one training step in FP32: loss and every parameter's gradient agree
 //     with the CPU to 1e-5 (relative to each tensor's largest value), the
@@ -13,7 +13,8 @@
 //   - (full size only) a 1-layer model trains a step at T = 131072.
 // TEST_SMALL=1 (the CPU execution harness) shrinks the model and the number
 // of steps.
-#include "llm/gpt.h"
+#include "llm/arch/arch.h"
+#include "llm/model/model.h"
 #include "llm/recompute.h"
 #include "llm/trainer.h"
 #include "tests/gpu/gpu_test.h"

@@ -1,0 +1,132 @@
+// state.c: a model's memory: parameters, gradients, master weights and AdamW
+// moments per ZeRO stage (the shards and their full-unit staging), the
+// activation arena, and the architecture's own tables.
+#include <string.h>
+
+#include "llm/fp8/fp8.h"
+#include "llm/model/internal.h"
+
+static size_t max_layer_unit(const ParamLayout* pl) {
+    size_t mx = 0;
+    for (int u = 1; u + 1 < pl->num_units; u++) mx = unit_size(pl, u) > mx ? unit_size(pl, u) : mx;
+    return mx;
+}
+
+// Elements of the shard plus full-unit staging (see gpt_state_bytes).
+static size_t staged_size(const ParamLayout* pl) {
+    return pl->total / (size_t)pl->world + unit_size(pl, 0) + unit_size(pl, pl->num_units - 1) +
+           2 * max_layer_unit(pl);
+}
+
+// Elements of params, grads and each optimizer buffer at a stage.
+static void state_sizes(const ParamLayout* pl, int zero_stage, size_t* params, size_t* grads, size_t* opt) {
+    size_t n = pl->total;
+    *params = zero_stage >= 3 ? staged_size(pl) : n;
+    *grads = zero_stage >= 2 ? staged_size(pl) : n;
+    *opt = zero_stage == 0 ? n : n / (size_t)pl->world;
+}
+
+StateBytes gpt_state_bytes(const GPTConfig* c, DType dtype, int world, int zero_stage) {
+    if (zero_stage < 0 || zero_stage > 3) fatal("internal: ZeRO stage %d does not exist", zero_stage);
+    ParamLayout pl;
+    param_layout_build(&pl, c, world);
+    size_t params, grads, opt, es = dtype_size(dtype);
+    state_sizes(&pl, zero_stage, &params, &grads, &opt);
+    param_layout_free(&pl);
+    StateBytes b;
+    b.params = params * es;
+    b.grads = grads * es;
+    b.master = dtype == DTYPE_F32 ? 0 : opt * sizeof(float);
+    b.adam = 2 * opt * sizeof(float);
+    return b;
+}
+
+size_t gpt_arch_state_bytes(const GPTConfig* c, int T) {
+    const BlockDef* b = gpt_block(c);
+    return b->state_bytes ? b->state_bytes(c, T) : 0;
+}
+
+void* gpt_staging(const GPT* m, void* sharded, StagingSlot slot) {
+    const ParamLayout* pl = &m->layout;
+    size_t off = m->opt_size;
+    if (slot > STAGING_EMBED) off += unit_size(pl, 0);
+    if (slot > STAGING_FINAL) off += unit_size(pl, pl->num_units - 1);
+    if (slot > STAGING_LAYER_A) off += max_layer_unit(pl);
+    return (char*)sharded + off * dtype_size(m->dtype);
+}
+
+size_t gpt_owned_piece(const GPT* m, int u, size_t* lo, size_t* state_offset) {
+    const ParamLayout* pl = &m->layout;
+    if (m->zero_stage == 0) {
+        *lo = pl->unit_begin[u];
+        *state_offset = pl->unit_begin[u];
+        return unit_size(pl, u);
+    }
+    size_t chunk = unit_chunk(pl, u);
+    *lo = pl->unit_begin[u] + (size_t)m->rank * chunk;
+    // Units are multiples of world, so the chunks of earlier units add up to
+    // unit_begin[u] / world.
+    *state_offset = pl->unit_begin[u] / (size_t)pl->world;
+    return chunk;
+}
+
+void gpt_create(GPT* m, const GPTConfig* c, Backend* be, int B, int T, int world, int rank, int zero_stage) {
+    gpt_create_recompute(m, c, be, B, T, world, rank, zero_stage, NULL);
+}
+
+void gpt_create_recompute(GPT* m, const GPTConfig* c, Backend* be, int B, int T, int world, int rank,
+                          int zero_stage, const RecomputePolicy* recompute) {
+    memset(m, 0, sizeof *m);
+    m->config = *c;
+    m->be = be;
+    m->dtype = be->dtype;
+    m->B = B;
+    m->T = T;
+    if (T > c->max_seq_len)
+        fatal("sequence length %d exceeds the model's maximum sequence length %d", T, c->max_seq_len);
+    if (zero_stage < 0 || zero_stage > 3) fatal("internal: ZeRO stage %d is not available", zero_stage);
+    if (rank < 0 || rank >= world) fatal("internal: rank %d of %d", rank, world);
+    m->world = world;
+    m->rank = rank;
+    m->zero_stage = zero_stage;
+    param_layout_build(&m->layout, c, world);
+    m->num_params = gpt_num_params(c);
+    size_t es = dtype_size(m->dtype);
+    state_sizes(&m->layout, zero_stage, &m->params_size, &m->grads_size, &m->opt_size);
+    size_t ns = m->opt_size;
+    m->params = be->alloc(be, m->params_size * es, "parameters");
+    m->grads = be->alloc(be, m->grads_size * es, "gradients");
+    if (m->dtype != DTYPE_F32) m->master = (float*)be->alloc(be, ns * sizeof(float), "master weights");
+    m->adam_m = (float*)be->alloc(be, ns * sizeof(float), "AdamW first moment");
+    m->adam_v = (float*)be->alloc(be, ns * sizeof(float), "AdamW second moment");
+    be->zero(be, m->params, m->params_size * es);
+    be->zero(be, m->grads, m->grads_size * es);
+    if (m->master) be->zero(be, m->master, ns * sizeof(float));
+    be->zero(be, m->adam_m, ns * sizeof(float));
+    be->zero(be, m->adam_v, ns * sizeof(float));
+    act_layout_build(&m->acts, c, B, T, m->dtype, recompute);
+    m->arena = be->alloc(be, m->acts.bytes, "activations");
+    m->inputs = (int32_t*)be->alloc(be, (size_t)B * T * sizeof(int32_t), "input tokens");
+    m->targets = (int32_t*)be->alloc(be, (size_t)B * T * sizeof(int32_t), "target tokens");
+    m->scalars = (float*)be->alloc(be, 4 * sizeof(float), "scalars");
+    be->zero(be, m->scalars, 4 * sizeof(float));
+    const BlockDef* block = gpt_block(c);
+    if (block->create_state) block->create_state(m);
+}
+
+void gpt_free(GPT* m) {
+    Backend* be = m->be;
+    if (m->fp8) gpt_disable_fp8(m);
+    be->free(be, m->params);
+    be->free(be, m->grads);
+    if (m->master) be->free(be, m->master);
+    be->free(be, m->adam_m);
+    be->free(be, m->adam_v);
+    be->free(be, m->arena);
+    be->free(be, m->inputs);
+    be->free(be, m->targets);
+    be->free(be, m->scalars);
+    if (m->rope_freqs) be->free(be, m->rope_freqs);
+    param_layout_free(&m->layout);
+    memset(m, 0, sizeof *m);
+}
