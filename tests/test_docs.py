@@ -110,4 +110,24 @@ for d in ["kernels", "data"]:
                         problems.append(f"{path}:{i} includes {m.group(1)}")
 check("kernels_and_data_include_only_llm_util", problems)
 
+# 6. The model's layers (llm/README.md): llm/fp8/ knows no model, the core
+# (llm/model/) knows no architecture, an architecture sees the core only
+# through block.h. No circle between the three.
+ALLOWED = {
+    "llm/fp8": lambda inc: not inc.startswith(("llm/model/", "llm/arch/")),
+    "llm/model": lambda inc: not inc.startswith("llm/arch/"),
+    "llm/arch": lambda inc: inc in ("llm/model/block.h", "llm/model/config.h", "llm/arch/arch.h")
+                            or not inc.startswith("llm/"),
+}
+problems = []
+for d, allowed in ALLOWED.items():
+    for f in sorted(os.listdir(d)):
+        if re.search(r"\.(c|h|cu|cuh)$", f):
+            path = os.path.join(d, f)
+            for i, line in enumerate(open(path, errors="replace"), 1):
+                m = re.match(r'\s*#\s*include\s+"([^"]+)"', line)
+                if m and not allowed(m.group(1)):
+                    problems.append(f"{path}:{i} includes {m.group(1)}")
+check("model_core_fp8_and_architectures_layered", problems)
+
 finish()

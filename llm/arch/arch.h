@@ -5,6 +5,7 @@
 //   gpt2   llm/arch/gpt2.c    LayerNorm, learned positions, GELU MLP, tied head
 //   llama  llm/arch/llama.c   RMSNorm, RoPE, grouped-query attention, SwiGLU
 //
+// Adding an architecture: llm/README.md ("A third architecture").
 #pragma once
 
 #include "llm/model/config.h"
