@@ -829,9 +829,9 @@ static struct {
     int set, B, T, NH, NKV, HS;
 } g_step;
 
-// One line per kind of note, the first time (rank 0): the choice, the
-// backward's fallback, the variable shapes' route. Never one per call.
-enum { NOTE_CUDNN = 1, NOTE_NATIVE_FWD = 2, NOTE_NATIVE_BWD = 4, NOTE_OTHER_SHAPES = 8 };
+// One line per kind of note, the first time (rank 0): the choice (with the
+// variable shapes' route), a direction's fallback. Never one per call.
+enum { NOTE_CUDNN = 1, NOTE_NATIVE_FWD = 2, NOTE_NATIVE_BWD = 4 };
 static unsigned g_noted;
 static void note(unsigned kind, const char* fmt, ...) {
     if (!g_verbose || (g_noted & kind)) return;
@@ -873,7 +873,11 @@ static int settle(int backward, int B, int T, int NH, int NKV, int HS, const cha
     const char* dir = backward ? "backward" : "forward";
     if (*why && g_choice == ATTN_CUDNN)
         fatal("--attention cudnn: cannot run the %s of B=%d T=%d NH=%d NKV=%d HS=%d: %s", dir, B, T, NH, NKV, HS, why);
-    if (!*why) note(NOTE_CUDNN, "attention: cuDNN %zu fused attention (%s)", g_api.version, g_api.path);
+    if (!*why && g_step.set)  // said once, at start-up: a note in mid-run would land inside --generate's text
+        note(NOTE_CUDNN, "attention: cuDNN %zu fused attention (%s) for the training step (B=%d T=%d); other shapes "
+             "(sampling, generation, evaluation, a short last validation batch) run natively", g_api.version,
+             g_api.path, g_step.B, g_step.T);
+    else if (!*why) note(NOTE_CUDNN, "attention: cuDNN %zu fused attention (%s)", g_api.version, g_api.path);
     else if (both) note(NOTE_NATIVE_FWD | NOTE_NATIVE_BWD, "attention: native kernels (cuDNN not used: %s)", why);
     else note(backward ? NOTE_NATIVE_BWD : NOTE_NATIVE_FWD, "attention: native kernels (cuDNN not used for the %s: %s)",
               dir, why);
@@ -898,13 +902,7 @@ int attention_cudnn_use(Backend* be, int backward, int B, int T, int NH, int NKV
                         const void* p1, const void* p2, const void* p3) {
     g_last_used = 0;
     if (g_choice == ATTN_NATIVE) return 0;
-    if (g_step.set && !is_step_shape(B, T, NH, NKV, HS)) {
-        if (!*unsupported(be, T, NH, NKV, HS))
-            note(NOTE_OTHER_SHAPES, "attention: native kernels for shapes other than the training step's (B=%d T=%d): "
-                 "sampling, generation, evaluation, a short last validation batch (cuDNN would build a plan for "
-                 "each)", g_step.B, g_step.T);
-        return 0;
-    }
+    if (g_step.set && !is_step_shape(B, T, NH, NKV, HS)) return 0;  // the start-up line said so
     int aligned = aligned_to(p0, 16) && aligned_to(p1, 16) && aligned_to(p2, 16) && aligned_to(p3, 16);
     const char* why;
     int both;

@@ -93,4 +93,13 @@ $(SIM_CUDNN_LIB): tests/cuda_sim/cudnn/fake_cudnn.cpp
 	$(SIM_CXX) -std=c++17 -O2 -g -fPIC -shared -Wall -isystem $(CUDA_HOME)/include $< -o $@
 $(SIM)/bin/test_sim_cudnn: $(SIM_CUDNN_LIB)
 SIM_TESTS += $(if $(SIM_ENABLED),tests/cuda_sim/test_sim_cudnn_train.sh,)
+# train_gpt as users run it (issue 23): make run's command, --generate, resume, 2 ranks;
+# six combinations of attention, precision and architecture (all twelve: make test-long).
+SIM_TESTS += $(if $(SIM_ENABLED),$(if $(SIM_NCCL),tests/cuda_sim/test_sim_user_paths.sh))
+
+# make test-long: the sweeps too long for make test (CI): every combination of the user paths.
+.PHONY: test-long
+test-long: $(if $(SIM_ENABLED),$(SIM)/train_gpt $(SIM_CUDNN_LIB)) data
+	@test -n "$(SIM_ENABLED)" || { echo "test-long: needs the CUDA headers (the harness)"; exit 1; }
+	@tests/run_tests.sh "USER_PATHS=all tests/cuda_sim/test_sim_user_paths.sh"
 sim-tests: $(if $(SIM_ENABLED),$(SIM_CUDNN_LIB))

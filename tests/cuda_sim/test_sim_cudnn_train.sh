@@ -64,14 +64,14 @@ fi
 #     tokens is 40 forwards of new shapes (B=1, T=1..40), which on main built
 #     a plan each and stopped the run at the 33rd ("more than 32 attention
 #     shapes"), printing the choice a dozen times. Now the run finishes, the
-#     choice is printed once, the other shapes run natively (said once), and
+#     choice is printed once, saying that the other shapes run natively, and
 #     the whole run builds exactly the step's two plans.
 for mode in auto cudnn; do
   CUDA_SIM_CUDNN_STATS=1 run "sample_$mode" --attention "$mode" --steps 4 --sample-every 4 --sample-tokens 40 \
     --checkpoint-dir '' --model-dir ''
   rc=$?
   if [ "$rc" -eq 0 ] && [ "$(grep -c '^attention: cuDNN' "$T/sample_$mode.log")" -eq 1 ] &&
-     [ "$(grep -c '^attention: native kernels for shapes other than the training step' "$T/sample_$mode.log")" -eq 1 ] &&
+     grep -q '^attention: cuDNN .* for the training step (B=2 T=40); other shapes (sampling, generation' "$T/sample_$mode.log" &&
      grep -q '^---- sample at step 4' "$T/sample_$mode.log" && grep -q 'fake cuDNN stats: .* 2 plans built' "$T/sample_$mode.log"; then
     ok "sim_cudnn_sampling_builds_no_plan_$mode"
   else
