@@ -40,6 +40,8 @@
 #include "kernels/cudnn_workspace.h"
 
 static AttentionMode g_choice = ATTN_AUTO;
+static int g_chosen;  // --attention was applied (cuda_attention_select), or the environment read
+static AttentionMode current_choice(void);
 static int g_last_used;  // whether the last attention call went to cuDNN
 static int g_verbose = 1;  // print the choice (rank 0 of a run)
 
@@ -871,7 +873,7 @@ static int is_step_shape(int B, int T, int NH, int NKV, int HS) {
 // under --attention cudnn.
 static int settle(int backward, int B, int T, int NH, int NKV, int HS, const char* why, int both) {
     const char* dir = backward ? "backward" : "forward";
-    if (*why && g_choice == ATTN_CUDNN)
+    if (*why && current_choice() == ATTN_CUDNN)
         fatal("--attention cudnn: cannot run the %s of B=%d T=%d NH=%d NKV=%d HS=%d: %s", dir, B, T, NH, NKV, HS, why);
     if (!*why && g_step.set)  // said once, at start-up: a note in mid-run would land inside --generate's text
         note(NOTE_CUDNN, "attention: cuDNN %zu fused attention (%s) for the training step (B=%d T=%d); other shapes "
@@ -885,7 +887,7 @@ static int settle(int backward, int B, int T, int NH, int NKV, int HS, const cha
 }
 
 size_t attention_cudnn_scratch_bytes(Backend* be, int B, int T, int NH, int NKV, int HS) {
-    if (g_choice == ATTN_NATIVE) return 0;
+    if (current_choice() == ATTN_NATIVE) return 0;
     g_step.set = 1, g_step.B = B, g_step.T = T, g_step.NH = NH, g_step.NKV = NKV, g_step.HS = HS;
     // Both plans now, so that no step builds one; the choice is printed here, once.
     const char* why;
@@ -901,7 +903,7 @@ size_t attention_cudnn_scratch_bytes(Backend* be, int B, int T, int NH, int NKV,
 int attention_cudnn_use(Backend* be, int backward, int B, int T, int NH, int NKV, int HS, const void* p0,
                         const void* p1, const void* p2, const void* p3) {
     g_last_used = 0;
-    if (g_choice == ATTN_NATIVE) return 0;
+    if (current_choice() == ATTN_NATIVE) return 0;
     if (g_step.set && !is_step_shape(B, T, NH, NKV, HS)) return 0;  // the start-up line said so
     int aligned = aligned_to(p0, 16) && aligned_to(p1, 16) && aligned_to(p2, 16) && aligned_to(p3, 16);
     const char* why;
@@ -922,8 +924,8 @@ int attention_cudnn_use(Backend*, int, int, int, int, int, int, const void*, con
     static int announced;
     const char* why;
     attention_cudnn_version(&why);
-    if (g_choice == ATTN_CUDNN) fatal("--attention cudnn: %s", why);
-    if (g_choice == ATTN_AUTO && g_verbose && !announced++) printf("attention: native kernels (cuDNN not used: %s)\n", why);
+    if (current_choice() == ATTN_CUDNN) fatal("--attention cudnn: %s", why);
+    if (current_choice() == ATTN_AUTO && g_verbose && !announced++) printf("attention: native kernels (cuDNN not used: %s)\n", why);
     return 0;
 }
 size_t attention_cudnn_scratch_bytes(Backend*, int, int, int, int, int) { return 0; }
@@ -944,8 +946,27 @@ extern "C" void cuda_attention_select(Backend* be, int choice, int verbose) {
     g_verbose = verbose;
     if (choice < ATTN_AUTO || choice > ATTN_NATIVE) fatal("internal: attention choice %d is not 0, 1 or 2", choice);
     g_choice = (AttentionMode)choice;
+    g_chosen = 1;
     if (g_choice == ATTN_CUDNN) {
         const char* why;
         if (!attention_cudnn_version(&why)) fatal("--attention cudnn: %s", why);
     }
+}
+
+// The choice: --attention's (train_gpt applies it at start-up), else, in a
+// program without the flag (the GPU tests, bench_gpu), $TRAIN_GPT_ATTENTION
+// (auto, cudnn or native; auto when unset): the GPU check forces native
+// with it so that the native kernels' long-sequence paths run on a GPU too.
+static AttentionMode current_choice(void) {
+    if (!g_chosen) {
+        const char* e = getenv("TRAIN_GPT_ATTENTION");
+        const char* names[] = {"auto", "cudnn", "native"};
+        int c = 0;
+        if (e && *e) {
+            while (c < 3 && strcmp(e, names[c])) c++;
+            if (c == 3) fatal("TRAIN_GPT_ATTENTION='%s' is not one of auto, cudnn, native", e);
+        }
+        cuda_attention_select(NULL, c, g_verbose);
+    }
+    return g_choice;
 }

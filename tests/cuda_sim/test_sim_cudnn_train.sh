@@ -151,4 +151,21 @@ expect_error sim_cudnn_on_cpu '--attention cudnn: cuDNN runs on the CUDA backend
 expect_error sim_attention_bad_word "--attention 'fast' is not one of auto, cudnn, native" \
   "$TG" "${tiny[@]}" --attention fast
 
+# 4. Programs without --attention (the GPU tests, bench_gpu) take
+#    TRAIN_GPT_ATTENTION: native keeps cuDNN out where it loads (the GPU
+#    check's native variant of test_gpu_grid), auto takes it; a bad word is
+#    one error line.
+GRID=${SIM_GRID:-build/sim/bin/gpu_test_gpu_grid}
+TRAIN_GPT_CUDNN_LIB=$FAKE TRAIN_GPT_ATTENTION=native "$GRID" >"$T/grid_native.log" 2>&1
+rc_native=$?
+TRAIN_GPT_CUDNN_LIB=$FAKE "$GRID" >"$T/grid_auto.log" 2>&1
+if [ "$rc_native" -eq 0 ] && grep -q '^ok test_attention_backward_rows_bf16' "$T/grid_native.log" &&
+   ! grep -q '^attention: cuDNN' "$T/grid_native.log" && grep -q '^attention: cuDNN' "$T/grid_auto.log"; then
+  ok sim_attention_env_forces_native
+else
+  fail sim_attention_env_forces_native "exit $rc_native; $(grep -E '^attention|FAIL|error' "$T/grid_native.log" "$T/grid_auto.log" | head -n 3)"
+fi
+expect_error sim_attention_env_bad_word "TRAIN_GPT_ATTENTION='fast' is not one of auto, cudnn, native" \
+  env TRAIN_GPT_ATTENTION=fast "$GRID"
+
 finish
