@@ -148,7 +148,7 @@ for k in 1 2 3 4 5; do
   [ "$k" -gt 3 ] && phase=perf
   setsid bash -c "$(declare -f rehearse); T=$T sk=$sk stub=$stub rehearse kill$k $phase" >"$T/kill$k.log" 2>&1 &
   pid=$!
-  sleep "$(awk -v r="$RANDOM" 'BEGIN { printf "%.2f", 0.5 + 7 * r / 32768 }')"
+  sleep "$(awk -v r="$RANDOM" 'BEGIN { printf "%.2f", 0.3 + 4 * r / 32768 }')"
   kill -KILL -- "-$pid" 2>/dev/null
   wait "$pid" 2>/dev/null
   problems=$(well_formed "kill$k")
