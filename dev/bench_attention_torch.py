@@ -9,7 +9,9 @@ Each row is PyTorch's fastest SDPA backend for that shape (flash, cuDNN,
 memory-efficient; each tried, the best kept and named). FLOPs as bench_gpu
 counts them: forward 4*B*NH*(T*T/2)*HS, backward 2.5 times that.
 
-  bench_attention_torch.py [--quick] [--compare BENCH_GPU_LOG]
+  bench_attention_torch.py [--quick | --headline] [--compare BENCH_GPU_LOG]
+
+--headline: only T = 1K, 4K and 8K (the GPU check's first rows).
 
 --compare: also print, for every row of the bench_gpu log, its TFLOP/s as a
 ratio to PyTorch's on this GPU (same run of the check, same GPU).
@@ -89,6 +91,7 @@ def ratios(lines, torch_tf):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--headline", action="store_true", help="only T = 1K, 4K and 8K (bench_gpu --headline's rows)")
     ap.add_argument("--compare", metavar="BENCH_GPU_LOG")
     args = ap.parse_args()
     import torch  # here, so that ratios() can be used (and tested) without it
@@ -98,7 +101,7 @@ def main():
     torch_tf = {}
     for HS in (64, 128):
         for T in (1024, 2048, 4096, 8192, 16384, 32768):
-            if args.quick and T > 8192:
+            if (args.quick and T > 8192) or (args.headline and T not in (1024, 4096, 8192)):
                 continue
             B, NH = 32768 // T, 2048 // HS
             fwd = 4.0 * B * NH * (T * T / 2) * HS

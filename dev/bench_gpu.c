@@ -35,7 +35,14 @@
 // same shape.
 // The last lines are the summary table.
 //
+// Headline (bench_gpu --headline, what the GPU check measures first): the
+// GPT-2 124M BF16 step at T = 1024 (tokens/s, MFU) and the attention grid at
+// T = 1K, 4K and 8K (cuDNN and native, HS 64 and 128), the rows set beside
+// PyTorch's step and SDPA.
+// Every buffer is filled on the device (kernels/cuda/fill.cu).
+//
 //   bench_gpu [--quick]     --quick: fewer repetitions and only the first model
+//   bench_gpu --headline [--quick]   only the headline rows
 //   bench_gpu --llama8b [--quick]    only part 4 (--quick: 3 steps instead of 10)
 #include <cuda_runtime.h>
 #include <math.h>
@@ -61,6 +68,8 @@ void cuda_attention_backward_native(Backend* be, void* dqkv, const void* dout, c
                                     const float* lse, int B, int T, int NH, int NKV, int HS);
 // kernels/cuda/attention_cudnn.cu: whether the last attention call used cuDNN.
 int attention_cudnn_last_used(void);
+// kernels/cuda/fill.cu: dst[0..n) uniform in [lo, hi) (BF16, FP32 or I32), made on the device.
+void cuda_fill_uniform(Backend* be, void* dst, size_t n, DType dtype, float lo, float hi, uint64_t seed);
 
 static Backend* be;
 static double peak_tflops;   // dense BF16
@@ -113,38 +122,26 @@ static void device_info(void) {
 
 // ---- buffers --------------------------------------------------------------------------------------
 
-static void* rand_buf(size_t n, float scale) {
-    uint16_t* h = (uint16_t*)xmalloc(n * 2);
-    uint64_t key = rng_key(77, n, 0);
-    for (size_t i = 0; i < n; i++) {
-        float x = scale * (rng_uniform(key, i) * 2.0f - 1.0f);
-        uint32_t u;
-        memcpy(&u, &x, 4);
-        h[i] = (uint16_t)(u >> 16);
-    }
+// Buffers are filled on the device (kernels/cuda/fill.cu): values from a hash
+// of (seed, index), the same every run; a host loop over 124M elements would
+// spend seconds of the GPU check's minutes. Each buffer has its own seed.
+static uint64_t fill_seed = 77;
+
+static void* rand_buf(size_t n, float scale) {  // BF16, uniform in [-scale, scale)
     void* d = be->alloc(be, n * 2, "bench buffer");
-    be->to_device(be, d, h, n * 2);
-    free(h);
+    cuda_fill_uniform(be, d, n, DTYPE_BF16, -scale, scale, fill_seed++);
     return d;
 }
 
-static float* rand_f32(size_t n, float scale) {
-    float* h = (float*)xmalloc(n * 4);
-    uint64_t key = rng_key(78, n, 0);
-    for (size_t i = 0; i < n; i++) h[i] = scale * rng_uniform(key, i);
+static float* rand_f32(size_t n, float scale) {  // FP32, uniform in [0, scale)
     float* d = (float*)be->alloc(be, n * 4, "bench buffer");
-    be->to_device(be, d, h, n * 4);
-    free(h);
+    cuda_fill_uniform(be, d, n, DTYPE_F32, 0.0f, scale, fill_seed++);
     return d;
 }
 
 static int32_t* rand_tokens(size_t n, int V) {
-    int32_t* h = (int32_t*)xmalloc(n * 4);
-    uint64_t key = rng_key(79, n, 0);
-    for (size_t i = 0; i < n; i++) h[i] = (int32_t)rng_below(key, i, (uint64_t)V);
     int32_t* d = (int32_t*)be->alloc(be, n * 4, "bench tokens");
-    be->to_device(be, d, h, n * 4);
-    free(h);
+    cuda_fill_uniform(be, d, n, DTYPE_I32, 0.0f, (float)V, fill_seed++);
     return d;
 }
 
@@ -330,16 +327,16 @@ static void attention_line(const char* dir, const char* path, int T, int HS, int
 
 // Causal attention forward and backward through cuDNN (--attention cudnn's
 // path, "n/a" where cuDNN is absent or declines the shape) and our kernels, at
-// T = 1K..32K and head sizes 64 and 128: 32K tokens per call (B = 32768 / T),
-// 2048 channels (NH = 2048 / HS). FLOPs as bench_attention counts them.
-static void bench_attention_grid(int quick) {
-    int Ts[] = {1024, 2048, 4096, 8192, 16384, 32768}, HSs[] = {64, 128};
+// the nT lengths Ts and head sizes 64 and 128: 32K tokens per call (B = 32768 /
+// T), 2048 channels (NH = 2048 / HS). FLOPs as bench_attention counts them.
+// all_in_summary: every row goes to the summary (else T = 8192, HS = 128's).
+static void bench_attention_grid(const int* Ts, int nT, int all_in_summary) {
+    int HSs[] = {64, 128};
     const char* paths[] = {"cudnn", "native"};
     int saved = reps;
     for (int hi = 0; hi < 2; hi++)
-        for (int ti = 0; ti < 6; ti++) {
+        for (int ti = 0; ti < nT; ti++) {
             int T = Ts[ti], HS = HSs[hi], B = 32768 / T, NH = 2048 / HS;
-            if (quick && T > 8192) continue;
             double fwd = 2.0 * 2.0 * B * NH * ((double)T * T / 2) * HS;
             AttnCtx c;
             memset(&c, 0, sizeof c);
@@ -358,7 +355,7 @@ static void bench_attention_grid(int quick) {
                 double tb = time_op(at_bwd, &c);
                 int bwd_cudnn = attention_cudnn_last_used();
                 int ok_f = pi == 1 || fwd_cudnn, ok_b = pi == 1 || bwd_cudnn;
-                int summary = T == 8192 && HS == 128;
+                int summary = all_in_summary || (T == 8192 && HS == 128);
                 attention_line("fwd", paths[pi], T, HS, B, NH, ok_f ? tf : 0, fwd, summary);
                 attention_line("bwd", paths[pi], T, HS, B, NH, ok_b ? tb : 0, 2.5 * fwd, summary);
             }
@@ -681,11 +678,8 @@ static void bench_model(const char* name, GPTConfig c, int B, int T, int steps) 
     GPT m;
     gpt_create(&m, &c, be, B, T, 1, 0, 0);
     gpt_init_random(&m, 1);
-    int32_t* in = (int32_t*)xmalloc((size_t)B * T * 4);
-    uint64_t key = rng_key(3, 3, 3);
-    for (size_t i = 0; i < (size_t)B * T; i++) in[i] = (int32_t)rng_below(key, i, (uint64_t)c.vocab_size);
-    be->to_device(be, m.inputs, in, (size_t)B * T * 4);
-    be->to_device(be, m.targets, in, (size_t)B * T * 4);
+    cuda_fill_uniform(be, m.inputs, (size_t)B * T, DTYPE_I32, 0.0f, (float)c.vocab_size, 3);
+    be->copy(be, m.targets, m.inputs, (size_t)B * T * 4);
     double t0 = 0, loss = 0;
     for (int s = 0; s < steps + 2; s++) {
         if (s == 2) {
@@ -712,7 +706,6 @@ static void bench_model(const char* name, GPTConfig c, int B, int T, int steps) 
     printf("model %-20s %-30s %8.1f ms/step %10.0f tok/s  MFU %5.1f%%  (loss %.3f, %.1f GiB)\n", name, shape,
            sec * 1e3, tok_s, 100 * mfu, loss, be->peak_allocated_bytes(be) / 1073741824.0);
     add_row("model %-20s %-30s %8.1f ms %10.0f tok/s MFU %5.1f%%", name, shape, sec * 1e3, tok_s, 100 * mfu);
-    free(in);
     gpt_free(&m);
 }
 
@@ -814,11 +807,8 @@ static double model_step_seconds(GPTConfig c, int B, int T, int steps, int fp8) 
         gpt_enable_fp8(&m, &s, &o);
     }
     gpt_init_random(&m, 1);
-    int32_t* in = (int32_t*)xmalloc((size_t)B * T * 4);
-    uint64_t key = rng_key(3, 3, 3);
-    for (size_t i = 0; i < (size_t)B * T; i++) in[i] = (int32_t)rng_below(key, i, (uint64_t)c.vocab_size);
-    be->to_device(be, m.inputs, in, (size_t)B * T * 4);
-    be->to_device(be, m.targets, in, (size_t)B * T * 4);
+    cuda_fill_uniform(be, m.inputs, (size_t)B * T, DTYPE_I32, 0.0f, (float)c.vocab_size, 3);
+    be->copy(be, m.targets, m.inputs, (size_t)B * T * 4);
     double t0 = 0;
     for (int st = 0; st < steps + 2; st++) {
         if (st == 2) {
@@ -837,7 +827,6 @@ static double model_step_seconds(GPTConfig c, int B, int T, int steps, int fp8) 
     }
     be->synchronize(be);
     double sec = (now_seconds() - t0) / steps;
-    free(in);
     gpt_free(&m);  // and its FP8 state
     return sec;
 }
@@ -921,24 +910,40 @@ static GPTConfig gpt2(int L, int C, int NH, int V) {
     return c;
 }
 
+static void print_summary(void) {
+    printf("---- summary (peak: %.0f TFLOP/s dense BF16%s, %.0f GB/s) ----\n", peak_tflops, peak_known ? "" : ", assumed",
+           peak_gbs);
+    for (int i = 0; i < rows; i++) printf("%s\n", table[i]);
+}
+
 int main(int argc, char** argv) {
-    int quick = 0, llama8b = 0;
+    int quick = 0, llama8b = 0, headline = 0;
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--quick") == 0) quick = 1;
         else if (strcmp(argv[i], "--llama8b") == 0) llama8b = 1;
+        else if (strcmp(argv[i], "--headline") == 0) headline = 1;
         else {
-            fprintf(stderr, "bench_gpu: unknown argument '%s' (bench_gpu [--quick] [--llama8b])\n", argv[i]);
+            fprintf(stderr, "bench_gpu: unknown argument '%s' (bench_gpu [--quick] [--llama8b | --headline])\n",
+                    argv[i]);
             return 2;
         }
     }
     if (quick) reps = 5;
     be = cuda_backend_create(DTYPE_BF16);
     device_info();
+    if (headline) {
+        printf("---- headline: GPT-2 124M BF16 step; attention cuDNN and native, T = 1K, 4K, 8K, HS 64 and 128 ----\n");
+        bench_model("gpt2-124M", gpt2(12, 768, 12, 50257), 16, 1024, quick ? 3 : 10);
+        int head_T[] = {1024, 4096, 8192};
+        bench_attention_grid(head_T, 3, 1);
+        print_summary();
+        be->destroy(be);
+        return 0;
+    }
     if (llama8b) {
         printf("---- a Llama-3-8B-shaped model (4 layers, T = 8192; BF16 and FP8 training steps) ----\n");
         bench_llama8b(quick ? 3 : 10);
-        printf("---- summary (peak: %.0f TFLOP/s dense BF16%s) ----\n", peak_tflops, peak_known ? "" : ", assumed");
-        for (int i = 0; i < rows; i++) printf("%s\n", table[i]);
+        print_summary();
         be->destroy(be);
         return 0;
     }
@@ -960,7 +965,8 @@ int main(int argc, char** argv) {
     bench_norms();
     if (be->fp8_support != FP8_NONE) bench_fp8_casts();
     printf("---- attention: cuDNN and native (BF16, causal; dev/bench_attention_torch.py prints PyTorch's rows) ----\n");
-    bench_attention_grid(quick);
+    int grid_T[] = {1024, 2048, 4096, 8192, 16384, 32768};
+    bench_attention_grid(grid_T, quick ? 4 : 6, 0);
 
     printf("---- models (BF16 training steps) ----\n");
     int steps = quick ? 3 : 10;
@@ -988,8 +994,7 @@ int main(int argc, char** argv) {
         printf("---- FP8: this GPU has no FP8 tensor cores ----\n");
     }
 
-    printf("---- summary (peak: %.0f TFLOP/s dense BF16, %.0f GB/s) ----\n", peak_tflops, peak_gbs);
-    for (int i = 0; i < rows; i++) printf("%s\n", table[i]);
+    print_summary();
     be->destroy(be);
     return 0;
 }

@@ -30,6 +30,9 @@ the two can be joined by op and shape:
   torch matmul fwd qkv       16384 x 768 -> 2304      0.123 ms  500.0 TFLOP/s
   torch model gpt2-124M eager L=12 C=768 B=16 T=1024  80.0 ms/step 204800 tok/s
 
+--cuda-bench --headline [--quick]: only the GPT-2 124M step, eager (the GPU
+check's first rows, beside bench_gpu --headline).
+
 --cuda-bench --llama8b [--quick]: only a Llama-3-8B-shaped training step (4 of
 its layers, B=1, T=8192, FP32 master weights under BF16 autocast, SDPA, fused
 AdamW; 1.92B parameters, an estimated 55 GiB, its peak printed), eager and compiled, beside
@@ -508,6 +511,9 @@ def cuda_bench(quick):
     reps = 5 if quick else 20
     print(f"torch version {torch.__version__} cuda {torch.version.cuda} cudnn {torch.backends.cudnn.version()} "
           f"gpu {torch.cuda.get_device_name()}", flush=True)
+    if "--headline" in sys.argv[1:]:  # the GPU check's first rows: the GPT-2 124M step, eager
+        bench_gpt2_step(False, 3 if quick else 10)
+        return
     N = 16 * 1024
     for name, C, OC in (("qkv", 768, 2304), ("fc", 768, 3072), ("fcproj", 3072, 768), ("lm head", 768, 50304)):
         bench_matmul(name, N, C, OC, reps)

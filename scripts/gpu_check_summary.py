@@ -1,11 +1,14 @@
 #!/usr/bin/env python3
-"""gpu_check_summary.py WORK GPU PHASE SECONDS: the closing table of scripts/gpu_check.sh.
+"""gpu_check_summary.py WORK GPU PHASE SECONDS [--partial]: the table of scripts/gpu_check.sh.
 
-Reads WORK/steps.tsv (name, ok|FAIL|TIMEOUT|dry-run, seconds, exit status), the
-step logs in WORK/logs/ and the runs' WORK/<run>/metrics.jsonl, and prints one
-table of checks (each ok/FAIL with what it measured) and one of figures, each
-beside the same figure from PyTorch on the same GPU and their ratio. Standard
-library only (the GPU image's Python); a missing figure prints "n/a".
+Reads WORK/steps.tsv (name, ok|FAIL|TIMEOUT|SKIP|dry-run, seconds, exit status or
+why skipped), the step logs in WORK/logs/, the runs' WORK/<run>/metrics.jsonl and
+the register report WORK/ptxas.tsv, and prints one table of checks (each
+ok/FAIL/SKIP with what it measured) and one of figures, each beside the same
+figure from PyTorch on the same GPU and their ratio. --partial: written after a
+step while the check goes on (gpu_check.sh re-writes $OUT/summary.txt after
+every step). Standard library only (the GPU image's Python); a missing figure
+prints "n/a".
 """
 import json
 import math
@@ -80,21 +83,57 @@ def derived_checks(work):
         rows.append(("resume continues bit for bit", "ok" if same else "FAIL",
                      f"steps 11-20: {len(resumed)} resumed vs {len(want)}, "
                      + ("identical" if same else "differ")))
-    grid = read(os.path.join(work, "logs", "test_gpu_grid.log"))
-    if grid:
-        rows_line = re.search(r"attention backward over (\d+) rows", grid)
-        good = re.search(r"^ok test_attention_backward_rows_bf16", grid, re.M) and \
-            re.search(r"^ok test_attention_backward_rows_fp32", grid, re.M)
-        rows.append(("attention backward above 2.1M rows", "ok" if good else "FAIL",
-                     (rows_line.group(1) + " rows vs two half calls") if rows_line else ""))
-    ptxas = read(os.path.join(work, "ptxas.txt"))
-    if ptxas:
-        regs = [int(r) for r in re.findall(r"Used (\d+) registers", ptxas)]
-        spills = [int(s) for s in re.findall(r"(\d+) bytes spill stores", ptxas)]
-        rows.append(("register report (ptxas -v)", "info",
-                     f"{len(regs)} kernels, at most {max(regs) if regs else 0} registers, "
-                     f"{sum(1 for s in spills if s)} spill stores"))
+    # The >2.1M-row attention backward: on our kernels (TRAIN_GPT_ATTENTION=native), else the plain run.
+    for log_name, label in (("test_gpu_grid-native", "native kernels"), ("test_gpu_grid", "as the test ran")):
+        grid = read(os.path.join(work, "logs", log_name + ".log"))
+        if grid:
+            rows_line = re.search(r"attention backward over (\d+) rows", grid)
+            good = re.search(r"^ok test_attention_backward_rows_bf16", grid, re.M) and \
+                re.search(r"^ok test_attention_backward_rows_fp32", grid, re.M)
+            rows.append((f"attention backward above 2.1M rows ({label})", "ok" if good else "FAIL",
+                         (rows_line.group(1) + " rows vs two half calls") if rows_line else ""))
+            break
+    rows += user_checks(work)
+    rows += register_report(work)
     return rows
+
+
+def user_checks(work):
+    """train_gpt as users run it (the train-user step): the run ends, samples and evaluates, prints
+    its attention choice once, and --generate from its checkpoint prints text."""
+    log = read(os.path.join(work, "logs", "train-user.log"))
+    if not log:
+        return []
+    run, _, gen = log.partition("---- generate")
+    choice = re.findall(r"^attention: .*$", run, re.M)
+    samples = len(re.findall(r"^---- sample at step", run, re.M))
+    evals = re.findall(r"^eval .*\| (\d+) examples$", run, re.M)
+    steps = [r for r in losses(work, "user")]
+    m = re.search(r"^generate +\|.*\n(.*)", gen, re.M)  # the prompt and its continuation follow the header
+    generated = m.group(1).strip() if m else ""
+    once = bool(choice) and len(choice) == len(set(choice))  # each line of the choice printed once, not per call
+    good = len(steps) == 40 and samples >= 2 and len(evals) >= 2 and once and generated and "error:" not in log
+    detail = (f"{len(steps)} steps, {samples} samples, {len(evals)} evals, generated {len(generated)} chars; "
+              + (" / ".join(c[len("attention: "):][:70] for c in choice) if once else
+                 f"{len(choice)} attention lines, {len(set(choice))} distinct"))
+    return [("train_gpt as users run it (sample, eval, generate)", "ok" if good else "FAIL", detail)]
+
+
+def register_report(work, arch="sm_90"):
+    """Registers, static shared memory and spills of the kit's kernels (ptxas -v at build time)."""
+    text = read(os.path.join(work, "ptxas.tsv")).splitlines()
+    rows = [dict(zip(text[0].split("\t"), line.split("\t"))) for line in text[1:]] if text else []
+    rows = [r for r in rows if r.get("arch") == arch]
+    if not rows:
+        return []
+    top = max(rows, key=lambda r: int(r["registers"]))
+    spills = [r for r in rows if int(r["spill_stores"]) or int(r["spill_loads"])]
+    smem = max(int(r["static_smem"]) for r in rows)
+    names = ", ".join(sorted({r["kernel"].split("(")[0].replace("void ", "") for r in spills}))[:120]
+    return [(f"register report ({arch}, ptxas -v at build)", "info",
+             f"{len(rows)} kernels, at most {top['registers']} registers "
+             f"({top['kernel'].split('(')[0].replace('void ', '')[:50]}), static smem at most {smem} bytes, "
+             f"{len(spills)} spill" + (f": {names}" if spills else "s"))]
 
 
 # bench_gpu's op lines: "%-26s %-34s %9.3f ms %8.1f TFLOP/s" (reference.py's too, after "torch ").
@@ -109,9 +148,37 @@ def key(op, shape):
     return op, tuple(re.findall(r"\d+", shape))
 
 
+# The attention grid's lines, bench_gpu's (cudnn, native) and bench_attention_torch.py's (torch):
+#   attention fwd|bwd PATH T=.. HS=.. B=.. NH=..  <ms> ms <TFLOP/s> TFLOP/s   (or n/a)
+GRID_LINE = re.compile(r"^attention (?P<dir>fwd|bwd) (?P<path>cudnn|native|torch)\s+T=(?P<T>\d+) HS=(?P<HS>\d+) "
+                       r"B=\d+ NH=\d+\s+(?:[\d.]+ ms\s+(?P<tf>[\d.]+) TFLOP/s|n/a)")
+
+
+def logs(work, *names):
+    """The lines of several step logs, in order (headline first, then the long runs)."""
+    return [line for n in names for line in read(os.path.join(work, "logs", n + ".log")).splitlines()]
+
+
+def grid_figures(work):
+    torch = {}
+    for m in map(GRID_LINE.match, logs(work, "bench-torch-attention-headline", "bench-torch-attention")):
+        if m and m["tf"]:
+            torch.setdefault((m["dir"], m["T"], m["HS"]), float(m["tf"]))
+    rows, seen = [], set()
+    for m in map(GRID_LINE.match, logs(work, "bench-headline", "bench-gpu")):
+        if not m or m["path"] == "torch" or (m["dir"], m["path"], m["T"], m["HS"]) in seen:
+            continue
+        seen.add((m["dir"], m["path"], m["T"], m["HS"]))
+        t = torch.get((m["dir"], m["T"], m["HS"]))
+        ours = f"{float(m['tf']):.1f} TFLOP/s" if m["tf"] else "n/a"
+        rows.append((f"attention {m['dir']} {m['path']} T={m['T']} HS={m['HS']}", ours,
+                     f"{t:.1f} TFLOP/s" if t else "n/a", f"{float(m['tf']) / t:.2f}x" if t and m["tf"] else "n/a"))
+    return rows
+
+
 def figures(work):
-    ours = read(os.path.join(work, "logs", "bench-gpu.log")).splitlines()
-    torch = read(os.path.join(work, "logs", "bench-torch.log")).splitlines()
+    ours = logs(work, "bench-headline", "bench-gpu")
+    torch = logs(work, "bench-torch-headline", "bench-torch")
     theirs = {}
     for line in torch:
         m = OP_LINE.match(line[len("torch "):]) if line.startswith("torch ") else None
@@ -140,7 +207,7 @@ def figures(work):
     for line in ours:
         if line.startswith("fp8/bf16"):
             rows.append((line.strip(), "", "", ""))
-    return rows + llama_figures(work)
+    return rows + grid_figures(work) + llama_figures(work)
 
 
 # bench_gpu --llama8b's lines and reference.py --cuda-bench --llama8b's (the Llama-3-8B-shaped step).
@@ -186,17 +253,23 @@ def op_shares(work, top=10):
 
 
 def main():
-    if len(sys.argv) != 5:
-        sys.exit("usage: gpu_check_summary.py WORK GPU PHASE SECONDS")
-    work, gpu, phase, seconds = sys.argv[1:]
+    args = [a for a in sys.argv[1:] if a != "--partial"]
+    if len(args) != 4:
+        sys.exit("usage: gpu_check_summary.py WORK GPU PHASE SECONDS [--partial]")
+    work, gpu, phase, seconds = args
     steps = steps_of(work)
     print(f"==== gpu_check summary | {gpu} | phase {phase} | {seconds} s ====")
-    print(f"{'check':<44} {'result':<8} {'time':>6}  detail")
+    if "--partial" in sys.argv[1:]:
+        print(f"(in progress: {len(steps)} steps so far; a stopped call ends here)")
+    print(f"{'check':<52} {'result':<8} {'time':>6}  detail")
     for name, status, sec, rc in steps:
-        detail = detail_of(work, name) or (f"exit {rc}" if status not in ("ok", "dry-run") and rc else "")
-        print(f"{name:<44} {status:<8} {sec + 's':>6}  {detail}")
+        if status == "SKIP":
+            detail = "skipped: " + rc
+        else:
+            detail = detail_of(work, name) or (f"exit {rc}" if status not in ("ok", "dry-run") and rc else "")
+        print(f"{name:<52} {status:<8} {sec + 's':>6}  {detail}")
     for name, status, detail in derived_checks(work):
-        print(f"{name:<44} {status:<8} {'':>6}  {detail}")
+        print(f"{name:<52} {status:<8} {'':>6}  {detail}")
     figs = figures(work)
     if figs:
         print(f"\n{'figure':<56} {'ours':>16} {'PyTorch':>16} {'ours/PyTorch':>13}")

@@ -1,7 +1,8 @@
 """eval_ref.py: the reference side of tests/test_eval.sh.
 
-  eval_ref.py write OUT VOCAB SEED           a synthetic eval file in llm.c's format (random tokens,
-                                             2-4 completions, one row longer than the tests' --seq-len)
+  eval_ref.py write OUT VOCAB SEED [COUNT]   a synthetic eval file in llm.c's format (random tokens,
+                                             2-4 completions, one row longer than the tests' --seq-len;
+                                             37 examples, or the first COUNT)
   eval_ref.py score MODEL EVAL T             PyTorch (float64) scores of the eval file with llm.c weights:
                                              prints "acc ACC acc_norm ACC_NORM loss LOSS examples N"
   eval_ref.py corrupt IN OUT KIND            a malformed copy: magic, truncated, label, token
@@ -82,6 +83,7 @@ def main():
     cmd = sys.argv[1]
     if cmd == "write":
         out, vocab, seed = sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
+        count = int(sys.argv[5]) if len(sys.argv) > 5 else 37  # the first COUNT of the 37
         rng = np.random.default_rng(seed)
         examples = []
         for i in range(37):
@@ -90,7 +92,7 @@ def main():
             ctx = rng.integers(0, vocab, ctx_len).tolist()
             comps = [rng.integers(0, vocab, int(rng.integers(1, 9))).tolist() for _ in range(nc)]
             examples.append((int(rng.integers(0, nc)), ctx, comps))
-        write(out, examples)
+        write(out, examples[:count])
     elif cmd == "score":
         score(sys.argv[2], sys.argv[3], int(sys.argv[4]))
     elif cmd == "corrupt":

@@ -2,9 +2,10 @@
 # test_gpu_kit.sh: the GPU kit (make gpu-kit, scripts/gpu_kit.mk) runs where
 # nothing of ours is installed: each of its programs needs only glibc-level
 # system libraries and the CUDA libraries found at run time (readelf's NEEDED
-# entries, and ldd through run.sh's library path); it is at most 48 MiB; its
-# train_gpt trains on the CPU from the kit's own data. Skipped in builds
-# without nvcc (no kit).
+# entries, and ldd through run.sh's library path); it is at most 48 MiB; our
+# host code in it holds no instruction beyond baseline x86-64; it ships the
+# register report of its kernels; its train_gpt trains on the CPU from the
+# kit's own data. Skipped in builds without nvcc (no kit).
 set -u
 cd "$(dirname "$0")/.." || exit 1
 # shellcheck source=tests/lib.sh
@@ -48,6 +49,43 @@ elif printf '%s' "$archs" | grep -q sm_90 && printf '%s' "$archs" | grep -q sm_1
   ok gpu_kit_has_sm90_and_sm100
 else
   fail gpu_kit_has_sm90_and_sm100 "cuobjdump lists: ${archs:-nothing}"
+fi
+
+# Host code for any x86-64: the kit is built on a machine with AVX-512 and runs on a GPU machine
+# whose CPU may not have it (SIGILL before anything runs). Our functions, in the objects the
+# kit links (its libtrain.a and train.o, the CUDA objects' host code) and in the kit's
+# train_gpt, hold no instruction beyond baseline x86-64 (tests/baseline_isa.awk: no AVX or
+# AVX-512, BMI, POPCNT, SSE3/4); the static libraries' own kernels (OpenBLAS's, chosen at
+# run time by CPU) are not ours and not checked. The checker must catch AVX-512 code.
+kit_build=${GPU_KIT_BUILD:-build/kit}
+cuda_objs=()
+for f in kernels/cuda/*.cu llm/*/*.cu; do cuda_objs+=("${GPU_KIT_CUDA_BUILD:-build}/${f%.cu}.o"); done
+ours=$TEST_TMP/ours.txt
+nm --defined-only "$kit_build/libtrain.a" "$kit_build/train.o" "${cuda_objs[@]}" 2>/dev/null |
+  awk 'NF == 3 && $2 ~ /^[TtWw]$/ { print $3 }' | sort -u >"$ours"
+printf 'void axpy(float* y, const float* x, float a, int n) { for (int i = 0; i < n; i++) y[i] += a * x[i]; }\n' >"$TEST_TMP/avx.c"
+gcc -O3 -mavx512f -c "$TEST_TMP/avx.c" -o "$TEST_TMP/avx.o"
+objdump -d --no-show-raw-insn "$TEST_TMP/avx.o" | awk -f tests/baseline_isa.awk <(echo axpy) - >"$TEST_TMP/avx.out"
+if ! grep -q '^axpy: ' "$TEST_TMP/avx.out"; then
+  fail gpu_kit_host_code_is_baseline_x86_64 "the checker passed an -mavx512f loop: $(cat "$TEST_TMP/avx.out")"
+elif [ "$(wc -l <"$ours")" -lt 500 ]; then
+  fail gpu_kit_host_code_is_baseline_x86_64 "only $(wc -l <"$ours") of our functions in $kit_build and the CUDA objects"
+elif ! isa=$(objdump -d --no-show-raw-insn "$kit_build/libtrain.a" "$kit_build/train.o" "${cuda_objs[@]}" |
+             awk -f tests/baseline_isa.awk "$ours" -); then
+  fail gpu_kit_host_code_is_baseline_x86_64 "objects: $isa"
+elif ! isa=$(objdump -d --no-show-raw-insn "$kit_build/train_gpt" | awk -f tests/baseline_isa.awk "$ours" -); then
+  fail gpu_kit_host_code_is_baseline_x86_64 "$kit_build/train_gpt: $isa"
+else
+  ok gpu_kit_host_code_is_baseline_x86_64
+fi
+
+# The register report of the kit's own objects (ptxas -v at build time), for the GPU check.
+if head -n 1 "$kit/ptxas.tsv" | grep -q $'^source\tarch\tkernel\tregisters' &&
+   [ "$(awk -F'\t' '$2 == "sm_90"' "$kit/ptxas.tsv" | wc -l)" -ge 50 ] &&
+   awk -F'\t' '$2 == "sm_90" && $3 ~ /attention_forward_mma/ && $4 > 0 { found = 1 } END { exit !found }' "$kit/ptxas.tsv"; then
+  ok gpu_kit_ships_the_register_report
+else
+  fail gpu_kit_ships_the_register_report "$(head -n 3 "$kit/ptxas.tsv" 2>&1)"
 fi
 
 # The kit's train_gpt, from the kit's folder and data, trains on the CPU (static OpenBLAS, zstd, xxhash).

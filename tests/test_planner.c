@@ -275,10 +275,20 @@ static void gpu_bill_formulas(void) {
     CHECK(b.fp8_scaling == 4 * 12 * 3 * 4, "fp8 scaling %zu", b.fp8_scaling);
     CHECK(b.activations == b.acts.bytes + 2 * BT * 4 * C, "fp8 activations");
     // cuBLASLt's workspace and the ops' scratch; at T = 2048 the largest is the
-    // cuDNN backward's D + an FP32 dQ-sized workspace + softmax sums: B*T*(NH*4 rounded, C*4, NH*4).
-    size_t NH = 8, cudnn_ws = (BT * NH * 4 + 255) / 256 * 256 + BT * C * 4 + BT * NH * 4;
+    // cuDNN backward's D (B*T*NH*4, rounded) + its deterministic engines' dP
+    // (B*NH*T*T*2 = 128 MiB, under the 1 GiB limit).
+    size_t NH = 8, d = (BT * NH * 4 + 255) / 256 * 256, cudnn_ws = d + BT * NH * 2048 * 2;
     CHECK(plan_gpu_op_scratch(&pc.model, pc.B, pc.T) == cudnn_ws, "op scratch %zu, want %zu",
           plan_gpu_op_scratch(&pc.model, pc.B, pc.T), cudnn_ws);
+    // At T = 16384 dP would be 8 GiB: the limit is billed (the engine is
+    // skipped beyond it), and TRAIN_GPT_CUDNN_WORKSPACE moves it.
+    size_t d16 = ((size_t)2 * 16384 * NH * 4 + 255) / 256 * 256;
+    CHECK(plan_gpu_op_scratch(&pc.model, 2, 16384) == d16 + ((size_t)1 << 30), "op scratch at T=16K %zu",
+          plan_gpu_op_scratch(&pc.model, 2, 16384));
+    setenv("TRAIN_GPT_CUDNN_WORKSPACE", "256M", 1);
+    CHECK(plan_gpu_op_scratch(&pc.model, 2, 16384) == d16 + ((size_t)256 << 20), "op scratch at T=16K, 256M %zu",
+          plan_gpu_op_scratch(&pc.model, 2, 16384));
+    unsetenv("TRAIN_GPT_CUDNN_WORKSPACE");
     CHECK(b.workspace == PLAN_CUBLASLT_WORKSPACE + cudnn_ws, "workspace %zu", b.workspace);
     CHECK(b.reserve == PLAN_GPU_RUNTIME_RESERVE + b.allocated / 100 * 5, "reserve %zu", b.reserve);
     // Delayed scaling adds its amax histories.

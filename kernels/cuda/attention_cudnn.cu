@@ -30,14 +30,18 @@
 // where cuDNN's one deterministic engine is pinned with its knobs
 // (blackwell_deterministic_engine).
 #include <dlfcn.h>
+#include <stdarg.h>
 #include <glob.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "kernels/cuda/attention_cudnn.cuh"
+#include "kernels/cudnn_workspace.h"
 
 static AttentionMode g_choice = ATTN_AUTO;
+static int g_chosen;  // --attention was applied (cuda_attention_select), or the environment read
+static AttentionMode current_choice(void);
 static int g_last_used;  // whether the last attention call went to cuDNN
 static int g_verbose = 1;  // print the choice (rank 0 of a run)
 
@@ -225,6 +229,18 @@ static void finalize(Graph* g, cudnnBackendDescriptor_t d, const char* what) {
 static void graph_free(Graph* g) {
     for (int i = g->n - 1; i >= 0; i--) g_api.DestroyDescriptor(g->d[i]);
     g->n = 0;
+}
+
+// Frees one descriptor of the graph now (an execution plan whose engine asked
+// for too much workspace), so that it does not live on with the graph.
+static void graph_drop(Graph* g, cudnnBackendDescriptor_t d) {
+    for (int i = 0; i < g->n; i++) {
+        if (g->d[i] != d) continue;
+        g_api.DestroyDescriptor(d);
+        memmove(&g->d[i], &g->d[i + 1], (size_t)(g->n - i - 1) * sizeof g->d[0]);
+        g->n--;
+        return;
+    }
 }
 
 // Non-virtual tensors' unique ids (the variant pack names them); virtual
@@ -473,16 +489,23 @@ static void backward_graph(Graph* g, OpList* ops, int B, int T, int NH, int NKV,
 // ---- plans ------------------------------------------------------------------------------------------
 
 typedef struct {
+    int used;  // the slot holds a shape (its plan, or the reason it has none)
     int backward, B, T, NH, NKV, HS;
     int cc_major, cc_minor;  // the GPU's compute capability (Blackwell's backward engine is pinned)
     Graph g;  // every descriptor, kept alive with the plan
     cudnnBackendDescriptor_t plan;
     int64_t workspace;
+    int over_limit;     // every engine that could run it asked for more workspace than the limit
+    uint64_t last_use;  // the cache's clock at the last lookup (least recently used is evicted)
 } Plan;
 
-#define MAX_PLANS 32
-static Plan g_plans[MAX_PLANS];
-static int g_plan_count;
+// The plan cache: at most PLAN_CACHE shapes (forward and backward count
+// apart), the least recently used freed to make room. A training run needs
+// two (its step's forward and backward); benchmarks and op tests more.
+// tests/cuda_sim/cudnn's fake cuDNN refuses more live plans than this.
+#define PLAN_CACHE 16
+static Plan g_plans[PLAN_CACHE];
+static uint64_t g_clock;
 
 // Whether an engine config's engine says it is not deterministic.
 static int nondeterministic(Graph* g, cudnnBackendDescriptor_t cfg) {
@@ -618,6 +641,7 @@ static int plan_build(Plan* p) {
     }
     p->plan = NULL;
     int skipped_nondeterministic = 0;
+    size_t limit = cudnn_workspace_limit(), least_over = 0;  // the smallest workspace asked for over the limit
     for (int64_t i = 0; i < count && g->status == CUDNN_STATUS_SUCCESS && !p->plan; i++) {
         if (!pinned && nondeterministic(g, cfgs[i])) {  // the pinned engine is deterministic by its knobs
             skipped_nondeterministic++;
@@ -634,16 +658,30 @@ static int plan_build(Plan* p) {
             if (i + 1 < count) g->status = CUDNN_STATUS_SUCCESS;
             continue;
         }
-        int64_t n = 0;
-        st = g_api.GetAttribute(plan, CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE, CUDNN_TYPE_INT64, 1, &n,
-                                &p->workspace);
-        if (st != CUDNN_STATUS_SUCCESS) graph_fail(g, st, "plan workspace size");
-        else p->plan = plan;
+        int64_t n = 0, ws = 0;
+        st = g_api.GetAttribute(plan, CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE, CUDNN_TYPE_INT64, 1, &n, &ws);
+        if (st != CUDNN_STATUS_SUCCESS) {
+            graph_fail(g, st, "plan workspace size");
+        } else if ((size_t)ws > limit) {  // over the limit: free this plan now and try the next engine
+            if (!least_over || (size_t)ws < least_over) least_over = (size_t)ws;
+            graph_drop(g, plan);
+        } else {
+            p->plan = plan;
+            p->workspace = ws;
+        }
     }
     if (!p->plan && g->status == CUDNN_STATUS_SUCCESS) {
         g->status = CUDNN_STATUS_NOT_SUPPORTED;
-        snprintf(g->err, sizeof g->err, "no deterministic cuDNN engine for this graph (%d nondeterministic skipped)",
-                 skipped_nondeterministic);
+        if (least_over) {
+            char need[32], lim[32];
+            p->over_limit = 1;
+            snprintf(g->err, sizeof g->err, "cuDNN's engines need %s of workspace, over the limit of %s (%s raises it)",
+                     cudnn_bytes_text(need, sizeof need, least_over), cudnn_bytes_text(lim, sizeof lim, limit),
+                     CUDNN_WORKSPACE_ENV);
+        } else {
+            snprintf(g->err, sizeof g->err, "no deterministic cuDNN engine for this graph (%d nondeterministic skipped)",
+                     skipped_nondeterministic);
+        }
     }
     if (!p->plan) {
         graph_free(g);
@@ -652,24 +690,36 @@ static int plan_build(Plan* p) {
     return 1;
 }
 
-// The cached plan of this shape, built on first use; NULL with *why set when
-// cuDNN cannot run it (the failure is cached too, so it is tried once).
-static Plan* plan_for(Backend* be, int backward, int B, int T, int NH, int NKV, int HS, const char** why) {
-    for (int i = 0; i < g_plan_count; i++) {
+// The cached plan of this shape (NULL with *why set when cuDNN cannot run
+// it: failures are cached too, so each shape is tried once while it stays in
+// the cache). A shape not in the cache is built when `build` is set (else
+// NULL, *why empty), in a free slot or the least recently used one, whose
+// plan is freed after the stream has drained (a plan in flight stays alive).
+static Plan* plan_for(Backend* be, int backward, int B, int T, int NH, int NKV, int HS, int build, const char** why) {
+    Plan* slot = NULL;  // a free slot, else the least recently used
+    for (int i = 0; i < PLAN_CACHE; i++) {
         Plan* p = &g_plans[i];
-        if (p->backward == backward && p->B == B && p->T == T && p->NH == NH && p->NKV == NKV && p->HS == HS) {
+        if (p->used && p->backward == backward && p->B == B && p->T == T && p->NH == NH && p->NKV == NKV &&
+            p->HS == HS) {
+            p->last_use = ++g_clock;
             *why = p->g.err;
             return p->plan ? p : NULL;
         }
+        if (!slot || (slot->used && (!p->used || p->last_use < slot->last_use))) slot = p;
     }
-    if (g_plan_count == MAX_PLANS) fatal("attention (cuDNN): more than %d attention shapes in one run", MAX_PLANS);
-    Plan* p = &g_plans[g_plan_count++];
-    memset(p, 0, sizeof *p);
-    p->backward = backward, p->B = B, p->T = T, p->NH = NH, p->NKV = NKV, p->HS = HS;
-    p->cc_major = cuda_state(be)->cc_major, p->cc_minor = cuda_state(be)->cc_minor;
-    plan_build(p);
-    *why = p->g.err;
-    return p->plan ? p : NULL;
+    *why = "";
+    if (!build) return NULL;
+    if (slot->used) {
+        CUDA_CHECK(cudaStreamSynchronize(cuda_stream(be)));
+        graph_free(&slot->g);
+    }
+    memset(slot, 0, sizeof *slot);
+    slot->used = 1, slot->last_use = ++g_clock;
+    slot->backward = backward, slot->B = B, slot->T = T, slot->NH = NH, slot->NKV = NKV, slot->HS = HS;
+    slot->cc_major = cuda_state(be)->cc_major, slot->cc_minor = cuda_state(be)->cc_minor;
+    plan_build(slot);
+    *why = slot->g.err;
+    return slot->plan ? slot : NULL;
 }
 
 static void execute(Backend* be, Plan* p, const int64_t* uids, void* const* ptrs, int n, void* workspace,
@@ -707,7 +757,7 @@ static const float kOne = 1.0f;
 void attention_cudnn_forward(Backend* be, void* out, float* lse, const void* qkv, int B, int T, int NH, int NKV,
                              int HS) {
     const char* why;
-    Plan* p = plan_for(be, 0, B, T, NH, NKV, HS, &why);
+    Plan* p = plan_for(be, 0, B, T, NH, NKV, HS, 1, &why);
     if (!p) fatal("attention (cuDNN) forward, B=%d T=%d NH=%d NKV=%d HS=%d: %s", B, T, NH, NKV, HS, why);
     float scale = 1.0f / sqrtf((float)HS);
     const bf16* base = (const bf16*)qkv;
@@ -722,7 +772,7 @@ void attention_cudnn_forward(Backend* be, void* out, float* lse, const void* qkv
 void attention_cudnn_backward(Backend* be, void* dqkv, const void* dout, const void* qkv, const void* out,
                               const float* lse, int B, int T, int NH, int NKV, int HS) {
     const char* why;
-    Plan* p = plan_for(be, 1, B, T, NH, NKV, HS, &why);
+    Plan* p = plan_for(be, 1, B, T, NH, NKV, HS, 1, &why);
     if (!p) fatal("attention (cuDNN) backward, B=%d T=%d NH=%d NKV=%d HS=%d: %s", B, T, NH, NKV, HS, why);
     float scale = 1.0f / sqrtf((float)HS);
     // The scratch buffer holds D (B, NH, T) then cuDNN's workspace.
@@ -771,41 +821,96 @@ static const char* unsupported(Backend* be, int T, int NH, int NKV, int HS) {
     return "";
 }
 
+// The training step's shape, once reserve_scratch has declared it: the one
+// shape that runs on cuDNN from then on. Every other shape (sampling,
+// --generate, the multiple-choice eval, a short last validation batch)
+// changes from call to call and would build a plan, in the middle of the run,
+// for each: those run on the native kernels. A program that declares none
+// (op tests, benchmarks) builds plans on first use, in the bounded cache.
+static struct {
+    int set, B, T, NH, NKV, HS;
+} g_step;
+
+// One line per kind of note, the first time (rank 0): the choice (with the
+// variable shapes' route), a direction's fallback. Never one per call.
+enum { NOTE_CUDNN = 1, NOTE_NATIVE_FWD = 2, NOTE_NATIVE_BWD = 4 };
+static unsigned g_noted;
+static void note(unsigned kind, const char* fmt, ...) {
+    if (!g_verbose || (g_noted & kind)) return;
+    g_noted |= kind;
+    va_list ap;
+    va_start(ap, fmt);
+    vprintf(fmt, ap);
+    va_end(ap);
+    printf("\n");
+    fflush(stdout);
+}
+
+// Whether this call goes to cuDNN: "" in *why and its plan (built here only
+// at the step's shape, or in a program that declared none), else the reason;
+// *both: the reason holds for forward and backward alike (no library, fp32,
+// the head size, alignment), not for this plan alone.
+static Plan* decide(Backend* be, int backward, int B, int T, int NH, int NKV, int HS, int aligned, const char** why,
+                    int* both) {
+    *both = 1;
+    *why = unsupported(be, T, NH, NKV, HS);
+    if (**why) return NULL;
+    if (!aligned) {
+        *why = "a tensor is not 16-byte aligned";
+        return NULL;
+    }
+    *both = 0;
+    Plan* p = plan_for(be, backward, B, T, NH, NKV, HS, 1, why);
+    if (p) *why = "";
+    return p;
+}
+
+static int is_step_shape(int B, int T, int NH, int NKV, int HS) {
+    return g_step.B == B && g_step.T == T && g_step.NH == NH && g_step.NKV == NKV && g_step.HS == HS;
+}
+
+// Prints the choice once, or the reason a direction runs natively; fatal
+// under --attention cudnn.
+static int settle(int backward, int B, int T, int NH, int NKV, int HS, const char* why, int both) {
+    const char* dir = backward ? "backward" : "forward";
+    if (*why && current_choice() == ATTN_CUDNN)
+        fatal("--attention cudnn: cannot run the %s of B=%d T=%d NH=%d NKV=%d HS=%d: %s", dir, B, T, NH, NKV, HS, why);
+    if (!*why && g_step.set)  // said once, at start-up: a note in mid-run would land inside --generate's text
+        note(NOTE_CUDNN, "attention: cuDNN %zu fused attention (%s) for the training step (B=%d T=%d); other shapes "
+             "(sampling, generation, evaluation, a short last validation batch) run natively", g_api.version,
+             g_api.path, g_step.B, g_step.T);
+    else if (!*why) note(NOTE_CUDNN, "attention: cuDNN %zu fused attention (%s)", g_api.version, g_api.path);
+    else if (both) note(NOTE_NATIVE_FWD | NOTE_NATIVE_BWD, "attention: native kernels (cuDNN not used: %s)", why);
+    else note(backward ? NOTE_NATIVE_BWD : NOTE_NATIVE_FWD, "attention: native kernels (cuDNN not used for the %s: %s)",
+              dir, why);
+    return !*why;
+}
+
 size_t attention_cudnn_scratch_bytes(Backend* be, int B, int T, int NH, int NKV, int HS) {
-    if (g_choice == ATTN_NATIVE || *unsupported(be, T, NH, NKV, HS)) return 0;
+    if (current_choice() == ATTN_NATIVE) return 0;
+    g_step.set = 1, g_step.B = B, g_step.T = T, g_step.NH = NH, g_step.NKV = NKV, g_step.HS = HS;
+    // Both plans now, so that no step builds one; the choice is printed here, once.
     const char* why;
-    size_t need = 0;
-    Plan* f = plan_for(be, 0, B, T, NH, NKV, HS, &why);
-    if (f) need = (size_t)f->workspace;
-    Plan* b = plan_for(be, 1, B, T, NH, NKV, HS, &why);
-    size_t bwd = b ? backward_d_bytes(B, T, NH) + (size_t)b->workspace : 0;
-    return bwd > need ? bwd : need;
+    int both;
+    Plan* f = decide(be, 0, B, T, NH, NKV, HS, 1, &why, &both);
+    settle(0, B, T, NH, NKV, HS, why, both);
+    Plan* b = decide(be, 1, B, T, NH, NKV, HS, 1, &why, &both);
+    settle(1, B, T, NH, NKV, HS, why, both);
+    size_t fwd = f ? (size_t)f->workspace : 0, bwd = b ? backward_d_bytes(B, T, NH) + (size_t)b->workspace : 0;
+    return bwd > fwd ? bwd : fwd;
 }
 
 int attention_cudnn_use(Backend* be, int backward, int B, int T, int NH, int NKV, int HS, const void* p0,
                         const void* p1, const void* p2, const void* p3) {
-    static int announced = -1;  // the choice last printed: printed once, again only if it changes
     g_last_used = 0;
-    if (g_choice == ATTN_NATIVE) return 0;
-    const char* why = unsupported(be, T, NH, NKV, HS);
-    if (!*why && (!aligned_to(p0, 16) || !aligned_to(p1, 16) || !aligned_to(p2, 16) || !aligned_to(p3, 16)))
-        why = "a tensor is not 16-byte aligned";
-    if (!*why) {
-        Plan* p = plan_for(be, backward, B, T, NH, NKV, HS, &why);
-        if (p) why = "";
-    }
-    if (*why && g_choice == ATTN_CUDNN)
-        fatal("--attention cudnn: cannot run the %s of B=%d T=%d NH=%d NKV=%d HS=%d: %s",
-              backward ? "backward" : "forward", B, T, NH, NKV, HS, why);
-    int use = !*why;
-    g_last_used = use;
-    if (announced != use && g_verbose) {
-        announced = use;
-        if (!use) printf("attention: native kernels (cuDNN not used for the %s: %s)\n", backward ? "backward" : "forward", why);
-        else printf("attention: cuDNN %zu fused attention (%s)\n", g_api.version, g_api.path);
-        fflush(stdout);
-    }
-    return use;
+    if (current_choice() == ATTN_NATIVE) return 0;
+    if (g_step.set && !is_step_shape(B, T, NH, NKV, HS)) return 0;  // the start-up line said so
+    int aligned = aligned_to(p0, 16) && aligned_to(p1, 16) && aligned_to(p2, 16) && aligned_to(p3, 16);
+    const char* why;
+    int both;
+    decide(be, backward, B, T, NH, NKV, HS, aligned, &why, &both);
+    g_last_used = settle(backward, B, T, NH, NKV, HS, why, both);
+    return g_last_used;
 }
 
 #else  // no cudnn_graph.h at build time
@@ -819,8 +924,8 @@ int attention_cudnn_use(Backend*, int, int, int, int, int, int, const void*, con
     static int announced;
     const char* why;
     attention_cudnn_version(&why);
-    if (g_choice == ATTN_CUDNN) fatal("--attention cudnn: %s", why);
-    if (g_choice == ATTN_AUTO && g_verbose && !announced++) printf("attention: native kernels (cuDNN not used: %s)\n", why);
+    if (current_choice() == ATTN_CUDNN) fatal("--attention cudnn: %s", why);
+    if (current_choice() == ATTN_AUTO && g_verbose && !announced++) printf("attention: native kernels (cuDNN not used: %s)\n", why);
     return 0;
 }
 size_t attention_cudnn_scratch_bytes(Backend*, int, int, int, int, int) { return 0; }
@@ -841,8 +946,27 @@ extern "C" void cuda_attention_select(Backend* be, int choice, int verbose) {
     g_verbose = verbose;
     if (choice < ATTN_AUTO || choice > ATTN_NATIVE) fatal("internal: attention choice %d is not 0, 1 or 2", choice);
     g_choice = (AttentionMode)choice;
+    g_chosen = 1;
     if (g_choice == ATTN_CUDNN) {
         const char* why;
         if (!attention_cudnn_version(&why)) fatal("--attention cudnn: %s", why);
     }
+}
+
+// The choice: --attention's (train_gpt applies it at start-up), else, in a
+// program without the flag (the GPU tests, bench_gpu), $TRAIN_GPT_ATTENTION
+// (auto, cudnn or native; auto when unset): the GPU check forces native
+// with it so that the native kernels' long-sequence paths run on a GPU too.
+static AttentionMode current_choice(void) {
+    if (!g_chosen) {
+        const char* e = getenv("TRAIN_GPT_ATTENTION");
+        const char* names[] = {"auto", "cudnn", "native"};
+        int c = 0;
+        if (e && *e) {
+            while (c < 3 && strcmp(e, names[c])) c++;
+            if (c == 3) fatal("TRAIN_GPT_ATTENTION='%s' is not one of auto, cudnn, native", e);
+        }
+        cuda_attention_select(NULL, c, g_verbose);
+    }
+    return g_choice;
 }

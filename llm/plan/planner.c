@@ -8,7 +8,7 @@
 #include <string.h>
 #include <strings.h>
 
-#include "llm/arch/arch.h"
+#include "kernels/cudnn_workspace.h"
 #include "llm/fp8/fp8.h"
 #include "llm/plan/mfu.h"
 
@@ -104,7 +104,10 @@ size_t plan_gpu_op_scratch(const GPTConfig* c, int B, int T) {
     size_t N = (size_t)B * T, C = (size_t)c->channels, NH = (size_t)c->num_heads, HS = C / NH;
     size_t widest = 4 * C;  // the MLP's biased linear layer (reserve_scratch's `widest`)
     size_t d = (N * NH * sizeof(float) + 255) / 256 * 256;  // attention's D (B, NH, T)
-    size_t cudnn = d + N * NH * HS * sizeof(float) + N * NH * sizeof(float);
+    // cuDNN's workspace: what its engines ask for, never more than the limit
+    // (an engine that asks more is skipped: kernels/cudnn_workspace.h).
+    size_t ws = cudnn_attention_workspace_bound(B, T, (int)NH, (int)HS), limit = cudnn_workspace_limit();
+    size_t cudnn = d + (ws < limit ? ws : limit);
     size_t norm_rows = N < PLAN_GPU_MAX_SMS * 2 ? N : PLAN_GPU_MAX_SMS * 2;
     size_t norm = norm_rows * 2 * C * sizeof(float);  // layernorm/RMSNorm backward partials (2 blocks per SM)
     size_t colsum = (N + 127) / 128 * widest * sizeof(float);  // bias gradients' partials (128 rows a block)

@@ -99,10 +99,11 @@ typedef struct {
 
 // The CUDA backend's op scratch (kernels/cuda/backend.cu cuda_reserve_scratch),
 // bounded without a GPU: the largest of the cuDNN attention backward's D plus
-// its workspace (bounded by an FP32 dQ accumulator and softmax sums: cuDNN
-// reports the exact size only at start-up, and its deterministic engines take
-// no more), the layernorm backward's partials, the bias gradients' partials
-// and the encoder backward's sort keys.
+// its workspace (what cuDNN's engines may ask, the deterministic backward's
+// B*NH*T*T*2-byte dP at long sequences, capped by the workspace limit that
+// the backend enforces: kernels/cudnn_workspace.h; cuDNN reports the exact
+// size only at start-up), the layernorm backward's partials, the bias
+// gradients' partials and the encoder backward's sort keys.
 size_t plan_gpu_op_scratch(const GPTConfig* c, int B, int T);
 
 MemoryBill plan_bill(const PlanConfig* pc, const PlanDevice* dev);

@@ -308,6 +308,13 @@ bool device_range(const void* p, size_t bytes) {
     return range_ok(p, bytes, nullptr);
 }
 
+// For tests/cuda_sim/cudnn's fake library, loaded with dlopen into a program
+// built with the harness (exported by its link: sim.mk's SIM_EXPORTS): whether
+// [p, p + bytes) lies inside one device allocation.
+extern "C" __attribute__((visibility("default"))) int cuda_sim_device_range(const void* p, size_t bytes) {
+    return device_range(p, bytes);
+}
+
 void register_device_range(const void* p, size_t bytes) {
     std::lock_guard<std::mutex> lock(g_mem_mutex);
     if (find(p)) return;

@@ -30,6 +30,8 @@ SIM_SCRIPTS      += tests/cuda_sim/test_sim_gpu_run.sh
 SIM_SCRIPTS      += tests/cuda_sim/test_sim_llama.sh
 SIM_TESTS        := $(if $(SIM_ENABLED),$(SIM_SELF_TESTS) $(SIM_GPU_TESTS) $(SIM_GPU_RANDOM) $(SIM_SCRIPTS),)
 SIM_LINK_LIBS    := $(SIM)/libkernels.a $(SIM)/libcudasim.a $(BUILD)/libtrain.a
+# The harness's symbols that the fake cuDNN (dlopen'ed) looks up in the program.
+SIM_EXPORTS      := -Wl,--export-dynamic-symbol=cuda_sim_device_range
 
 # Keep the test programs' objects (make would delete them as intermediates).
 .PRECIOUS: $(SIM)/tests/cuda_sim/%.o $(SIM)/tests/gpu/%.o
@@ -60,7 +62,7 @@ define sim_link
 	@mkdir -p $(dir $@)
 	tests/cuda_sim/gen_dynamic_smem.sh $@.smem.cpp $< $(SIM_LINK_LIBS)
 	$(SIM_CXX) $(SIM_CXXFLAGS) -c $@.smem.cpp -o $@.smem.o
-	$(SIM_CXX) $(SIM_CXXFLAGS) -o $@ $< $@.smem.o -Wl,--whole-archive $(SIM)/libkernels.a -Wl,--no-whole-archive \
+	$(SIM_CXX) $(SIM_CXXFLAGS) $(SIM_EXPORTS) -o $@ $< $@.smem.o -Wl,--whole-archive $(SIM)/libkernels.a -Wl,--no-whole-archive \
 		$(SIM)/libcudasim.a $(BUILD)/libtrain.a $(LDLIBS) $(SIM_MPI_LIBS) -ldl
 endef
 $(SIM)/bin/%: $(SIM)/tests/cuda_sim/%.o $(SIM_LINK_LIBS) tests/cuda_sim/gen_dynamic_smem.sh
@@ -77,7 +79,7 @@ $(SIM)/bin/%.random: $(SIM)/bin/% tests/cuda_sim/random_schedule.sh
 $(SIM)/train_gpt: $(SIM)/train.o $(SIM_KERNEL_OBJS) $(SIM)/libcudasim.a $(BUILD)/libtrain.a tests/cuda_sim/gen_dynamic_smem.sh
 	tests/cuda_sim/gen_dynamic_smem.sh $@.smem.cpp $(SIM_KERNEL_OBJS) $(SIM)/libcudasim.a
 	$(SIM_CXX) $(SIM_CXXFLAGS) -c $@.smem.cpp -o $@.smem.o
-	$(SIM_CXX) $(SIM_CXXFLAGS) -o $@ $(SIM)/train.o $@.smem.o $(SIM_KERNEL_OBJS) $(SIM)/libcudasim.a $(BUILD)/libtrain.a \
+	$(SIM_CXX) $(SIM_CXXFLAGS) $(SIM_EXPORTS) -o $@ $(SIM)/train.o $@.smem.o $(SIM_KERNEL_OBJS) $(SIM)/libcudasim.a $(BUILD)/libtrain.a \
 		$(LDLIBS) $(SIM_MPI_LIBS) -ldl
 $(SIM)/train.o: train.cu
 	@mkdir -p $(dir $@)
@@ -91,4 +93,13 @@ $(SIM_CUDNN_LIB): tests/cuda_sim/cudnn/fake_cudnn.cpp
 	$(SIM_CXX) -std=c++17 -O2 -g -fPIC -shared -Wall -isystem $(CUDA_HOME)/include $< -o $@
 $(SIM)/bin/test_sim_cudnn: $(SIM_CUDNN_LIB)
 SIM_TESTS += $(if $(SIM_ENABLED),tests/cuda_sim/test_sim_cudnn_train.sh,)
+# train_gpt as users run it (issue 23): make run's command, --generate, resume, 2 ranks;
+# six combinations of attention, precision and architecture (all twelve: make test-long).
+SIM_TESTS += $(if $(SIM_ENABLED),$(if $(SIM_NCCL),tests/cuda_sim/test_sim_user_paths.sh))
+
+# make test-long: the sweeps too long for make test (CI): every combination of the user paths.
+.PHONY: test-long
+test-long: $(if $(SIM_ENABLED),$(SIM)/train_gpt $(SIM_CUDNN_LIB)) data
+	@test -n "$(SIM_ENABLED)" || { echo "test-long: needs the CUDA headers (the harness)"; exit 1; }
+	@tests/run_tests.sh "USER_PATHS=all tests/cuda_sim/test_sim_user_paths.sh"
 sim-tests: $(if $(SIM_ENABLED),$(SIM_CUDNN_LIB))

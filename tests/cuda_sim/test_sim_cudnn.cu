@@ -7,6 +7,11 @@
 // - the backend's attention op (the dispatch point) against the CPU backend;
 // - the backward is bit-for-bit repeatable; plans are built once per shape
 //   and a repeat allocates nothing; a misaligned tensor is refused;
+// - the plan cache is bounded (least recently used plans freed, never fatal);
+//   TRAIN_GPT_CUDNN_WORKSPACE skips engines that ask for more (cudnn stops
+//   naming the size, auto runs natively); a plan run with another shape's
+//   buffers is caught; once the step's shape is declared (reserve_scratch),
+//   other shapes run natively and build no plan;
 // - the fake rejects malformed graphs (wrong strides, missing attributes,
 //   duplicate ids, an unknown operation sequence), so it cannot pass anything.
 #include <dlfcn.h>
@@ -256,6 +261,103 @@ void test_misaligned_pointer_is_refused() {
     gpu->free(gpu, lse);
 }
 
+// ---- the plan cache, the workspace limit, the step's shape ----------------------------------------
+
+// The fake's plan counts: built so far, alive now, most alive at once.
+void plan_counts(int64_t* built, int64_t* alive, int64_t* most) {
+    void (*plans)(int64_t*, int64_t*, int64_t*) = NULL;
+    void* lib = dlopen(getenv("TRAIN_GPT_CUDNN_LIB"), RTLD_NOW | RTLD_NOLOAD);
+    if (lib) *(void**)&plans = dlsym(lib, "cuda_sim_cudnn_plans");
+    *built = *alive = *most = -1;
+    if (plans) plans(built, alive, most);
+}
+
+// More shapes than the cache holds (12 shapes, 24 plans, 16 slots): never
+// fatal, every result right against the float64 reference, plans freed as
+// they leave the cache (the fake refuses a 17th live one), and a shape that
+// was evicted is built again and still right.
+void test_plan_cache_is_bounded() {
+    int64_t built0, alive0, most0, built, alive, most;
+    plan_counts(&built0, &alive0, &most0);
+    CHECK(built0 >= 0, "the fake library has no plan counts");
+    for (int T = 1; T <= 12; T++) check_shape(1, T, 1, 1, 64);
+    check_shape(1, 1, 1, 1, 64);  // evicted by now: built again
+    plan_counts(&built, &alive, &most);
+    printf("# plans: %lld built, %lld alive, at most %lld alive\n", (long long)built, (long long)alive, (long long)most);
+    CHECK(built - built0 == 26, "%lld plans built for 13 forward+backward calls of 12 shapes (want 26)",
+          (long long)(built - built0));
+    CHECK(most <= 16 && alive <= 16, "at most %lld plans alive (%lld now): the cache holds 16", (long long)most,
+          (long long)alive);
+}
+
+// TRAIN_GPT_CUDNN_WORKSPACE caps the workspace: at B=1 T=40 NH=2 HS=64 the
+// fake's forward asks 4416 bytes, its deterministic backward B*NH*T*T*2 =
+// 6400; with a 5K limit the backward's engine is skipped: --attention cudnn
+// stops naming the size, auto runs the backward natively (forward on cuDNN).
+// A malformed value is one error line naming the variable.
+void test_workspace_limit() {
+    int B = 1, T = 40, NH = 2, HS = 64, W = 3 * NH * HS;
+    void* qkv = gpu->alloc(gpu, (size_t)B * T * W * 2, "test");
+    void* out = gpu->alloc(gpu, (size_t)B * T * NH * HS * 2, "test");
+    setenv("TRAIN_GPT_CUDNN_WORKSPACE", "5K", 1);
+    std::string err;
+    int status = run_in_child([&] { attention_cudnn_use(gpu, 1, B, T, NH, NH, HS, qkv, out, qkv, out); }, &err);
+    CHECK(status == 1 && err.find("--attention cudnn: cannot run the backward of B=1 T=40 NH=2 NKV=2 HS=64: cuDNN's "
+                                  "engines need 6.2 KiB of workspace, over the limit of 5 KiB "
+                                  "(TRAIN_GPT_CUDNN_WORKSPACE raises it)") != std::string::npos,
+          "exit %d: %s", status, err.c_str());
+    cuda_attention_select(gpu, 0, 1);  // auto
+    CHECK(attention_cudnn_use(gpu, 0, B, T, NH, NH, HS, out, qkv, qkv, qkv) == 1, "auto: the forward left cuDNN");
+    CHECK(attention_cudnn_use(gpu, 1, B, T, NH, NH, HS, qkv, out, qkv, out) == 0, "auto: the backward took cuDNN");
+    setenv("TRAIN_GPT_CUDNN_WORKSPACE", "5 K", 1);
+    status = run_in_child([&] { attention_cudnn_use(gpu, 1, B, T + 1, NH, NH, HS, qkv, out, qkv, out); }, &err);
+    CHECK(status == 1 && err.find("TRAIN_GPT_CUDNN_WORKSPACE='5 K' is not a size") != std::string::npos, "exit %d: %s",
+          status, err.c_str());
+    unsetenv("TRAIN_GPT_CUDNN_WORKSPACE");
+    cuda_attention_select(gpu, 1, 1);  // cudnn again
+    gpu->free(gpu, qkv);
+    gpu->free(gpu, out);
+}
+
+// A plan is built for one shape: run with another shape's (smaller) buffers,
+// the fake refuses it and the path stops naming the call.
+void test_plan_is_for_one_shape() {
+    int B = 2, T = 24, NH = 2, HS = 64, W = 3 * NH * HS;
+    void* qkv = gpu->alloc(gpu, (size_t)1 * T * W * 2, "test");  // buffers for B = 1
+    void* out = gpu->alloc(gpu, (size_t)1 * T * NH * HS * 2, "test");
+    float* lse = (float*)gpu->alloc(gpu, (size_t)1 * NH * T * 4, "test");
+    std::string err;
+    int status = run_in_child([&] { attention_cudnn_forward(gpu, out, lse, qkv, B, T, NH, NH, HS); }, &err);
+    CHECK(status == 1 && err.find("train_gpt: error: attention (cuDNN) forward, B=2 T=24") != std::string::npos &&
+              err.find("reaches past its device allocation") != std::string::npos,
+          "exit %d: %s", status, err.c_str());
+    gpu->free(gpu, qkv);
+    gpu->free(gpu, out);
+    gpu->free(gpu, lse);
+}
+
+// reserve_scratch's call (attention_cudnn_scratch_bytes) builds the step's
+// two plans, returns the larger workspace (the backward's D, 256-byte
+// rounded, plus its B*NH*T*T*2 dP: 512 + 4608 at B=2 T=24 NH=2) and declares
+// the shape: from then on only it runs on cuDNN, any other shape natively
+// (and builds no plan). Last: the declaration stays for the process.
+void test_scratch_declares_the_step_shape() {
+    int B = 2, T = 24, NH = 2, HS = 64, W = 3 * NH * HS;
+    size_t bytes = attention_cudnn_scratch_bytes(gpu, B, T, NH, NH, HS);
+    CHECK(bytes == 512 + 4608, "scratch %zu bytes, want %d", bytes, 512 + 4608);
+    void* qkv = gpu->alloc(gpu, (size_t)B * T * W * 2, "test");
+    int64_t built0, built, alive, most;
+    plan_counts(&built0, &alive, &most);
+    CHECK(attention_cudnn_use(gpu, 0, B, T, NH, NH, HS, qkv, qkv, qkv, qkv) == 1, "the step's shape left cuDNN");
+    CHECK(attention_cudnn_use(gpu, 1, B, T, NH, NH, HS, qkv, qkv, qkv, qkv) == 1, "the step's backward left cuDNN");
+    for (int t = 1; t <= 5; t++)
+        CHECK(attention_cudnn_use(gpu, 0, 1, t, NH, NH, HS, qkv, qkv, qkv, qkv) == 0, "B=1 T=%d went to cuDNN", t);
+    CHECK(attention_cudnn_use(gpu, 0, B - 1, T, NH, NH, HS, qkv, qkv, qkv, qkv) == 0, "a short batch went to cuDNN");
+    plan_counts(&built, &alive, &most);
+    CHECK(built == built0, "%lld plans built after the declaration", (long long)(built - built0));
+    gpu->free(gpu, qkv);
+}
+
 // ---- the fake library rejects what cuDNN would ---------------------------------------------------
 
 struct Fake {
@@ -439,6 +541,10 @@ int main(int argc, char** argv) {
     RUN(test_fake_rejects_matmul_without_output);
     RUN(test_fake_rejects_select_without_mask_and_late_attributes);
     RUN(test_fake_rejects_bad_graphs);
+    RUN(test_plan_cache_is_bounded);
+    RUN(test_workspace_limit);
+    RUN(test_plan_is_for_one_shape);
+    RUN(test_scratch_declares_the_step_shape);  // last: it declares a step shape for the process
     gpu->destroy(gpu);
     return TESTS_DONE();
 }

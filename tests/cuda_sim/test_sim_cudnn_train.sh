@@ -6,7 +6,9 @@
 # when it loads, the native kernels when not); cudnn fails with one clear
 # line when cuDNN cannot run (no library, wrong version, fp32, the CPU); the
 # workspace is reserved at start-up (no scratch growth inside a step); on
-# Blackwell the backward takes cuDNN's pinned deterministic engine.
+# Blackwell the backward takes cuDNN's pinned deterministic engine; a
+# sample (40 new shapes) builds no plan; TRAIN_GPT_CUDNN_WORKSPACE skips an
+# engine that asks for more, naming the size.
 set -u
 cd "$(dirname "$0")/../.."
 # shellcheck source=tests/lib.sh
@@ -58,10 +60,29 @@ else
   fail sim_cudnn_auto_without_library "$(grep -E '^attention|error' "$T/auto_none.log" | head -n 3)"
 fi
 
+# 2a. The default attention survives sampling (issue 23): a sample of 40
+#     tokens is 40 forwards of new shapes (B=1, T=1..40), which on main built
+#     a plan each and stopped the run at the 33rd ("more than 32 attention
+#     shapes"), printing the choice a dozen times. Now the run finishes, the
+#     choice is printed once, saying that the other shapes run natively, and
+#     the whole run builds exactly the step's two plans.
+for mode in auto cudnn; do
+  CUDA_SIM_CUDNN_STATS=1 run "sample_$mode" --attention "$mode" --steps 4 --sample-every 4 --sample-tokens 40 \
+    --checkpoint-dir '' --model-dir ''
+  rc=$?
+  if [ "$rc" -eq 0 ] && [ "$(grep -c '^attention: cuDNN' "$T/sample_$mode.log")" -eq 1 ] &&
+     grep -q '^attention: cuDNN .* for the training step (B=2 T=40); other shapes (sampling, generation' "$T/sample_$mode.log" &&
+     grep -q '^---- sample at step 4' "$T/sample_$mode.log" && grep -q 'fake cuDNN stats: .* 2 plans built' "$T/sample_$mode.log"; then
+    ok "sim_cudnn_sampling_builds_no_plan_$mode"
+  else
+    fail "sim_cudnn_sampling_builds_no_plan_$mode" "exit $rc: $(grep -aE '^attention|error|fake cuDNN' "$T/sample_$mode.log" | head -n 4)"
+  fi
+done
+
 # 2b. cuDNN's workspace is reserved at start-up with the other ops' scratch:
-#     at B*T = 640 rows the backward's (an FP32 dQ accumulator in the fake,
-#     B*T*C*4 bytes) is the largest, and no step grows the scratch (the
-#     warning names the miss).
+#     at B*T = 640 rows the backward's (dP, B*NH*T*T*2 bytes in the fake's
+#     deterministic engine) is the largest, and no step grows the scratch
+#     (the warning names the miss).
 run long --attention cudnn --channels 64 --heads 1 --seq-len 320 --micro-batch 2 --steps 2
 if grep -q '^attention: cuDNN' "$T/long.log" && ! grep -q 'op scratch grows' "$T/long.log" &&
    [ "$(step_losses "$T/long.metrics" | wc -l)" -eq 2 ]; then
@@ -69,6 +90,22 @@ if grep -q '^attention: cuDNN' "$T/long.log" && ! grep -q 'op scratch grows' "$T
 else
   fail sim_cudnn_workspace_reserved "$(grep -E '^attention|scratch|error' "$T/long.log" | head -n 3)"
 fi
+
+# 2b'. TRAIN_GPT_CUDNN_WORKSPACE below what the backward's engine asks (dP:
+#     2 * 2 * 40 * 40 * 2 = 12800 bytes; the forward asks 4736): auto runs the
+#     forward on cuDNN and the backward natively, says so once naming the
+#     size, and learns as native does; cudnn stops at start-up naming it.
+TRAIN_GPT_CUDNN_WORKSPACE=8K run wslimit --attention auto --steps 8
+d=$(paste <(step_losses "$T/native.metrics" | cut -d' ' -f1) <(step_losses "$T/wslimit.metrics" | cut -d' ' -f1) |
+    awk '{ d = $1 - $2; if (d < 0) d = -d; if (d > m) m = d; n++ } END { if (n == 8) print m }')
+if within "$d" 0.02 && [ "$(grep -c '^attention: ' "$T/wslimit.log")" -eq 2 ] && grep -q '^attention: cuDNN' "$T/wslimit.log" &&
+   grep -q "^attention: native kernels (cuDNN not used for the backward: cuDNN's engines need 12.5 KiB of workspace, over the limit of 8 KiB (TRAIN_GPT_CUDNN_WORKSPACE raises it))" "$T/wslimit.log"; then
+  ok sim_cudnn_workspace_limit_auto
+else
+  fail sim_cudnn_workspace_limit_auto "max loss difference '${d}'; $(grep -E '^attention|error' "$T/wslimit.log" | head -n 3)"
+fi
+expect_error sim_cudnn_workspace_limit_cudnn "cannot run the backward of B=2 T=40 NH=2 NKV=2 HS=64: cuDNN's engines need 12.5 KiB" \
+  env TRAIN_GPT_CUDNN_WORKSPACE=8K TRAIN_GPT_CUDNN_LIB="$FAKE" "$TG" "${tiny[@]}" --attention cudnn
 
 # 2c. Blackwell (CUDA_SIM_CC=100): the backward runs on cuDNN's one
 #     deterministic engine, pinned with its knobs (the fake refuses any other
@@ -113,5 +150,22 @@ expect_error sim_cudnn_on_cpu '--attention cudnn: cuDNN runs on the CUDA backend
   "$TG" "${tiny[@]}" --device cpu --precision fp32 --attention cudnn
 expect_error sim_attention_bad_word "--attention 'fast' is not one of auto, cudnn, native" \
   "$TG" "${tiny[@]}" --attention fast
+
+# 4. Programs without --attention (the GPU tests, bench_gpu) take
+#    TRAIN_GPT_ATTENTION: native keeps cuDNN out where it loads (the GPU
+#    check's native variant of test_gpu_grid), auto takes it; a bad word is
+#    one error line.
+GRID=${SIM_GRID:-build/sim/bin/gpu_test_gpu_grid}
+TRAIN_GPT_CUDNN_LIB=$FAKE TRAIN_GPT_ATTENTION=native "$GRID" >"$T/grid_native.log" 2>&1
+rc_native=$?
+TRAIN_GPT_CUDNN_LIB=$FAKE "$GRID" >"$T/grid_auto.log" 2>&1
+if [ "$rc_native" -eq 0 ] && grep -q '^ok test_attention_backward_rows_bf16' "$T/grid_native.log" &&
+   ! grep -q '^attention: cuDNN' "$T/grid_native.log" && grep -q '^attention: cuDNN' "$T/grid_auto.log"; then
+  ok sim_attention_env_forces_native
+else
+  fail sim_attention_env_forces_native "exit $rc_native; $(grep -E '^attention|FAIL|error' "$T/grid_native.log" "$T/grid_auto.log" | head -n 3)"
+fi
+expect_error sim_attention_env_bad_word "TRAIN_GPT_ATTENTION='fast' is not one of auto, cudnn, native" \
+  env TRAIN_GPT_ATTENTION=fast "$GRID"
 
 finish

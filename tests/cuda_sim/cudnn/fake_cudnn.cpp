@@ -23,6 +23,17 @@
 // - heuristics, plans, variant packs: the documented attributes, every
 //   non-virtual tensor given a pointer (aligned as declared) and no other,
 //   the workspace when the plan needs one.
+// - plans: one per shape, as the library builds them (a plan's tensors are
+//   fixed); executing one, every tensor and the workspace must lie inside
+//   one device allocation of the harness (cuda_sim_device_range), so a plan
+//   run with another shape's buffers is caught; at most
+//   CUDA_SIM_CUDNN_MAX_PLANS (default 16, the caller's cache) execution plans
+//   alive at once, so a cache that never frees is caught.
+// - workspace, per engine, what cuDNN's engines ask for: the forward, an FP32
+//   row per query and head; the backward's nondeterministic engine, an FP32
+//   dQ accumulator (b, h, s, d + 1); its deterministic engines (dQ written
+//   directly), dP in BF16, b * h * s * s * 2 bytes, the T^2 figure that
+//   makes long sequences need gigabytes.
 // Heuristics offer backward graphs a nondeterministic engine first (as the
 // real library may); executing it fails, so a caller that does not filter
 // engines by their numerical notes is caught. The workspace is poisoned
@@ -31,6 +42,7 @@
 // deterministic there (pinned by global index with its knobs), so a caller
 // that leaves the backward to the heuristics is caught as well.
 #include <cudnn_graph.h>
+#include <dlfcn.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -48,6 +60,22 @@ constexpr uint32_t kMagic = 0x636e6e64;
 constexpr int kGlobalEngines = 24;  // engines an attention graph has, by global index
 char g_last_error[1024];
 int64_t g_graph_count, g_exec_count;
+int64_t g_plans_built, g_live_plans, g_most_live_plans;  // finalized execution plans: ever, alive, most alive
+
+// The most execution plans alive at once: CUDA_SIM_CUDNN_MAX_PLANS, default
+// 16 (kernels/cuda/attention_cudnn.cu's cache).
+int64_t max_live_plans() {
+    const char* v = getenv("CUDA_SIM_CUDNN_MAX_PLANS");
+    return v && v[0] ? atoll(v) : 16;
+}
+
+// Whether [p, p + bytes) is device memory of the harness (its runtime, linked
+// into the program that loaded this library, exports the check); true where
+// the program has no harness.
+bool device_range(const void* p, int64_t bytes) {
+    static auto check = (int (*)(const void*, size_t))dlsym(RTLD_DEFAULT, "cuda_sim_device_range");
+    return !check || check(p, (size_t)bytes);
+}
 
 cudnnStatus_t fail(cudnnStatus_t st, const char* fmt, ...) {
     va_list ap;
@@ -700,17 +728,24 @@ cudnnStatus_t finalize_plan(Desc* d) {
     if (d->engine.pinned && fake_version() < 91800)
         return fail(CUDNN_STATUS_NOT_SUPPORTED, "execution plan: engine %d has no deterministic attention backward "
                     "before cuDNN 9.18.0 (this is %zu)", d->engine.id, fake_version());
-    // Workspace: forward, one FP32 row per query and head, as an engine might
-    // use; backward, an FP32 dQ accumulator (b, h, sq, d) and softmax sums
-    // (b, h, sq), the most a cuDNN backward takes (the planner's bound), which
-    // at long sequences is the largest scratch of a training step: what the
-    // caller must reserve at start-up.
+    // Workspace, as each engine asks: forward, one FP32 row per query and
+    // head; the backward's nondeterministic engine, an FP32 dQ accumulator
+    // (b, h, sq, d) and softmax sums (b, h, sq); its deterministic ones (dQ
+    // written directly), dP (b, h, sq, skv) in BF16.
     GraphInfo* g = g_graphs[d->graph].get();
     const Node* mm = nullptr;  // the first product: S = Q K^T, scores (b, h, sq, skv)
     for (auto& n : g->nodes)
         if (!mm && !strcmp(n.kind, "matmul")) mm = &n;
     const int64_t* sd = mm->out->dims;
-    d->workspace = g->backward ? sd[0] * sd[1] * sd[2] * (mm->in[0]->dims[3] + 1) * 4 : sd[0] * sd[1] * sd[2] * 4 + 4096;
+    if (!g->backward) d->workspace = sd[0] * sd[1] * sd[2] * 4 + 4096;
+    else if (d->engine.nondeterministic) d->workspace = sd[0] * sd[1] * sd[2] * (mm->in[0]->dims[3] + 1) * 4;
+    else d->workspace = sd[0] * sd[1] * sd[2] * sd[3] * 2;
+    if (g_live_plans >= max_live_plans())
+        return fail(CUDNN_STATUS_INTERNAL_ERROR_DEVICE_ALLOCATION_FAILED, "execution plan: %lld plans alive already "
+                    "(CUDA_SIM_CUDNN_MAX_PLANS): the caller's plan cache must free plans it no longer keeps",
+                    (long long)g_live_plans);
+    g_plans_built++;
+    if (++g_live_plans > g_most_live_plans) g_most_live_plans = g_live_plans;
     return CUDNN_STATUS_SUCCESS;
 }
 
@@ -873,6 +908,9 @@ cudnnStatus_t execute(Desc* plan, Desc* pack) {
         if (!t->by_value && (uintptr_t)ptrs[i] % t->align)
             return fail(CUDNN_STATUS_BAD_PARAM_MISALIGNED_POINTER, "execute: %s at %p is not %lld-byte aligned",
                         shape(t).c_str(), ptrs[i], (long long)t->align);
+        if (!t->by_value && !device_range(ptrs[i], t->span * dtype_bytes(t->dtype)))
+            return fail(CUDNN_STATUS_BAD_PARAM, "execute: %s at %p reaches past its device allocation (a plan is "
+                        "built for one shape: this one was run with smaller buffers)", shape(t).c_str(), ptrs[i]);
         st[t] = Store{t, ptrs[i], {}};
     }
     for (auto& [uid, t] : g->tensors) {
@@ -882,6 +920,9 @@ cudnnStatus_t execute(Desc* plan, Desc* pack) {
     if (plan->workspace > 0) {
         if (!ws || !*ws) return fail(CUDNN_STATUS_BAD_PARAM_NULL_POINTER, "execute: the plan needs %lld bytes of workspace and got none",
                                      (long long)plan->workspace);
+        if (!device_range(*ws, plan->workspace))
+            return fail(CUDNN_STATUS_BAD_PARAM, "execute: the workspace at %p is not %lld bytes of device memory",
+                        *ws, (long long)plan->workspace);
         memset(*ws, 0xff, (size_t)plan->workspace);  // poison: nothing may live in the workspace between calls
     }
     if (plan->engine.nondeterministic)
@@ -965,6 +1006,7 @@ cudnnStatus_t cudnnBackendDestroyDescriptor(cudnnBackendDescriptor_t desc) {
     Desc* d = as_desc(desc);
     if (!d) return fail(CUDNN_STATUS_BAD_PARAM, "cudnnBackendDestroyDescriptor: not a descriptor");
     g_graphs.erase(d);
+    if (d->type == CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR && d->finalized) g_live_plans--;
     d->magic = 0;
     delete d;
     return CUDNN_STATUS_SUCCESS;
@@ -1106,4 +1148,21 @@ cudnnStatus_t cudnnBackendExecute(cudnnHandle_t handle, cudnnBackendDescriptor_t
 extern "C" void cuda_sim_cudnn_counts(int64_t* graphs, int64_t* executions) {
     *graphs = g_graph_count;
     *executions = g_exec_count;
+}
+
+// Execution plans finalized so far, alive now, and the most alive at once.
+extern "C" void cuda_sim_cudnn_plans(int64_t* built, int64_t* alive, int64_t* most) {
+    *built = g_plans_built;
+    *alive = g_live_plans;
+    *most = g_most_live_plans;
+}
+
+// CUDA_SIM_CUDNN_STATS=1: one line at exit (the emulator's tests read it:
+// how many plans a run built, and the most alive at once).
+__attribute__((destructor)) static void print_stats() {
+    const char* v = getenv("CUDA_SIM_CUDNN_STATS");
+    if (v && v[0] == '1')
+        fprintf(stderr, "fake cuDNN stats: %lld graphs, %lld plans built, at most %lld alive, %lld executions\n",
+                (long long)g_graph_count, (long long)g_plans_built, (long long)g_most_live_plans,
+                (long long)g_exec_count);
 }
