@@ -27,15 +27,16 @@ static char tmp_root[256];
 
 static void json_reads_values(void) {
     const char* text =
-        "{\"a\": [1, -2.5e3, 0, 18446744073709551615, -9223372036854775808],\n"
+        "{\"a\": 7, \"a\": [1, -2.5e3, 0, 18446744073709551615, -9223372036854775808],\n"
         " \"s\": \"q\\\"\\\\\\/\\b\\f\\n\\r\\t\\u00e9\\ud83d\\ude00\", \"t\": true, \"f\": false, \"n\": null,\n"
-        " \"o\": {\"x\": {}, \"y\": []}, \"a\": 7}";
+        " \"o\": {\"x\": {}, \"y\": []}}";
     char err[256];
     JsonValue* v = json_parse(text, strlen(text), err, sizeof err);
     CHECK(v != NULL, "parse failed: %s", err);
     if (!v) return;
-    const JsonValue* a = json_get(v, "a");  // the first of two members named a
+    const JsonValue* a = json_get(v, "a");  // the last of two members named a, as Python's json.loads
     CHECK(a && a->type == JSON_ARRAY && a->count == 5, "array a");
+    if (!a || a->type != JSON_ARRAY || a->count != 5) return;
     uint64_t u;
     int64_t i;
     CHECK(json_as_u64(&a->items[3], &u) && u == 18446744073709551615ull, "u64 max read exactly");

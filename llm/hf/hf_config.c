@@ -133,7 +133,7 @@ static void read_llama(const Cfg* c, GPTConfig* m) {
     if (strcmp(act, "silu")) fatal("%s: \"hidden_act\" \"%s\" is not supported (SwiGLU: silu)", c->path, act);
     refuse_true(c, "attention_bias", "the attention projections have no biases");
     refuse_true(c, "mlp_bias", "the MLP has no biases");
-    double eps = get_num(c, "rms_norm_eps", 1e-5);
+    double eps = get_num(c, "rms_norm_eps", 1e-6);
     if (!(eps > 0 && eps <= 1e-2)) fatal("%s: \"rms_norm_eps\" %g is not in (0, 0.01]", c->path, eps);
     m->norm_eps = (float)eps;
     m->tie_embeddings = get_bool(c, "tie_word_embeddings", 0);
