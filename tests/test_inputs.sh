@@ -3,7 +3,9 @@
 # (issue 29): --generate without weights is refused and creates nothing; a
 # config.json key given twice reads as its last value, as Python's json (and
 # so transformers) reads it; a Llama config.json without rms_norm_eps gets
-# LlamaConfig's default 1e-6; a flag given twice warns and the last wins.
+# LlamaConfig's default 1e-6; sizes read from a file (a config's
+# intermediate_size, an eval file's example count) are checked against the
+# file before allocating; a flag given twice warns and the last wins.
 set -u
 cd "$(dirname "$0")/.." || exit 1
 # shellcheck source=tests/lib.sh
@@ -50,12 +52,27 @@ want=1e-06
 if [ -x build/hfvenv/bin/python ]; then  # transformers itself, when test_hf.sh has installed it
   want=$(build/hfvenv/bin/python -c 'import transformers as t; print(t.LlamaConfig.from_pretrained(__import__("sys").argv[1]).rms_norm_eps)' "$T/l1")
 fi
-"${base[@]}" --steps 1 --init-from "$T/l1" --checkpoint-dir "$T/lc" --checkpoint-every 1 >"$T/eps.log" 2>&1
+"${base[@]}" --init-from "$T/l1" --checkpoint-dir "$T/lc" --checkpoint-every 1 >"$T/eps.log" 2>&1
 got=$("$PY" -c 'import json,sys,glob; print(json.load(open(glob.glob(sys.argv[1] + "/step_*/manifest.json")[0]))["model"]["norm_eps"])' "$T/lc" 2>&1)
 if "$PY" -c 'import sys; a, b = map(float, sys.argv[1:]); sys.exit(abs(a - b) > 1e-12)' "$got" "$want" 2>/dev/null; then ok llama_rms_norm_eps_default
 else fail llama_rms_norm_eps_default "manifest norm_eps '$got', LlamaConfig's default $want"; fi
 
-# 4. A flag given twice: a warning naming both values, and the last one wins.
+# 4. Sizes from a file are checked against the file before anything is
+# allocated for them, naming the file and the key.
+cp -r "$T/l1" "$T/big"
+sed -i 's/"intermediate_size": 48/"intermediate_size": 1000000000/' "$T/big/config.json"
+expect_error config_size_beyond_files "big/config.json: .*\"intermediate_size\" 1000000000, .* describe [0-9]+ parameters, more than the folder's safetensors files \([0-9]+ bytes\) hold" \
+  "${base[@]}" --init-from "$T/big"
+"$PY" - "$T/lie.eval" <<'PY'
+import sys, numpy as np
+h = np.zeros(256, dtype=np.int32); h[0], h[1], h[2] = 20240522, 1, 2**31 - 1
+ex = np.array([65535, 16, 0, 0, 2, 1, 5, 1, 6, 1, 7], dtype=np.uint16)  # (a small body)
+open(sys.argv[1], "wb").write(h.tobytes() + ex.tobytes())
+PY
+expect_error eval_count_beyond_file "lie\.eval': the header's example count 2147483647 needs at least 12884901882 tokens, but the body holds 11" \
+  "${base[@]}" "${tiny[@]}" --layers 1 --eval-data "$T/lie.eval"
+
+# 5. A flag given twice: a warning naming both values, and the last one wins.
 "${base[@]}" "${tiny[@]}" --layers 1 --steps 1 --steps 2 >"$T/twice.log" 2>&1
 if grep -q "^train_gpt: warning: --steps is given twice ('1', then '2'): the last wins" "$T/twice.log" &&
   [ "$(grep -c '^step ' "$T/twice.log")" = 2 ]; then ok flag_twice_warns_last_wins
