@@ -3,7 +3,8 @@
 # (issue 29): --generate without weights is refused and creates nothing; a
 # config.json key given twice reads as its last value, as Python's json (and
 # so transformers) reads it; a Llama config.json without rms_norm_eps gets
-# LlamaConfig's default 1e-6; sizes read from a file (a config's
+# LlamaConfig's default 1e-6; a safetensors header that is not valid UTF-8 is
+# refused as the safetensors library refuses it; sizes read from a file (a config's
 # intermediate_size, an eval file's example count) are checked against the
 # file before allocating; a flag given twice warns and the last wins.
 set -u
@@ -56,6 +57,34 @@ fi
 got=$("$PY" -c 'import json,sys,glob; print(json.load(open(glob.glob(sys.argv[1] + "/step_*/manifest.json")[0]))["model"]["norm_eps"])' "$T/lc" 2>&1)
 if "$PY" -c 'import sys; a, b = map(float, sys.argv[1:]); sys.exit(abs(a - b) > 1e-12)' "$got" "$want" 2>/dev/null; then ok llama_rms_norm_eps_default
 else fail llama_rms_norm_eps_default "manifest norm_eps '$got', LlamaConfig's default $want"; fi
+
+# 3b. A safetensors header with invalid UTF-8 in a __metadata__ key: refused,
+# as the safetensors library refuses it (checked with the library itself
+# when build/hfvenv exists).
+cp -r "$T/l1" "$T/u8"
+"$PY" - "$T/u8/model.safetensors" "$T/control.safetensors" <<'PY'
+import json, struct, sys
+raw = open(sys.argv[1], "rb").read()
+n = struct.unpack("<Q", raw[:8])[0]
+h = json.loads(raw[8:8 + n]); h.pop("__metadata__", None)
+for path, key in ((sys.argv[1], b"f\xffo"), (sys.argv[2], b"fxo")):  # (the control: the same, valid)
+    text = b'{"__metadata__":{"' + key + b'":"pt"},' + json.dumps(h, separators=(",", ":")).encode()[1:]
+    text += b" " * (-len(text) % 8)
+    open(path, "wb").write(struct.pack("<Q", len(text)) + text + raw[8 + n:])
+PY
+lib="refused accepted"
+if [ -x build/hfvenv/bin/python ]; then
+  lib=$(build/hfvenv/bin/python -c 'import sys; from safetensors import safe_open
+for p in sys.argv[1:]:
+    try:
+        safe_open(p, "pt"); print("accepted", end=" ")
+    except Exception: print("refused", end=" ")' "$T/u8/model.safetensors" "$T/control.safetensors" 2>&1)
+  lib=${lib% }
+fi
+if [ "$lib" = "refused accepted" ]; then
+  expect_error safetensors_header_utf8 "u8/model\.safetensors: safetensors header is not valid UTF-8 \(byte 19 of the header\)" \
+    "${base[@]}" --init-from "$T/u8"
+else fail safetensors_header_utf8 "the safetensors library: $lib"; fi
 
 # 4. Sizes from a file are checked against the file before anything is
 # allocated for them, naming the file and the key.
