@@ -40,17 +40,8 @@ int shard_file_digest(const char* path, int64_t* bytes, uint64_t* xxh3) {
 
 // The folder's manifest, parsed; NULL when it has none.
 static JsonValue* load_manifest(const char* path) {
-    int64_t size = file_size(path);
-    if (size < 0) return NULL;
-    if (size > (256 << 20)) fatal("%s: %lld bytes, too large for a shard manifest", path, (long long)size);
-    FILE* f = xfopen(path, "rb");
-    char* text = (char*)xmalloc((size_t)size + 1);
-    xfread(text, (size_t)size, f, path, "manifest");
-    fclose(f);
-    char err[200];
-    JsonValue* m = json_parse(text, (size_t)size, err, sizeof err);
-    free(text);
-    if (!m) fatal("%s: not valid JSON: %s", path, err);
+    JsonValue* m = json_load_file(path, 256 << 20, "shard manifest");
+    if (!m) return NULL;
     const JsonValue* shards = json_get(m, "shards");
     if (!shards || shards->type != JSON_ARRAY) fatal("%s: no \"shards\" list", path);
     return m;

@@ -197,17 +197,8 @@ static void check_size_against_files(const char* dir, const char* path, const GP
 void hf_read_config(const char* dir, GPTConfig* out) {
     char path[4096];
     snprintf(path, sizeof path, "%s/config.json", dir);
-    int64_t size = file_size(path);
-    if (size < 0) fatal("%s: no such file (a Hugging Face model folder has config.json)", path);
-    if (size > (64 << 20)) fatal("%s: %lld bytes, too large for a config file", path, (long long)size);
-    FILE* f = xfopen(path, "rb");
-    char* text = (char*)xmalloc((size_t)size + 1);
-    xfread(text, (size_t)size, f, path, "config");
-    fclose(f);
-    char err[160];
-    JsonValue* root = json_parse(text, (size_t)size, err, sizeof err);
-    free(text);
-    if (!root) fatal("%s: not valid JSON: %s", path, err);
+    JsonValue* root = json_load_file(path, 64 << 20, "config file");
+    if (!root) fatal("%s: no such file (a Hugging Face model folder has config.json)", path);
     if (root->type != JSON_OBJECT) fatal("%s: not a JSON object", path);
     Cfg c = {path, root};
     const char* type = get_str(&c, "model_type", NULL);

@@ -342,3 +342,18 @@ const char* json_get_string(const JsonValue* v, const char* key) {
     const JsonValue* s = json_get(v, key);
     return s && s->type == JSON_STRING ? s->text : NULL;
 }
+
+JsonValue* json_load_file(const char* path, int64_t limit, const char* what) {
+    int64_t size = file_size(path);
+    if (size < 0) return NULL;
+    if (size > limit) fatal("%s: %lld bytes, too large for a %s", path, (long long)size, what);
+    FILE* f = xfopen(path, "rb");
+    char* text = (char*)xmalloc((size_t)size + 1);
+    xfread(text, (size_t)size, f, path, what);
+    fclose(f);
+    char err[200];
+    JsonValue* v = json_parse(text, (size_t)size, err, sizeof err);
+    free(text);
+    if (!v) fatal("%s: not valid JSON: %s", path, err);
+    return v;
+}

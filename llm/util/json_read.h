@@ -32,6 +32,10 @@ struct JsonValue {
 // "line N: <problem>" into err.
 JsonValue* json_parse(const char* text, size_t len, char* err, size_t errsize);
 void json_value_free(JsonValue* v);
+// Reads and parses a whole file of at most `limit` bytes; NULL when it does
+// not exist. A larger file or one that is not JSON is fatal, naming the path
+// (`what` says what the file is, as in "too large for a <what>").
+JsonValue* json_load_file(const char* path, int64_t limit, const char* what);
 
 // Member `key` of an object (the last one if repeated, as Python's json and so
 // transformers read it); NULL when v is not an object or has no such member.
