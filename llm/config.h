@@ -90,6 +90,7 @@ typedef struct {
     // memory and planning
     RecomputeMode recompute;
     int recompute_layers; // full recompute for the first N layers
+    int head_chunks;      // LM head row chunks; 0: the planner picks (plan_head_chunks)
     int plan;             // --plan: print the plan and exit
     int auto_plan;        // --auto: train with the plan's recommendation
     char* gpu;            // h100|h200|b200|a100 for --plan ("": the device present)

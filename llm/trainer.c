@@ -129,7 +129,10 @@ void trainer_setup(Trainer* tr, const TrainConfig* cfg, Backend* be, Comm* comm)
 
     RecomputePolicy recompute = recompute_policy_from_flags(cfg->recompute, cfg->recompute_layers, mc.num_layers);
     const CommGroupInfo* shard = &comm->group[COMM_SHARD];
-    gpt_create_recompute(&tr->model, &mc, be, tr->B, tr->T, shard->size, shard->rank, cfg->zero_stage, &recompute);
+    // The LM head in chunks of rows: --head-chunks, else the planner's choice.
+    int head_chunks = cfg->head_chunks > 0 ? cfg->head_chunks : plan_head_chunks(&mc, tr->B, tr->T);
+    gpt_create_chunked(&tr->model, &mc, be, tr->B, tr->T, shard->size, shard->rank, cfg->zero_stage, &recompute,
+                       head_chunks);
     // The ops' temporary device memory, once, so that no step allocates (the
     // MLP's 4C is the widest linear layer with a bias).
     if (be->reserve_scratch) be->reserve_scratch(be, tr->B, tr->T, mc.channels, 4 * mc.channels, mc.num_heads,

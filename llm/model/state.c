@@ -76,6 +76,11 @@ void gpt_create(GPT* m, const GPTConfig* c, Backend* be, int B, int T, int world
 
 void gpt_create_recompute(GPT* m, const GPTConfig* c, Backend* be, int B, int T, int world, int rank,
                           int zero_stage, const RecomputePolicy* recompute) {
+    gpt_create_chunked(m, c, be, B, T, world, rank, zero_stage, recompute, 1);
+}
+
+void gpt_create_chunked(GPT* m, const GPTConfig* c, Backend* be, int B, int T, int world, int rank,
+                        int zero_stage, const RecomputePolicy* recompute, int head_chunks) {
     memset(m, 0, sizeof *m);
     m->config = *c;
     m->be = be;
@@ -104,7 +109,7 @@ void gpt_create_recompute(GPT* m, const GPTConfig* c, Backend* be, int B, int T,
     if (m->master) be->zero(be, m->master, ns * sizeof(float));
     be->zero(be, m->adam_m, ns * sizeof(float));
     be->zero(be, m->adam_v, ns * sizeof(float));
-    act_layout_build(&m->acts, c, B, T, m->dtype, recompute);
+    act_layout_build_chunked(&m->acts, c, B, T, m->dtype, recompute, head_chunks);
     m->arena = be->alloc(be, m->acts.bytes, "activations");
     m->inputs = (int32_t*)be->alloc(be, (size_t)B * T * sizeof(int32_t), "input tokens");
     m->targets = (int32_t*)be->alloc(be, (size_t)B * T * sizeof(int32_t), "target tokens");

@@ -172,6 +172,7 @@ static void build_request(const TrainConfig* cfg, int for_auto, PlanRequest* rq)
     pc->fp8_history = (Fp8Recipe)cfg->fp8_recipe == FP8_DELAYED ? cfg->fp8_amax_history : 0;
     pc->fp8_skip = fp8_parse_skip(cfg->fp8_skip, pc->model.num_layers);  // lives as long as the process
     pc->recompute = recompute_policy_from_flags(cfg->recompute, cfg->recompute_layers, pc->model.num_layers);
+    pc->head_chunks = cfg->head_chunks;
     pc->zero_stage = cfg->zero_stage;
 
     rq->fixed.precision = precision_given;
@@ -249,7 +250,9 @@ void plan_print_bill(FILE* f, const PlanConfig* pc, const MemoryBill* b, const P
     line(f, "  layers", how, kept, u);
     if (working > 0) line(f, "  working set", "one fully recomputed layer at a time", working, u);
     line(f, "  backward scratch", "(B,T,C) x 3 and (B,T,4C), shared by the layers", scratch, u);
-    snprintf(how, sizeof how, "(B,T,%d), turned into their gradient", pc->model.padded_vocab_size);
+    int hc = (int)ceil_div((size_t)pc->B * pc->T, (size_t)al->head_rows);
+    snprintf(how, sizeof how, "(%d,%d): 1 of %d head chunk%s, then its gradient", al->head_rows,
+             pc->model.padded_vocab_size, hc, hc == 1 ? "" : "s");
     line(f, "  logits", how, logits, u);
     line(f, "  other", "embeddings output, final norm, losses, alignment",
          (double)al->bytes - kept - working - scratch - logits, u);

@@ -118,6 +118,22 @@ size_t plan_gpu_op_scratch(const GPTConfig* c, int B, int T) {
     return most;
 }
 
+int plan_head_chunks(const GPTConfig* c, int B, int T) {
+    size_t N = (size_t)B * T;
+    ActLayout al;
+    act_layout_build(&al, c, B, T, DTYPE_F32, NULL);
+    size_t wide = al.count[A_SCRATCH_BT4C] / N;  // the MLP scratch's elements per token
+    if (wide < (size_t)c->channels) wide = (size_t)c->channels;
+    size_t by_memory = ceil_div((size_t)c->padded_vocab_size, wide);
+    size_t by_rows = ceil_div(N, PLAN_HEAD_MIN_ROWS);
+    size_t chunks = by_memory < by_rows ? by_memory : by_rows;
+    return chunks < 1 ? 1 : (int)chunks;
+}
+
+int plan_resolved_head_chunks(const PlanConfig* pc) {
+    return pc->head_chunks > 0 ? pc->head_chunks : plan_head_chunks(&pc->model, pc->B, pc->T);
+}
+
 MemoryBill plan_bill(const PlanConfig* pc, const PlanDevice* dev) {
     MemoryBill b;
     memset(&b, 0, sizeof b);
@@ -125,7 +141,7 @@ MemoryBill plan_bill(const PlanConfig* pc, const PlanDevice* dev) {
     // FP8 on the CPU: FP32 storage, FP8 GEMMs emulated.
     DType dt = pc->precision == PREC_FP32 || (pc->precision == PREC_FP8 && !dev->is_gpu) ? DTYPE_F32 : DTYPE_BF16;
     b.state = gpt_state_bytes(c, dt, plan_shard_world(pc), pc->zero_stage);
-    act_layout_build(&b.acts, c, pc->B, pc->T, dt, &pc->recompute);
+    act_layout_build_chunked(&b.acts, c, pc->B, pc->T, dt, &pc->recompute, plan_resolved_head_chunks(pc));
     b.activations = b.acts.bytes;
     size_t BT = (size_t)pc->B * pc->T;
     size_t fp8_gemm_scratch = 0;
@@ -364,6 +380,8 @@ PlanConfig plan_config_of_model(const GPT* m) {
     pc.B = m->B;
     pc.T = m->T;
     pc.recompute = m->acts.recompute;
+    // The chunk count that gives the model's chunk rows back (head_chunk_rows).
+    pc.head_chunks = (int)ceil_div((size_t)m->B * m->T, (size_t)m->acts.head_rows);
     pc.zero_stage = m->zero_stage;
     pc.world = m->world;
     pc.ranks_per_node = m->world;

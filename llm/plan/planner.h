@@ -59,6 +59,7 @@ typedef struct {
     Precision precision;
     int B, T;                 // micro-batch and sequence length
     RecomputePolicy recompute;
+    int head_chunks;          // LM head row chunks; 0: plan_head_chunks(model, B, T)
     int zero_stage;           // 0..3
     int world;                // data-parallel ranks
     int ranks_per_node;
@@ -105,6 +106,16 @@ typedef struct {
 // size only at start-up), the layernorm backward's partials, the bias
 // gradients' partials and the encoder backward's sort keys.
 size_t plan_gpu_op_scratch(const GPTConfig* c, int B, int T);
+
+// The LM head's chunk count for micro-batch (B, T) when --head-chunks is 0:
+// the fewest chunks whose logits take no more than the MLP's backward
+// scratch (B, T, 4C), but no chunk under PLAN_HEAD_MIN_ROWS rows (a smaller
+// GEMM would leave a GPU idle). GPT-2 124M at 4 x 1024: 4 chunks of 1024
+// rows, 103 MB of BF16 logits instead of 412 MB.
+#define PLAN_HEAD_MIN_ROWS 1024
+int plan_head_chunks(const GPTConfig* c, int B, int T);
+// pc->head_chunks, or plan_head_chunks when it is 0.
+int plan_resolved_head_chunks(const PlanConfig* pc);
 
 MemoryBill plan_bill(const PlanConfig* pc, const PlanDevice* dev);
 // Whether the bill's total fits in plan_usable_memory.
