@@ -171,9 +171,11 @@ Checkpointer* checkpointer_create(const TrainConfig* cfg, Trainer* tr) {
     } else if (!ck->model_dir) {
         ck->model_dir = xstrdup("(rank 0's)");  // this rank takes part in gathering the weights only
     }
-    probe_outputs(ck);
     ck->lock.fd = -1;
-    if (ck->dir) {
+    // --generate reads checkpoints and writes nothing: no probe, no lock, and
+    // a missing directory is not created.
+    if (!cfg->generate) probe_outputs(ck);
+    if (ck->dir && !cfg->generate) {
         claim_dir(ck);
         remove_dead_steps(ck);
     }
@@ -369,7 +371,8 @@ static int step_complete(const Checkpointer* ck, int step) {
     return complete;
 }
 
-void checkpoint_resume(Checkpointer* ck) {
+// Restores as --resume asks; returns 1 when a checkpoint was loaded.
+static int resume(Checkpointer* ck) {
     ResumeMode mode = config_resume_mode(ck->cfg);
     const char* dir = ck->cfg->resume;  // with RESUME_DIR
     Manifest man;
@@ -386,7 +389,7 @@ void checkpoint_resume(Checkpointer* ck) {
             break;
         }
         free(steps);
-        return;
+        return 0;
     }
     if (mode == RESUME_DIR) {
         // A directory named for a step must hold that step's checkpoint.
@@ -395,9 +398,9 @@ void checkpoint_resume(Checkpointer* ck) {
         if (!check_checkpoint(ck, dir, named_step, &man, &had_manifest, why, sizeof why)) fatal("--resume %s: %s", dir, why);
         load_checkpoint(ck, dir, &man);
         manifest_free(&man);
-        return;
+        return 1;
     }
-    if (!ck->dir) return;
+    if (!ck->dir) return 0;
     int* steps = NULL;
     int n = list_steps(ck, &steps);
     int damaged = 0;
@@ -409,7 +412,7 @@ void checkpoint_resume(Checkpointer* ck) {
             manifest_free(&man);
             free(d);
             free(steps);
-            return;
+            return 1;
         }
         damaged += had_manifest;
         if (ck->comm->rank == 0)
@@ -425,6 +428,20 @@ void checkpoint_resume(Checkpointer* ck) {
         fatal("--resume auto: none of the %d complete checkpoint%s in '%s' is usable (see the warnings above); "
               "repair or move them, name one with --resume DIR, or pass --resume never to start over",
               damaged, damaged == 1 ? "" : "s", ck->dir);
+    return 0;
+}
+
+void checkpoint_resume(Checkpointer* ck) {
+    int loaded = resume(ck);
+    // --generate from random weights would print noise and exit 0.
+    if (!ck->cfg->generate || loaded || ck->cfg->init_from[0]) return;
+    char where[4200];
+    if (config_resume_mode(ck->cfg) == RESUME_NEVER) snprintf(where, sizeof where, "--resume never loads none");
+    else if (!ck->dir) snprintf(where, sizeof where, "checkpoints are off (--checkpoint-dir '')");
+    else snprintf(where, sizeof where, "no complete checkpoint in %s%s", ck->dir, is_dir(ck->dir) ? "" : " (it does not exist)");
+    fatal("--generate: no weights to generate from: %s; point --checkpoint-dir (or --resume DIR) at a run's "
+          "checkpoints, or pass --init-from FILE|DIR",
+          where);
 }
 
 // ---------------------------------------------------------------------------
