@@ -29,6 +29,11 @@ $(BUILD)/tests/gpu/%: tests/gpu/%.cu $(BUILD)/libtrain.a $(CUDA_OBJS) tests/test
 ifneq ($(wildcard $(CUDA_HOME)/include/cuda_fp8.h),)
 $(BUILD)/tests/test_fp8_format: private CFLAGS += -isystem $(CUDA_HOME)/include -DHAVE_CUDA_FP8_H
 endif
+# test_fp8_block.py runs the CPU backend's block-scaled quantisation through this helper.
+$(BUILD)/tests/fp8_block_dump: tests/fp8_block_dump.c $(BUILD)/libtrain.a
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -o $@ $< $(BUILD)/libtrain.a $(LDLIBS)
+tests: $(BUILD)/tests/fp8_block_dump
 # All 2^32 float inputs against CUDA's conversion (about 3 minutes on 2 cores; not in make test).
 .PHONY: test-fp8-exhaustive
 test-fp8-exhaustive: $(BUILD)/tests/test_fp8_format
