@@ -134,13 +134,15 @@ int plan_resolved_head_chunks(const PlanConfig* pc) {
     return pc->head_chunks > 0 ? pc->head_chunks : plan_head_chunks(&pc->model, pc->B, pc->T);
 }
 
+int plan_param_layer_slots(const PlanConfig* pc) { return 1 + (pc->zero3_prefetch > 1 ? pc->zero3_prefetch : 1); }
+
 MemoryBill plan_bill(const PlanConfig* pc, const PlanDevice* dev) {
     MemoryBill b;
     memset(&b, 0, sizeof b);
     const GPTConfig* c = &pc->model;
     // FP8 on the CPU: FP32 storage, FP8 GEMMs emulated.
     DType dt = pc->precision == PREC_FP32 || (pc->precision == PREC_FP8 && !dev->is_gpu) ? DTYPE_F32 : DTYPE_BF16;
-    b.state = gpt_state_bytes(c, dt, plan_shard_world(pc), pc->zero_stage);
+    b.state = gpt_state_bytes_staged(c, dt, plan_shard_world(pc), pc->zero_stage, plan_param_layer_slots(pc));
     act_layout_build_chunked(&b.acts, c, pc->B, pc->T, dt, &pc->recompute, plan_resolved_head_chunks(pc));
     b.activations = b.acts.bytes;
     size_t BT = (size_t)pc->B * pc->T;
@@ -383,6 +385,7 @@ PlanConfig plan_config_of_model(const GPT* m) {
     // The chunk count that gives the model's chunk rows back (head_chunk_rows).
     pc.head_chunks = (int)ceil_div((size_t)m->B * m->T, (size_t)m->acts.head_rows);
     pc.zero_stage = m->zero_stage;
+    pc.zero3_prefetch = m->param_layer_slots - 1;
     pc.world = m->world;
     pc.ranks_per_node = m->world;
     return pc;
