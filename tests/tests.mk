@@ -6,7 +6,7 @@ TEST_SRCS := $(wildcard tests/test_*.c)
 TEST_BINS := $(TEST_SRCS:tests/%.c=$(BUILD)/tests/%)
 TEST_SCRIPTS := $(sort $(wildcard tests/test_*.sh tests/test_*.py))
 
-$(BUILD)/tests/%: tests/%.c $(BUILD)/libtrain.a tests/testlib.h
+$(BUILD)/tests/%: tests/%.c $(BUILD)/libtrain.a tests/testlib.h tests/testlib_mpi.h
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -o $@ $< $(BUILD)/libtrain.a $(LDLIBS)
 # The two parity tests against PyTorch share their reading of reference.py and their checks.
