@@ -365,6 +365,7 @@ void config_print_help(FILE* f) {
             "Trains a GPT-2 or Llama 3 model. With no flags it trains a small model on the bundled\n"
             "King James Bible corpus (run `make data` once first) and prints samples.\n"
             "Flags take a value as `--flag value` or `--flag=value`; a 0|1 flag given alone means 1.\n"
+            "A flag given twice takes its last value, with a warning.\n"
             "[x] is the default; {range} the values a flag accepts.\n");
     for (int i = 0; i < NUM_FLAGS; i++) {
         const Flag* fl = &FLAGS[i];
@@ -466,6 +467,7 @@ void config_check(const TrainConfig* cfg) {
 
 void config_parse(TrainConfig* cfg, int argc, char** argv) {
     set_defaults(cfg);
+    const char* given[NUM_FLAGS] = {0};  // each flag's value on the command line so far
     for (int i = 1; i < argc; i++) {
         const char* arg = argv[i];
         if (!strcmp(arg, "--help") || !strcmp(arg, "-h")) {
@@ -491,6 +493,10 @@ void config_parse(TrainConfig* cfg, int argc, char** argv) {
                 value = argv[++i];
             }
         }
+        const Flag* f = find_flag(name);
+        if (f && given[f - FLAGS])
+            warn("--%s is given twice ('%s', then '%s'): the last wins", name, given[f - FLAGS], value);
+        if (f) given[f - FLAGS] = value;
         if (!config_set(cfg, name, value, "")) fatal("unknown flag '--%s' (see --help)", name);
     }
 }

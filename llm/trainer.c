@@ -295,7 +295,7 @@ void trainer_export(Trainer* tr, const char* path, DType dtype) {
 void trainer_export_hf(Trainer* tr, const char* dir, DType dtype) {
     float* flat = (float*)xmalloc(tr->model.layout.total * sizeof(float));
     zero_gather_params_f32(&tr->zero, flat);
-    if (tr->rank == 0) hf_write_folder(&tr->model, flat, dir, dtype, tr->has_tok ? tr->tok.eot : -1);
+    if (tr->rank == 0) hf_write_folder(&tr->model, flat, dir, dtype, tr->has_tok ? tr->tok.eot : -1, "--export-hf");
     free(flat);
 }
 
