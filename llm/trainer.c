@@ -35,13 +35,24 @@ static void setup_batch_geometry(Trainer* tr, const TrainConfig* cfg) {
     tr->tokens_per_step = total;
 }
 
-// --zero and --shard-scope: the rank groups the model is sharded over.
+// --zero, --shard-scope and --shard-group: the rank groups the model is sharded over.
 static void setup_sharding(Trainer* tr, const TrainConfig* cfg) {
-    comm_set_shard_scope(tr->comm, cfg->shard_scope == SHARD_SCOPE_NODE);
+    Comm* c = tr->comm;
+    int n = cfg->shard_group;
+    if (n > 0 && config_is_set(cfg, "shard-scope")) {
+        int scope_n = cfg->shard_scope == SHARD_SCOPE_NODE ? c->node_size : c->world;
+        if (n != scope_n)
+            fatal("--shard-group %d and --shard-scope %s (%d ranks) disagree: pass one of them", n,
+                  cfg->shard_scope == SHARD_SCOPE_NODE ? "node" : "world", scope_n);
+    }
+    if (n > 0 && n != c->world && cfg->zero_stage == 0)
+        fatal("--shard-group %d needs --zero 1, 2 or 3 (ZeRO-0 shards nothing)", n);
+    if (n > 0) comm_set_shard_group(c, n);
+    else comm_set_shard_scope(c, cfg->shard_scope == SHARD_SCOPE_NODE);
     // NCCL starts here: on EFA instances it must not settle for its sockets.
     EfaCheck efa;
-    efa_check_begin(&efa, tr->comm->num_nodes, cfg->allow_nccl_sockets || strcmp(tr->be->name, "cpu") == 0);
-    comm_attach_backend(tr->comm, tr->be);
+    efa_check_begin(&efa, c->num_nodes, cfg->allow_nccl_sockets || strcmp(tr->be->name, "cpu") == 0);
+    comm_attach_backend(c, tr->be);
     efa_check_end(&efa);
 }
 

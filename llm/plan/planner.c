@@ -97,6 +97,7 @@ Precision plan_default_precision(const GPTConfig* c, const PlanDevice* dev) {
 // the bill
 
 int plan_shard_world(const PlanConfig* pc) {
+    if (pc->shard_group > 0) return pc->shard_group < pc->world ? pc->shard_group : pc->world;
     return pc->hybrid && pc->ranks_per_node < pc->world ? pc->ranks_per_node : pc->world;
 }
 
@@ -312,6 +313,7 @@ static PlanConfig least_memory(const PlanConfig* req, const PlanFixed* fx, const
         if (fx->zero_stage && z != req->zero_stage) continue;
         for (int h = 0; h <= 1; h++) {
             if (h && !(req->world > req->ranks_per_node && z > 0)) continue;
+            if (fx->hybrid && h != req->hybrid && req->world > req->ranks_per_node) continue;
             pc.zero_stage = z;
             pc.hybrid = h;
             size_t total = plan_bill(&pc, dev).total;

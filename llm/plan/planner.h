@@ -65,6 +65,7 @@ typedef struct {
     int world;                // data-parallel ranks
     int ranks_per_node;
     int hybrid;               // shard inside a node, replicate across nodes
+    int shard_group;          // > 0: shard over groups of this many ranks (--shard-group), whatever hybrid says
     int fp8_history;          // FP8: amax history length (delayed scaling), 0 for current scaling
     const uint8_t* fp8_skip;  // FP8: --fp8-skip per layer (llm/fp8/fp8.h), or NULL
 } PlanConfig;
@@ -141,7 +142,7 @@ PlanSpeed plan_speed(const PlanConfig* pc, const PlanDevice* dev);
 
 // Which parts of the request the planner must keep (explicit flags).
 typedef struct {
-    int precision, micro_batch, recompute, zero_stage, hybrid;
+    int precision, micro_batch, recompute, zero_stage, hybrid;  // hybrid: --shard-scope or --shard-group
     long batch_tokens;  // > 0: micro-batches must divide it per rank
 } PlanFixed;
 
