@@ -45,7 +45,7 @@ ASAN_FLAGS := -O1 -g -fsanitize=address,undefined -fno-omit-frame-pointer -fno-s
 ASAN_SRCS  := $(wildcard data/*.c) llm/util/util.c llm/util/json_read.c
 $(BUILD)/asan/test_data: tests/test_data.c $(ASAN_SRCS) tests/testlib.h
 	@mkdir -p $(dir $@)
-	$(CC) -std=c11 -fopenmp -D_GNU_SOURCE -I. $(WARN) $(ASAN_FLAGS) -DUNDER_ASAN -o $@ $< $(ASAN_SRCS) -lzstd -lpcre2-8 -lm
+	$(CC) -std=c11 -fopenmp -D_GNU_SOURCE -I. $(WARN) $(ASAN_FLAGS) -DUNDER_ASAN -o $@ $< $(ASAN_SRCS) -lzstd -lpcre2-8 -lxxhash -lm
 
 # The checkpoint format tests (JSON and manifest readers, resharding) under the sanitizers too.
 $(BUILD)/asan/test_checkpoint: tests/test_checkpoint.c $(LIB_SRCS) $(wildcard llm/*.h llm/*/*.h) tests/testlib.h
