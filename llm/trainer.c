@@ -59,6 +59,23 @@ static void setup_sharding(Trainer* tr, const TrainConfig* cfg) {
 // A multiple of 16 near x, for error messages.
 static int multiple_of_16(int x) { return x < 16 ? 16 : x / 16 * 16; }
 
+// --fp8-recipe, auto resolved for this device and printed; fatal, naming the
+// GPU, for a recipe it cannot run.
+static Fp8Recipe choose_fp8_recipe(Trainer* tr, const TrainConfig* cfg) {
+    Fp8Device d = {0};
+    char name[128] = "a GPU";
+    d.gpu = strcmp(tr->be->name, "cpu") != 0;
+    if (d.gpu && cuda_current_compute_capability) cuda_current_compute_capability(&d.major, &d.minor);
+    if (d.gpu && cuda_current_device_name) cuda_current_device_name(name, (int)sizeof name);
+    d.name = name;
+    d.block_gemms = tr->be->fp8_block_matmul != NULL;
+    char why[512];
+    Fp8Recipe r = fp8_resolve_recipe((Fp8Recipe)cfg->fp8_recipe, &d, why, sizeof why);
+    if (!fp8_recipe_runs(r, &d, why, sizeof why)) fatal("%s", why);
+    if (tr->rank == 0) printf("fp8       | recipe %s (%s)\n", fp8_recipe_name(r), why);
+    return r;
+}
+
 // --precision fp8: the FP8 state (llm/fp8/fp8.h), after checking that the GPU has
 // FP8 and that every FP8 GEMM's dimensions are multiples of 16.
 static void setup_fp8(Trainer* tr, const TrainConfig* cfg) {
@@ -71,7 +88,7 @@ static void setup_fp8(Trainer* tr, const TrainConfig* cfg) {
               major, minor);
     }
     Fp8Options o;
-    o.recipe = (Fp8Recipe)cfg->fp8_recipe;
+    o.recipe = choose_fp8_recipe(tr, cfg);
     o.history = cfg->fp8_amax_history;
     o.margin = cfg->fp8_margin;
     int L = m->config.num_layers, C = m->config.channels, all_skipped = 1;

@@ -171,6 +171,8 @@ static void build_request(const TrainConfig* cfg, int for_auto, PlanRequest* rq)
     pc->precision = precision_given ? plan_precision(cfg->precision, &rq->dev)
                                     : plan_default_precision(&pc->model, &rq->dev);
     pc->fp8_history = (Fp8Recipe)cfg->fp8_recipe == FP8_DELAYED ? cfg->fp8_amax_history : 0;
+    // auto plans per-tensor scaling: what this build's CUDA backend runs (fp8_resolve_recipe).
+    pc->fp8_recipe = fp8_recipe_is_block((Fp8Recipe)cfg->fp8_recipe) ? cfg->fp8_recipe : FP8_CURRENT;
     pc->fp8_skip = fp8_parse_skip(cfg->fp8_skip, pc->model.num_layers);  // lives as long as the process
     pc->recompute = recompute_policy_from_flags(cfg->recompute, cfg->recompute_layers, pc->model.num_layers);
     pc->head_chunks = cfg->head_chunks;
@@ -237,8 +239,12 @@ void plan_print_bill(FILE* f, const PlanConfig* pc, const MemoryBill* b, const P
         int tn = dev->is_gpu && dev->fp8_support == FP8_TN_ONLY;
         snprintf(how, sizeof how, "%s of 4 GEMMs x %s", tn ? "copy + transpose" : "copy",
                  z == 3 ? "2 layers in flight" : "every layer");
+        if (fp8_recipe_is_block((Fp8Recipe)pc->fp8_recipe))
+            snprintf(how, sizeof how, "none: %s's GEMMs quantise their operands", fp8_recipe_name((Fp8Recipe)pc->fp8_recipe));
         line(f, "fp8 weights", how, (double)b->fp8_weights, u);
-        if (pc->fp8_history) snprintf(how, sizeof how, "12 per layer: scales, amax histories (%d)", pc->fp8_history);
+        if (fp8_recipe_is_block((Fp8Recipe)pc->fp8_recipe))
+            snprintf(how, sizeof how, "block scales: in the GEMMs' scratch");
+        else if (pc->fp8_history) snprintf(how, sizeof how, "12 per layer: scales, amax histories (%d)", pc->fp8_history);
         else snprintf(how, sizeof how, "12 per layer: scales, amaxes (current scaling)");
         line(f, "fp8 scaling", how, (double)b->fp8_scaling, u);
     }

@@ -150,7 +150,10 @@ MemoryBill plan_bill(const PlanConfig* pc, const PlanDevice* dev) {
     size_t fp8_gemm_scratch = 0;
     if (pc->precision == PREC_FP8) {
         Fp8Bytes f = gpt_fp8_bytes(c, pc->B, pc->T, pc->zero_stage, dev->is_gpu ? dev->fp8_support : FP8_ANY_LAYOUT,
-                                   pc->fp8_history ? FP8_DELAYED : FP8_CURRENT, pc->fp8_history, pc->fp8_skip);
+                                   fp8_recipe_is_block((Fp8Recipe)pc->fp8_recipe) ? (Fp8Recipe)pc->fp8_recipe
+                                   : pc->fp8_history                                ? FP8_DELAYED
+                                                                                    : FP8_CURRENT,
+                                   pc->fp8_history, pc->fp8_skip);
         b.fp8_weights = f.weights;
         b.fp8_scaling = f.scaling;
         b.activations += f.casts;
@@ -379,6 +382,7 @@ PlanConfig plan_config_of_model(const GPT* m) {
     pc.precision = m->fp8 ? PREC_FP8 : m->dtype == DTYPE_F32 ? PREC_FP32 : PREC_BF16;
     if (m->fp8) {
         pc.fp8_history = m->fp8->history ? m->fp8->opt.history : 0;
+        pc.fp8_recipe = m->fp8->opt.recipe;
         pc.fp8_skip = m->fp8->skip;
     }
     pc.B = m->B;

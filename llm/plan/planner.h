@@ -67,6 +67,7 @@ typedef struct {
     int hybrid;               // shard inside a node, replicate across nodes
     int shard_group;          // > 0: shard over groups of this many ranks (--shard-group), whatever hybrid says
     int fp8_history;          // FP8: amax history length (delayed scaling), 0 for current scaling
+    int fp8_recipe;           // FP8: an Fp8Recipe; a block-scaled one keeps no FP8 weights or casts (0: per tensor)
     const uint8_t* fp8_skip;  // FP8: --fp8-skip per layer (llm/fp8/fp8.h), or NULL
 } PlanConfig;
 
