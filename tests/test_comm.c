@@ -16,7 +16,7 @@
 #include "llm/model/model.h"
 #include "llm/util/rng.h"
 #include "llm/parallel/zero.h"
-#include "tests/testlib.h"
+#include "tests/testlib_mpi.h"
 
 static Comm* comm;
 static Backend* be;
@@ -24,23 +24,6 @@ static int W, R;
 
 // Contribution of rank r at index i (distinct per test through `salt`).
 static float value(uint64_t salt, int r, size_t i) { return rng_normal(rng_key(salt, (uint64_t)r, 7), i); }
-
-#define MPI_RUN(fn)                                                                            \
-    do {                                                                                       \
-        testlib_case_failed = 0;                                                               \
-        testlib_first[0] = 0;                                                                  \
-        fn();                                                                                  \
-        double failed_ = testlib_case_failed;                                                  \
-        comm_host_sum(comm, COMM_WORLD, &failed_, 1);                                          \
-        testlib_cases++;                                                                       \
-        if (failed_ > 0) {                                                                     \
-            testlib_failures++;                                                                \
-            printf("FAIL %s_w%d: %s\n", #fn, W, testlib_first[0] ? testlib_first : "failed on another rank"); \
-        } else {                                                                               \
-            printf("ok %s_w%d\n", #fn, W);                                                     \
-        }                                                                                      \
-        fflush(stdout);                                                                        \
-    } while (0)
 
 // Reduce-scatter over more than one staging piece (4 MiB) and a chunk that is
 // not a multiple of it: in place, and onto an accumulator.
@@ -185,6 +168,20 @@ static void allocated_equals_state_bytes(void) {
         zero_free(&z);
         gpt_free(&m);
     }
+    // ZeRO-3 prefetching two units ahead: one more layer of parameter staging, billed.
+    size_t before = be->allocated_bytes(be);
+    GPT m;
+    int world = comm->group[COMM_SHARD].size;
+    gpt_create_staged(&m, &c, be, B, T, world, comm->group[COMM_SHARD].rank, 3, NULL, 3);
+    size_t got = be->allocated_bytes(be) - before;
+    StateBytes s2 = gpt_state_bytes(&c, DTYPE_F32, world, 3), s3 = gpt_state_bytes_staged(&c, DTYPE_F32, world, 3, 3);
+    size_t layer = unit_size(&m.layout, 1) * sizeof(float);
+    CHECK(got == s3.params + s3.grads + s3.master + s3.adam + m.acts.bytes + 2 * (size_t)B * T * sizeof(int32_t) +
+                     4 * sizeof(float),
+          "3 parameter layer slots: allocated %zu bytes, not the state bytes", got);
+    CHECK(s3.params == s2.params + layer && s3.grads == s2.grads, "a third parameter layer slot bills %zu bytes, not %zu",
+          s3.params - s2.params, layer);
+    gpt_free(&m);
     CHECK(be->allocated_bytes(be) == 0, "%zu bytes still allocated", be->allocated_bytes(be));
 }
 

@@ -161,11 +161,13 @@ Backend* cpu_backend_create(DType dtype, int num_threads) {
     be->adamw = cpu_adamw;
     be->adamw_tensors = cpu_adamw_tensors;
     be->fp8_support = FP8_ANY_LAYOUT;
+    be->gemm_row_block = CPU_GEMM_TILE;
     be->amax = cpu_amax;
     be->fp8_amax_fold = cpu_fp8_amax_fold;
     be->fp8_quantize = cpu_fp8_quantize;
     be->fp8_update_scales = cpu_fp8_update_scales;
     be->fp8_matmul_forward = cpu_fp8_matmul_forward;
     be->fp8_matmul_backward = cpu_fp8_matmul_backward;
+    be->fp8_block_matmul = cpu_fp8_block_matmul;
     return be;
 }
