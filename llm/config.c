@@ -123,6 +123,7 @@ static const Flag FLAGS[] = {
 
     {"recompute", F_ENUM, OFF(recompute), "none", NULL, "activation recompute: none; selective (recompute layernorm and GELU outputs in backward); full (keep only each layer's input, re-run its forward in backward)", "Memory and planning", "none|selective|full"},
     {"recompute-layers", F_INT, OFF(recompute_layers), "0", "N", "full recompute for the first N layers, the others as --recompute (none or selective)", NULL, "[0, 4096]"},
+    {"head-chunks", F_INT, OFF(head_chunks), "0", "N", "run the LM head (its GEMM, softmax, cross-entropy and their gradients, fused) over the B*T rows in N chunks, so that only one chunk of logits exists at a time; chunks are whole multiples of 128 rows, so fewer run when the rows are few; the results are the same bits for any N on the CPU; 0: the planner picks (at most the MLP's (B,T,4C) scratch in logits, at least 1024 rows a chunk)", NULL, "[0, 1048576]"},
     {"plan", F_BOOL, OFF(plan), "0", "", "print the memory bill and the recommended configuration for --gpu and --world-size, then exit: 0 when it fits, 2 when nothing fits (reads no data)", NULL, NULL},
     {"auto", F_BOOL, OFF(auto_plan), "0", "", "train with the planner's recommendation (micro-batch, recompute, precision, ZeRO stage); explicitly set flags win", NULL, NULL},
     {"gpu", F_STRING, OFF(gpu), "", "NAME", "GPU for --plan: h100, h200, b200 or a100 (default: the GPU present, else this CPU)", NULL, NULL},
@@ -144,6 +145,7 @@ static const Flag FLAGS[] = {
     {"zero", F_INT, OFF(zero_stage), "1", "0|1|2|3", "ZeRO stage: 0 replicates everything, 1 shards optimizer state, 2 also gradients, 3 also parameters", "Distributed (mpirun -np N ./train_gpt ...)", "[0, 3]"},
     {"zero3-prefetch", F_INT, OFF(zero3_prefetch), "1", "K", "ZeRO-3: gather the units of the next K uses ahead of them (2 keeps one more layer gathered)", NULL, "[1, 2]"},
     {"shard-scope", F_ENUM, OFF(shard_scope), "world", NULL, "shard over all ranks, or inside each node with gradients all-reduced across nodes (hybrid; ZeRO 1-3)", NULL, "world|node"},
+    {"shard-group", F_INT, OFF(shard_group), "0", "N", "shard over groups of N consecutive ranks and replicate across groups (ZeRO 1-3; N divides the ranks and is a divisor or multiple of the ranks per node); 0: --shard-scope decides", NULL, "[0, inf)"},
     {"allow-nccl-sockets", F_BOOL, OFF(allow_nccl_sockets), "0", "0|1", "on an EFA instance (p4d, p5, p6) of a multi-node run NCCL's TCP sockets between nodes are an error (the aws-ofi-nccl plugin did not load); 1: run on them anyway", NULL, NULL},
 };
 #define NUM_FLAGS ((int)(sizeof FLAGS / sizeof FLAGS[0]))

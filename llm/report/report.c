@@ -198,9 +198,13 @@ void report_run_summary(const Trainer* tr) {
     const TrainConfig* cfg = tr->cfg;
     const GPT* m = &tr->model;
     const GPTConfig* c = &m->config;
+    char groups[64] = "";
+    int replicas = tr->comm->group[COMM_REPLICA].size;
+    if (tr->comm->node_scope) snprintf(groups, sizeof groups, " per node");
+    else if (replicas > 1) snprintf(groups, sizeof groups, " per group, %d groups", replicas);
     printf("train_gpt | backend %s | precision %s | ranks %d | zero %d, sharded over %d rank%s%s | version %s\n",
            tr->be->name, m->fp8 ? "fp8" : dtype_name(m->dtype), tr->world, m->zero_stage, m->world,
-           m->world == 1 ? "" : "s", tr->comm->node_scope ? " per node" : "", train_gpt_version());
+           m->world == 1 ? "" : "s", groups, train_gpt_version());
     if (m->fp8) {
         const Fp8State* f = m->fp8;
         int skipped = 0;
