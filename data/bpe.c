@@ -183,6 +183,7 @@ typedef struct {
     int32_t id;
     int len;
     uint8_t* bytes;
+    int line;  // in a rank file
 } RawToken;
 
 static RawToken* parse_rank_file(const char* path, int* count) {
@@ -208,6 +209,7 @@ static RawToken* parse_rank_file(const char* path, int* count) {
             if (used == cap) toks = (RawToken*)xrealloc(toks, (cap *= 2) * sizeof *toks);
             toks[used].id = (int32_t)rank;
             toks[used].len = len;
+            toks[used].line = line;
             toks[used].bytes = (uint8_t*)xmalloc((size_t)len);
             memcpy(toks[used].bytes, buf, (size_t)len);
             used++;
@@ -216,6 +218,12 @@ static RawToken* parse_rank_file(const char* path, int* count) {
     }
     free(text);
     if (used == 0) fatal("tokenizer '%s': no ranks in the file", path);
+    // N lines hold ranks 0..N-1, each once (repeats are refused on loading):
+    // one rank past them would leave a gap and grow the vocabulary silently.
+    for (size_t i = 0; i < used; i++)
+        if ((size_t)toks[i].id >= used)
+            fatal("tokenizer '%s' line %d: rank %d, but the file's %zu ranks must be 0..%zu without gaps", path,
+                  toks[i].line, toks[i].id, used, used - 1);
     *count = (int)used;
     return toks;
 }

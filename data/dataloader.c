@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "data/llmc_order.h"
+#include "data/shard_manifest.h"
 #include "llm/util/rng.h"
 
 typedef unsigned long long ull;
@@ -20,6 +21,7 @@ void dataloader_init(DataLoader* dl, const char* pattern, const char* flag, int 
     memset(dl, 0, sizeof *dl);
     if (T <= 0) fatal("sequence length T=%d must be positive (%s)", T, flag ? flag : "pattern");
     char** paths = glob_paths(pattern, flag, &dl->num_shards);
+    shard_manifest_check(paths, dl->num_shards, flag ? flag : pattern);
     dl->shards = (Shard*)xcalloc((size_t)dl->num_shards, sizeof *dl->shards);
     dl->shard_windows = (uint64_t*)xcalloc((size_t)dl->num_shards, sizeof *dl->shard_windows);
     for (int i = 0; i < dl->num_shards; i++) {

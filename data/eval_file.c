@@ -26,6 +26,12 @@ void eval_file_load(EvalFile* e, const char* path, const char* flag, int vocab_s
     size_t body = (size_t)(size - (int64_t)sizeof h);
     if (body % 2) fatal("%s '%s': the body has %zu bytes, not a whole number of uint16 tokens", flag, path, body);
     size_t n = body / 2;
+    // Every example takes at least 6 tokens (delimiter, length, index, label,
+    // completion count, context length): a count the body cannot hold is a
+    // lie, refused before anything is allocated for it.
+    if ((uint64_t)h[2] * 6 > n)
+        fatal("%s '%s': the header's example count %d needs at least %llu tokens, but the body holds %zu", flag, path,
+              h[2], (unsigned long long)h[2] * 6, n);
     e->data = (uint16_t*)xmalloc(body ? body : 2);
     xfread(e->data, body, f, path, "eval examples");
     fclose(f);

@@ -5,6 +5,7 @@
 
 #include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -16,6 +17,7 @@
 #include "data/bpe.h"
 #include "data/docs.h"
 #include "data/shard.h"
+#include "data/shard_manifest.h"
 #include "llm/util/strbuf.h"
 #include "llm/util/util.h"
 
@@ -81,9 +83,15 @@ static void close_shard(Pipeline* p, Split* s) {
     shard_path(p, s, s->shards, path, sizeof path);
     sb_printf(&s->manifest, "%s\n    {\"file\": ", s->shards ? "," : "");
     sb_json_string(&s->manifest, strrchr(path, '/') + 1);
-    sb_printf(&s->manifest, ", \"split\": \"%s\", \"tokens\": %llu, \"documents_starting\": %llu}", s->name,
+    sb_printf(&s->manifest, ", \"split\": \"%s\", \"tokens\": %llu, \"documents_starting\": %llu", s->name,
               (ull)s->w.n, (ull)s->docs_in_shard);
     shard_writer_close(&s->w);
+    // Its size and checksum, which train_gpt checks (data/shard_manifest.h).
+    int64_t bytes;
+    uint64_t xxh3;
+    int e = shard_file_digest(path, &bytes, &xxh3);
+    if (e) fatal("cannot read back the shard '%s': %s", path, strerror(e));
+    sb_printf(&s->manifest, ", \"bytes\": %lld, \"xxh3\": \"%016llx\"}", (long long)bytes, (ull)xxh3);
     s->open = 0;
     s->shards++;
     s->docs_in_shard = 0;
@@ -295,6 +303,17 @@ void prepare_shards(const ShardOptions* o) {
     p.t0 = p.last_report = now_seconds();
     running = &p;
     add_fatal_hook(remove_partial_shards);
+    // The old manifest goes before the first shard is touched: a folder with a
+    // manifest is a finished run (data/shard_manifest.h), and until this run
+    // finishes, this one is not.
+    char manifest[4096];
+    snprintf(manifest, sizeof manifest, "%s/manifest.json", o->out_dir);
+    if (unlink(manifest) != 0 && errno != ENOENT) fatal("cannot remove the old '%s': %s", manifest, strerror(errno));
+    int dfd = open(o->out_dir, O_RDONLY | O_DIRECTORY);
+    if (dfd >= 0) {
+        fsync(dfd);  // best effort: the removal is durable before a shard changes
+        close(dfd);
+    }
 
     for (int i = 0; i < p.num_files; i++) read_file(&p, i);
     if (p.nrec) encode_batch(&p);

@@ -29,6 +29,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "kernels/fp8_block.h"
 #include "llm/util/util.h"
 
 EXTERN_C_BEGIN
@@ -300,6 +301,15 @@ struct Backend {
     // N, C and OC must be multiples of 16 (FP8 tensor-core GEMMs need it).
     void (*fp8_matmul_backward)(Backend* be, void* dinp, void* dweight, const Fp8Tensor* dout,
                                 const Fp8Tensor* inp, const Fp8Tensor* weight, int N, int C, int OC);
+    // Block-scaled FP8 GEMM (recipes blockwise and mxfp8, kernels/fp8_block.h),
+    // or NULL where the backend has none: out (M,N) = op(a) (M,K) @ op(b) (N,K)^T
+    // + beta * out (beta 0 or 1) + bias (N, may be NULL), FP32 accumulation.
+    // op(a) is a (M,K) as stored, or with a_trans the transpose of a stored
+    // (K,M); likewise b. Each operand is quantised here from its
+    // activation-dtype source in its format, blocks along K: a column-wise
+    // copy comes from the source, never from the row-wise codes.
+    void (*fp8_block_matmul)(Backend* be, void* out, const void* a, int a_trans, Fp8BlockFormat fa, const void* b,
+                             int b_trans, Fp8BlockFormat fb, const void* bias, int M, int N, int K, float beta);
 };
 
 // Backend constructors. Each exits with a clear error if its device is unusable.
@@ -310,6 +320,8 @@ size_t cpu_attention_scratch_bytes(int T, int HS, int threads);
 // The most scratch one CPU FP8 GEMM call of a (N, C) -> (N, OC) linear layer
 // allocates (its operands decoded to FP32): the planner bills it.
 size_t cpu_fp8_matmul_scratch_bytes(int N, int C, int OC);
+// The same for one block-scaled GEMM (M,K) x (N,K)^T.
+size_t cpu_fp8_block_matmul_scratch_bytes(int M, int N, int K);
 // Llama 3.1's long-context frequency scaling of RoPE (factor 0: none).
 typedef struct {
     float factor;            // 8 in Llama 3.1

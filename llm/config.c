@@ -142,6 +142,7 @@ static const Flag FLAGS[] = {
     {"collective-timeout", F_DOUBLE, OFF(collective_timeout), "600", "SECONDS", "a collective (MPI or NCCL) unfinished after this long aborts every rank with a message naming it; 0: wait for ever", NULL, "[0, inf)"},
 
     {"zero", F_INT, OFF(zero_stage), "1", "0|1|2|3", "ZeRO stage: 0 replicates everything, 1 shards optimizer state, 2 also gradients, 3 also parameters", "Distributed (mpirun -np N ./train_gpt ...)", "[0, 3]"},
+    {"zero3-prefetch", F_INT, OFF(zero3_prefetch), "1", "K", "ZeRO-3: gather the units of the next K uses ahead of them (2 keeps one more layer gathered)", NULL, "[1, 2]"},
     {"shard-scope", F_ENUM, OFF(shard_scope), "world", NULL, "shard over all ranks, or inside each node with gradients all-reduced across nodes (hybrid; ZeRO 1-3)", NULL, "world|node"},
     {"allow-nccl-sockets", F_BOOL, OFF(allow_nccl_sockets), "0", "0|1", "on an EFA instance (p4d, p5, p6) of a multi-node run NCCL's TCP sockets between nodes are an error (the aws-ofi-nccl plugin did not load); 1: run on them anyway", NULL, NULL},
 };
@@ -363,6 +364,7 @@ void config_print_help(FILE* f) {
             "Trains a GPT-2 or Llama 3 model. With no flags it trains a small model on the bundled\n"
             "King James Bible corpus (run `make data` once first) and prints samples.\n"
             "Flags take a value as `--flag value` or `--flag=value`; a 0|1 flag given alone means 1.\n"
+            "A flag given twice takes its last value, with a warning.\n"
             "[x] is the default; {range} the values a flag accepts.\n");
     for (int i = 0; i < NUM_FLAGS; i++) {
         const Flag* fl = &FLAGS[i];
@@ -464,6 +466,7 @@ void config_check(const TrainConfig* cfg) {
 
 void config_parse(TrainConfig* cfg, int argc, char** argv) {
     set_defaults(cfg);
+    const char* given[NUM_FLAGS] = {0};  // each flag's value on the command line so far
     for (int i = 1; i < argc; i++) {
         const char* arg = argv[i];
         if (!strcmp(arg, "--help") || !strcmp(arg, "-h")) {
@@ -489,6 +492,10 @@ void config_parse(TrainConfig* cfg, int argc, char** argv) {
                 value = argv[++i];
             }
         }
+        const Flag* f = find_flag(name);
+        if (f && given[f - FLAGS])
+            warn("--%s is given twice ('%s', then '%s'): the last wins", name, given[f - FLAGS], value);
+        if (f) given[f - FLAGS] = value;
         if (!config_set(cfg, name, value, "")) fatal("unknown flag '--%s' (see --help)", name);
     }
 }

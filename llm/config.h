@@ -112,6 +112,7 @@ typedef struct {
     // distributed
     int zero_stage;       // 0..3
     ShardScope shard_scope;
+    int zero3_prefetch;   // ZeRO-3: units gathered ahead of their use (1 or 2)
     int allow_nccl_sockets;  // let NCCL use TCP sockets between nodes of an EFA instance
 } TrainConfig;
 

@@ -77,6 +77,10 @@ EvalResult eval_run(Trainer* tr, const EvalFile* e) {
     double sums[4] = {0, 0, 0, 0};  // examples, right, right normalised, loss
     int next = tr->rank;
     for (int round = 0; round < rounds; round++) {
+        // A stop signal ends the eval between batches (the ranks agree), as it
+        // does validation: a HellaSwag-sized file takes longer than
+        // SageMaker's 120 s between SIGTERM and SIGKILL.
+        if (trainer_stop_requested(tr)) break;
         // This round's examples, and the forward's length: its longest row, not
         // --seq-len. Rows are often short (KJV's: a verse and the next, about 60
         // tokens) and a forward costs in proportion to its length; causal
@@ -131,11 +135,13 @@ EvalResult eval_run(Trainer* tr, const EvalFile* e) {
     free(losses);
     free(row_ex);
     free(row_start);
-    EvalResult res = {(int)sums[0], sums[1] / sums[0], sums[2] / sums[0], sums[3] / sums[0]};
+    double n = sums[0] > 0 ? sums[0] : 1;  // (none, when stopped at once)
+    EvalResult res = {(int)sums[0], sums[1] / n, sums[2] / n, sums[3] / n};
     return res;
 }
 
 void eval_and_report(Trainer* tr, int step, const EvalFile* e) {
     EvalResult r = eval_run(tr, e);
+    if (tr->stop_requested) return;  // a partial eval is not reported
     report_eval(tr, step, r.examples, r.accuracy, r.accuracy_norm, r.loss);
 }

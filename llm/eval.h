@@ -27,9 +27,12 @@ typedef struct {
 // file, or an example with more completions than --micro-batch rows.
 EvalFile* eval_open(const Trainer* tr);
 void eval_close(EvalFile* e);
-// Collective: every rank calls it; the same result on every rank.
+// Collective: every rank calls it; the same result on every rank. A stop
+// signal (trainer_stop_requested) ends it between batches, with
+// tr->stop_requested set and the examples done so far counted.
 EvalResult eval_run(Trainer* tr, const EvalFile* e);
-// eval_run, then the result to the step output and metrics.jsonl (llm/report/report.h).
+// eval_run, then the result to the step output and metrics.jsonl (llm/report/report.h);
+// nothing is reported when a stop signal cut it short.
 void eval_and_report(Trainer* tr, int step, const EvalFile* e);
 
 EXTERN_C_END

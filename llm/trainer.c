@@ -129,7 +129,8 @@ void trainer_setup(Trainer* tr, const TrainConfig* cfg, Backend* be, Comm* comm)
 
     RecomputePolicy recompute = recompute_policy_from_flags(cfg->recompute, cfg->recompute_layers, mc.num_layers);
     const CommGroupInfo* shard = &comm->group[COMM_SHARD];
-    gpt_create_recompute(&tr->model, &mc, be, tr->B, tr->T, shard->size, shard->rank, cfg->zero_stage, &recompute);
+    gpt_create_staged(&tr->model, &mc, be, tr->B, tr->T, shard->size, shard->rank, cfg->zero_stage, &recompute,
+                      cfg->zero3_prefetch + 1);
     // The ops' temporary device memory, once, so that no step allocates (the
     // MLP's 4C is the widest linear layer with a bias).
     if (be->reserve_scratch) be->reserve_scratch(be, tr->B, tr->T, mc.channels, 4 * mc.channels, mc.num_heads,
@@ -283,7 +284,7 @@ void trainer_export(Trainer* tr, const char* path, DType dtype) {
 void trainer_export_hf(Trainer* tr, const char* dir, DType dtype) {
     float* flat = (float*)xmalloc(tr->model.layout.total * sizeof(float));
     zero_gather_params_f32(&tr->zero, flat);
-    if (tr->rank == 0) hf_write_folder(&tr->model, flat, dir, dtype, tr->has_tok ? tr->tok.eot : -1);
+    if (tr->rank == 0) hf_write_folder(&tr->model, flat, dir, dtype, tr->has_tok ? tr->tok.eot : -1, "--export-hf");
     free(flat);
 }
 

@@ -27,15 +27,16 @@ static char tmp_root[256];
 
 static void json_reads_values(void) {
     const char* text =
-        "{\"a\": [1, -2.5e3, 0, 18446744073709551615, -9223372036854775808],\n"
+        "{\"a\": 7, \"a\": [1, -2.5e3, 0, 18446744073709551615, -9223372036854775808],\n"
         " \"s\": \"q\\\"\\\\\\/\\b\\f\\n\\r\\t\\u00e9\\ud83d\\ude00\", \"t\": true, \"f\": false, \"n\": null,\n"
-        " \"o\": {\"x\": {}, \"y\": []}, \"a\": 7}";
+        " \"o\": {\"x\": {}, \"y\": []}}";
     char err[256];
     JsonValue* v = json_parse(text, strlen(text), err, sizeof err);
     CHECK(v != NULL, "parse failed: %s", err);
     if (!v) return;
-    const JsonValue* a = json_get(v, "a");  // the first of two members named a
+    const JsonValue* a = json_get(v, "a");  // the last of two members named a, as Python's json.loads
     CHECK(a && a->type == JSON_ARRAY && a->count == 5, "array a");
+    if (!a || a->type != JSON_ARRAY || a->count != 5) return;
     uint64_t u;
     int64_t i;
     CHECK(json_as_u64(&a->items[3], &u) && u == 18446744073709551615ull, "u64 max read exactly");
@@ -506,6 +507,14 @@ static void manifest_round_trip(void) {
 // The seal: a change of any one byte, or a manifest without its seal line
 // (a torn write, an edit that dropped it), is refused; a version 1 manifest
 // (written before seals) is still read.
+// Removes text from `from` up to (not including) `to`, both found in order.
+static void cut_between(char* text, const char* from, const char* to) {
+    char* a = strstr(text, from);
+    char* b = a ? strstr(a, to) : NULL;
+    CHECK(a && b, "'%s' .. '%s' in the manifest", from, to);
+    if (a && b) memmove(a, b, strlen(b) + 1);
+}
+
 static void manifest_seal_guards_every_byte(const char* good) {
     size_t len = strlen(good), body_len = manifest_seal_offset(good, len);
     char* text = xstrdup(good);
@@ -538,9 +547,17 @@ static void manifest_seal_guards_every_byte(const char* good) {
     snprintf(text + body_len - 2, len - body_len + 2, "\n}\n");
     CHECK(!manifest_parse(text, strlen(text), &b, why, sizeof why) && strstr(why, "seal (the last line"),
           "no seal: '%.300s'", why);
-    // The same, as version 1: read.
+    // The same, relabelled version 1: refused, since it holds what only a
+    // sealed version 2 manifest holds (the seal's bypass).
     char* v = strstr(text, "\"version\": 2");
     v[11] = '1';
+    CHECK(!manifest_parse(text, strlen(text), &b, why, sizeof why) && strstr(why, "'version' 1 (unsealed), but it holds 'data.epoch'"),
+          "a relabelled version 2 manifest: '%.300s'", why);
+    // What a version 1 program wrote (no epoch and window_in_epoch, no
+    // Llama's model members): read.
+    cut_between(text, ", \"epoch\": ", ", \"tokens_per_step\"");
+    cut_between(text, "\"arch\": ", "\"layers\"");
+    cut_between(text, "\"kv_heads\": ", "\"vocab_size\"");
     int ok = manifest_parse(text, strlen(text), &b, why, sizeof why);
     CHECK(ok && b.step == 6, "an unsealed version 1 manifest is refused: '%.300s'", why);
     if (ok) manifest_free(&b);
@@ -607,6 +624,9 @@ static void manifest_rejects_inconsistent(void) {
         {"\"shard_elements\": ", "\"shard_elements\": 1", "is not the layout's"},
         {"\"data\": {", "\"datum\": {", "'data' lacks"},
         {"\"layers\": 2", "\"layers\": -2", "'layers'"},
+        {"\"zero_stage\": 1", "\"zero_stage\": 7", "'zero_stage' 7 is not a ZeRO stage"},
+        {"\"world\": 2", "\"world\": 3", "'layout_world' 2 (shards) does not divide 'world' 3"},
+        {"\"precision\": \"fp32\"", "\"precision\": \"bf16\"", "'precision' bf16, but 'sections' has no \"params\""},
     };
     for (size_t k = 0; k < sizeof edits / sizeof edits[0]; k++) {
         const char* at = strstr(good, edits[k].from);

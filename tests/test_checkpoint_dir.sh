@@ -3,7 +3,7 @@
 # while it trains: a manifest that was edited or disagrees with its directory
 # is refused, an unwritable directory fails before training, a second run in
 # the same directory fails naming the first (a dead run's lock is taken
-# over), a stop signal does not wait for a whole validation or sample, a
+# over), a stop signal does not wait for a whole validation, sample or eval, a
 # failed first save does not claim older checkpoints, and what a kill left
 # of a prune is removed by the next run.
 set -u
@@ -82,9 +82,10 @@ rc=$?
 if [ "$rc" -eq 0 ] && [ ! -e "$T/l/train_gpt.lock" ]; then ok stale_lock_taken_over
 else fail stale_lock_taken_over "rc $rc: $(grep error "$T/l2.log")"; fi
 
-# 4. A stop signal during a long validation (or sample) ends the run within
-# a small part of the time the validation (sample) takes, with a checkpoint
-# of the steps done and no partial validation loss.
+# 4. A stop signal during a long validation (or sample, or multiple-choice
+# eval) ends the run within a small part of the time the validation (sample,
+# eval) takes, with a checkpoint of the steps done, no partial validation loss
+# or accuracy, and no further step.
 stop_during() {  # stop_during NAME FLAGS...: exit time after SIGTERM vs. the run uninterrupted
   local name=$1
   shift
@@ -107,7 +108,7 @@ stop_during() {  # stop_during NAME FLAGS...: exit time after SIGTERM vs. the ru
   echo "# $name: uninterrupted run ${full}s (one step and the long part), exit after SIGTERM ${stop}s"
   if [ "$rc" -eq 0 ] && awk -v s="$stop" -v f="$full" 'BEGIN { exit !(s * 4 < f) }' &&
      grep -q '^stop .*SIGTERM after step 1: checkpoint in' "$T/$name.log" &&
-     [ -f "$T/$name/step_00000001/manifest.json" ] && ! grep -q '^val ' "$T/$name.log" && ! grep -q '^step +2/' "$T/$name.log"; then
+     [ -f "$T/$name/step_00000001/manifest.json" ] && ! grep -qE '^(val|eval) ' "$T/$name.log" && ! grep -q '^step +2/' "$T/$name.log"; then
     ok "$name"
   else
     fail "$name" "rc $rc, exit ${stop}s vs ${full}s; $(grep -E '^(stop|val|step)' "$T/$name.log" | tail -n 3)"
@@ -115,6 +116,19 @@ stop_during() {  # stop_during NAME FLAGS...: exit time after SIGTERM vs. the ru
 }
 stop_during sigterm_during_validation --val-every 1 --val-batches 0 --seq-len 64 --micro-batch 4 --depth 2
 stop_during sigterm_during_sample --sample-every 1 --sample-tokens 2500 --depth 2
+# (the first 120 examples of the bundled eval file: enough to take seconds)
+"$PY" - data/kjv/kjv_eval.bin "$T/eval120.bin" <<'PY'
+import sys, numpy as np
+raw = open(sys.argv[1], "rb").read()
+h = np.frombuffer(raw[:1024], dtype=np.int32).copy()
+body = np.frombuffer(raw[1024:], dtype=np.uint16)
+pos = 0
+for _ in range(120):
+    pos += int(body[pos + 1]) // 2
+h[2] = 120
+open(sys.argv[2], "wb").write(h.tobytes() + body[:pos].tobytes())
+PY
+stop_during sigterm_during_eval --eval-data "$T/eval120.bin" --eval-every 1 --micro-batch 4 --seq-len 128 --depth 1
 
 # 5. A failed first save says that there is no older checkpoint; a failed
 # later one that there is.

@@ -185,6 +185,20 @@ static void allocated_equals_state_bytes(void) {
         zero_free(&z);
         gpt_free(&m);
     }
+    // ZeRO-3 prefetching two units ahead: one more layer of parameter staging, billed.
+    size_t before = be->allocated_bytes(be);
+    GPT m;
+    int world = comm->group[COMM_SHARD].size;
+    gpt_create_staged(&m, &c, be, B, T, world, comm->group[COMM_SHARD].rank, 3, NULL, 3);
+    size_t got = be->allocated_bytes(be) - before;
+    StateBytes s2 = gpt_state_bytes(&c, DTYPE_F32, world, 3), s3 = gpt_state_bytes_staged(&c, DTYPE_F32, world, 3, 3);
+    size_t layer = unit_size(&m.layout, 1) * sizeof(float);
+    CHECK(got == s3.params + s3.grads + s3.master + s3.adam + m.acts.bytes + 2 * (size_t)B * T * sizeof(int32_t) +
+                     4 * sizeof(float),
+          "3 parameter layer slots: allocated %zu bytes, not the state bytes", got);
+    CHECK(s3.params == s2.params + layer && s3.grads == s2.grads, "a third parameter layer slot bills %zu bytes, not %zu",
+          s3.params - s2.params, layer);
+    gpt_free(&m);
     CHECK(be->allocated_bytes(be) == 0, "%zu bytes still allocated", be->allocated_bytes(be));
 }
 

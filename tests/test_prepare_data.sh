@@ -86,6 +86,32 @@ if $TG --device cpu --depth 1 --seq-len 32 --micro-batch 2 --steps 2 --val-every
   --train-data "$T/g2/data_train_*.bin" --val-data "$T/g2/data_val_*.bin" --tokenizer "$G" >"$T/t16.log" 2>&1 &&
   grep -q '^val ' "$T/t16.log" && grep -q '| vocab 50257 ' "$T/t16.log"; then ok trainer_reads_uint16; else fail trainer_reads_uint16 "$(tail -n 3 "$T/t16.log")"; fi
 
+# The manifest is a promise about the shards beside it (data/shard_manifest.h):
+# it lists each with its bytes and xxh3, and train_gpt refuses a shard it does
+# not list, one of another size, or (sampled: the first shard) another checksum.
+tr16=(--device cpu --depth 1 --seq-len 32 --micro-batch 2 --steps 1 --val-every 0 --sample-every 0 --tokenizer "$G" --peak-tflops 1)
+if "$PY" -c 'import json,sys,os,xxhash; d=sys.argv[1]; m=json.load(open(d+"/manifest.json"))
+for s in m["shards"]:
+    b=open(os.path.join(d,s["file"]),"rb").read(); assert s["bytes"]==len(b) and s["xxh3"]=="%016x"%xxhash.xxh3_64_intdigest(b), s' "$T/g2" 2>"$T/mf.err"
+then ok manifest_lists_bytes_and_xxh3; else fail manifest_lists_bytes_and_xxh3 "$(tail -n 1 "$T/mf.err")"; fi
+rm -rf "$T/m1" && cp -r "$T/g2" "$T/m1" && cp "$T/m1/data_train_000001.bin" "$T/m1/data_train_000042.bin"
+expect_error shard_not_in_manifest "m1/data_train_000042\.bin \(--train-data\): not listed in .*m1/manifest\.json" \
+  "$TG" "${tr16[@]}" --train-data "$T/m1/data_train_*.bin"
+rm -rf "$T/m1" && cp -r "$T/g2" "$T/m1" && printf 'x' >>"$T/m1/data_train_000002.bin"
+expect_error shard_size_differs "m1/data_train_000002\.bin \(--train-data\): [0-9]+ bytes, but .*m1/manifest\.json lists [0-9]+" \
+  "$TG" "${tr16[@]}" --train-data "$T/m1/data_train_*.bin"
+rm -rf "$T/m1" && cp -r "$T/g2" "$T/m1" && printf '\x07' | dd of="$T/m1/data_train_000000.bin" bs=1 seek=2000 conv=notrunc status=none
+expect_error shard_checksum_differs "m1/data_train_000000\.bin \(--train-data\): checksum [0-9a-f]{16}, but .*m1/manifest\.json lists [0-9a-f]{16}" \
+  "$TG" "${tr16[@]}" --train-data "$T/m1/data_train_*.bin"
+# A rerun into a finished folder removes its manifest before it touches a
+# shard: one that fails (or is killed) midway leaves no manifest vouching for
+# a mix of old and new shards.
+rm -rf "$T/m1" && cp -r "$T/g2" "$T/m1"
+printf '{"text": "a"}\n{"text": "b"}\n{"body": "c"}\n' >"$T/late_error.jsonl"
+"$PD" --tokenizer "$G" --out-dir "$T/m1" "$T/late_error.jsonl" >/dev/null 2>&1
+if [ ! -e "$T/m1/manifest.json" ]; then ok failed_rerun_removes_manifest
+else fail failed_rerun_removes_manifest "the old manifest is still there"; fi
+
 # cl100k: more than 65,535 ids, so uint32 shards (version 2), which the trainer reads too.
 run_pd "$T/c1.log" --tokenizer "$C" --out-dir "$T/c1" --shard-tokens 5000 --val-fraction 0.2 "$T/in/sub" "$T/in/torture.txt"
 check cl100k_documents "$T/c1" "$C" cl100k text "$T/in/sub" "$T/in/torture.txt"

@@ -13,6 +13,7 @@
 
 #include "kernels/bf16.h"
 #include "llm/hf/safetensors.h"
+#include "llm/util/utf8.h"
 #include "tests/testlib.h"
 
 // Under the sanitizers (fuzz.mk's build/asan/test_safetensors): a reader
@@ -160,6 +161,9 @@ static void test_lying_headers(void) {
                    "names 'a' twice", 0);
     expect_refused(file_with("meta.st", "{\"__metadata__\":{\"format\":1}}", 0), "\"__metadata__\" value 'format' is not a string", 0);
     expect_refused(file_with("entry.st", "{\"w\":[0, 4]}", 0), "header entry 'w' is not an object", 0);
+    // Invalid UTF-8 in a __metadata__ key: the safetensors library rejects the header (a Rust str).
+    expect_refused(file_with("utf8.st", "{\"__metadata__\":{\"f\xffo\":\"pt\"}}  ", 0),
+                   "header is not valid UTF-8 (byte 19 of the header)", 0);
     // A well-formed header with a dtype the model cannot take as weights.
     expect_refused(file_with("int.st", "{" ENTRY("w", "I64", "[1]", 0, 8) "}", 8), "tensor 'w' has dtype I64; weights must be F32, F16 or BF16", 1);
     // And the same shapes told truthfully are accepted (the cases above fail for their lie alone).
@@ -169,9 +173,32 @@ static void test_lying_headers(void) {
     st_close(&f);
 }
 
+// Strict UTF-8 as Rust's str::from_utf8 and Python's bytes.decode("utf-8"):
+// overlong forms, surrogates, code points above U+10FFFF, stray continuation
+// bytes and truncated sequences are refused at their first byte.
+static void test_utf8(void) {
+    static const struct { const char* s; int ok; size_t at; } cases[] = {
+        {"plain ascii", 1, 0},         {"caf\xc3\xa9 \xe4\xb8\xad \xf0\x9f\x98\x80", 1, 0},
+        {"\xf4\x8f\xbf\xbf", 1, 0},  // U+10FFFF
+        {"ab\xc0\x80", 0, 2},          // overlong NUL
+        {"\xe0\x80\xaf", 0, 0},        // overlong '/'
+        {"x\xed\xa0\x80", 0, 1},       // a surrogate
+        {"\xf4\x90\x80\x80", 0, 0},    // above U+10FFFF
+        {"\x80", 0, 0},                // a stray continuation byte
+        {"ok\xe2\x82", 0, 2},          // truncated
+        {"\xf5\x80\x80\x80", 0, 0},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        size_t at = 999;
+        int ok = utf8_valid(cases[i].s, strlen(cases[i].s), &at);
+        CHECK(ok == cases[i].ok && (ok || at == cases[i].at), "utf8 case %zu: %d at %zu", i, ok, at);
+    }
+}
+
 int main(void) {
     snprintf(dir, sizeof dir, "/tmp/test_safetensors.XXXXXX");
     if (!mkdtemp(dir)) return 2;
+    RUN(test_utf8);
     RUN(test_round_trip_f32_bf16);
     RUN(test_f16_decoding);
     RUN(test_lying_headers);

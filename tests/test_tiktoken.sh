@@ -94,9 +94,13 @@ fi
 head -n 2 "$G" >"$T/bad.tiktoken"
 echo 'not-base64! 2' >>"$T/bad.tiktoken"
 expect_error bad_rank_line "bad\.tiktoken' line 3" "$TOK" --tokenizer "$T/bad.tiktoken" "$T/eot.txt"
-grep -v '^IQ== 0$' "$G" >"$T/nobyte.tiktoken"
+sed 's/^IQ== 0$/AAECA3p6 0/' "$G" >"$T/nobyte.tiktoken"  # rank 0 ("!") becomes bytes 00 01 02 03 "zz"
 expect_error missing_byte "nobyte\.tiktoken.*byte 0x21 has no rank" "$TOK" --tokenizer "$T/nobyte.tiktoken" --pattern gpt2 "$T/eot.txt"
 expect_error unknown_pattern "--pattern 'gpt5' is not a built-in pattern" "$TOK" --tokenizer "$G" --pattern gpt5 "$T/eot.txt"
+# One rank changed to 3,000,000 would grow the vocabulary to 3,000,001: refused, naming the line.
+sed '5000s/ [0-9]*$/ 3000000/' "$G" >"$T/gap.tiktoken"
+expect_error rank_gap "gap\.tiktoken' line 5000: rank 3000000, but the file's 50256 ranks must be 0\.\.50255 without gaps" \
+  "$TOK" --tokenizer "$T/gap.tiktoken" "$T/eot.txt"
 head -n 1000 "$G" >"$T/small.tiktoken"
 expect_error unknown_vocabulary "small\.tiktoken.*1000 ranks match no built-in encoding" "$TOK" --tokenizer "$T/small.tiktoken" "$T/eot.txt"
 printf '\x01\x00\x00\x00\xff\xff\x00\x00' >"$T/badtok.bin"

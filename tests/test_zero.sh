@@ -55,6 +55,13 @@ for np in 3 4; do
   grep '^test_comm:' "$T/comm$np.err" | sed 's/^/# /'
 done
 
+# ZeRO-3's schedule, recorded (test_zero_schedule also runs as one process in
+# the suite): 2 simulated nodes of 2 ranks, where reductions cross nodes.
+TRAIN_GPT_RANKS_PER_NODE=2 "${MPI[@]}" -x TRAIN_GPT_RANKS_PER_NODE -np 4 build/tests/test_zero_schedule >"$T/sched.out" 2>"$T/sched.err"
+rc=$?
+if [ "$rc" -eq 0 ] && [ "$(grep -c '^ok ' "$T/sched.out")" -eq 2 ]; then ok zero3_schedule_hybrid_w4
+else fail zero3_schedule_hybrid_w4 "exit status $rc: $(grep -v '^ok' "$T/sched.out" | head -n 2) $(tail -n 2 "$T/sched.err")"; fi
+
 # 2. The same global batch from 1, 2, 3 and 4 ranks at every stage, 20 steps.
 for np in 1 2 3 4; do
   for z in 0 1 2 3; do run "$np" "w${np}z$z" "${small[@]}" --zero "$z" --grad-clip 0; done
@@ -117,6 +124,11 @@ for z in 1 2 3; do
 done
 if cmp -s "$T/hyb2.bin" "$T/hyb3.bin"; then ok hybrid_zero2_zero3_bitwise; else fail hybrid_zero2_zero3_bitwise "weights differ"; fi
 
+# ZeRO-3 prefetching two units ahead (a third layer slot) computes the same bits.
+run 4 w4z3k2 "${small[@]}" --zero 3 --zero3-prefetch 2 --grad-clip 0
+if ran_ok w4z3k2 20 && cmp -s "$T/w4z3k2.bin" "$T/w4z3.bin"; then ok zero3_prefetch2_bitwise
+else fail zero3_prefetch2_bitwise "$(tail -n 2 "$T/w4z3k2.log")"; fi
+
 # 6. Same ranks and flags, same bits.
 run 3 again "${small[@]}" --zero 3 --grad-clip 0
 if cmp -s "$T/again.bin" "$T/w3z3.bin" && [ "$(step_losses "$T/again")" = "$(step_losses "$T/w3z3")" ]; then
@@ -156,6 +168,7 @@ expect_mpi_error every_rank_bad_flag '^train_gpt: error: unknown flag .--bogus' 
 expect_mpi_error ranks_per_node_not_dividing 'TRAIN_GPT_RANKS_PER_NODE=3' -x TRAIN_GPT_RANKS_PER_NODE=3 -np 4 "$TG" "${one[@]}"
 expect_error bad_zero_stage '--zero 4' "$TG" "${one[@]}" --zero 4
 expect_error bad_shard_scope "--shard-scope 'rack'" "$TG" "${one[@]}" --shard-scope rack
+expect_error bad_zero3_prefetch '--zero3-prefetch 3' "$TG" "${one[@]}" --zero3-prefetch 3
 expect_error node_scope_needs_sharding '--shard-scope node needs --zero' "$TG" "${one[@]}" --zero 0 --shard-scope node
 
 finish

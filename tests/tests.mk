@@ -29,6 +29,11 @@ $(BUILD)/tests/gpu/%: tests/gpu/%.cu $(BUILD)/libtrain.a $(CUDA_OBJS) tests/test
 ifneq ($(wildcard $(CUDA_HOME)/include/cuda_fp8.h),)
 $(BUILD)/tests/test_fp8_format: private CFLAGS += -isystem $(CUDA_HOME)/include -DHAVE_CUDA_FP8_H
 endif
+# test_fp8_block.py runs the CPU backend's block-scaled quantisation through this helper.
+$(BUILD)/tests/fp8_block_dump: tests/fp8_block_dump.c $(BUILD)/libtrain.a
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -o $@ $< $(BUILD)/libtrain.a $(LDLIBS)
+tests: $(BUILD)/tests/fp8_block_dump
 # All 2^32 float inputs against CUDA's conversion (about 3 minutes on 2 cores; not in make test).
 .PHONY: test-fp8-exhaustive
 test-fp8-exhaustive: $(BUILD)/tests/test_fp8_format
@@ -40,7 +45,7 @@ ASAN_FLAGS := -O1 -g -fsanitize=address,undefined -fno-omit-frame-pointer -fno-s
 ASAN_SRCS  := $(wildcard data/*.c) llm/util/util.c llm/util/json_read.c
 $(BUILD)/asan/test_data: tests/test_data.c $(ASAN_SRCS) tests/testlib.h
 	@mkdir -p $(dir $@)
-	$(CC) -std=c11 -fopenmp -D_GNU_SOURCE -I. $(WARN) $(ASAN_FLAGS) -DUNDER_ASAN -o $@ $< $(ASAN_SRCS) -lzstd -lpcre2-8 -lm
+	$(CC) -std=c11 -fopenmp -D_GNU_SOURCE -I. $(WARN) $(ASAN_FLAGS) -DUNDER_ASAN -o $@ $< $(ASAN_SRCS) -lzstd -lpcre2-8 -lxxhash -lm
 
 # The checkpoint format tests (JSON and manifest readers, resharding) under the sanitizers too.
 $(BUILD)/asan/test_checkpoint: tests/test_checkpoint.c $(LIB_SRCS) $(wildcard llm/*.h llm/*/*.h) tests/testlib.h

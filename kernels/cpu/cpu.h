@@ -165,3 +165,11 @@ void cpu_fp8_matmul_forward(Backend* be, void* out, const Fp8Tensor* inp, const 
                             const void* bias, int N, int C, int OC);
 void cpu_fp8_matmul_backward(Backend* be, void* dinp, void* dweight, const Fp8Tensor* dout,
                              const Fp8Tensor* inp, const Fp8Tensor* weight, int N, int C, int OC);
+// Block-scaled FP8 (fp8_block.c): op(x) (M,K) (x stored (K,M) when trans) into
+// E4M3 codes (M,K) and scales (ceil(M/br), ceil(K/bc)) row-major (FP32 or
+// E8M0 bytes), and back to FP32.
+size_t cpu_fp8_block_scale_count(int M, int K, Fp8BlockFormat f);
+void cpu_fp8_block_quantize(uint8_t* codes, void* scales, const float* x, int trans, int M, int K, Fp8BlockFormat f);
+void cpu_fp8_block_dequantize(float* out, const uint8_t* codes, const void* scales, int M, int K, Fp8BlockFormat f);
+void cpu_fp8_block_matmul(Backend* be, void* out, const void* a, int a_trans, Fp8BlockFormat fa, const void* b,
+                          int b_trans, Fp8BlockFormat fb, const void* bias, int M, int N, int K, float beta);

@@ -7,11 +7,14 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "llm/util/atomic_dir.h"
+
 int atomic_file_try_open(AtomicFile* af, const char* path) {
     af->path = xstrdup(path);
     size_t n = strlen(path) + 32;
     af->tmp_path = (char*)xmalloc(n);
     snprintf(af->tmp_path, n, "%s.tmp.%ld", path, (long)getpid());
+    atomic_dir_fault_point();  // (a test hook; a no-op outside folder writes)
     af->f = fopen(af->tmp_path, "wb");
     if (af->f) return 0;
     int e = errno;
@@ -25,6 +28,7 @@ void atomic_file_open(AtomicFile* af, const char* path) {
 }
 
 int atomic_file_try_write(AtomicFile* af, const void* data, size_t bytes) {
+    atomic_dir_fault_point();
     if (fwrite(data, 1, bytes, af->f) == bytes) return 0;
     int e = errno ? errno : EIO;
     atomic_file_abort(af);
@@ -57,6 +61,7 @@ int atomic_file_try_commit(AtomicFile* af) {
     if (fflush(af->f) != 0 || fsync(fileno(af->f)) != 0) e = errno ? errno : EIO;
     if (fclose(af->f) != 0 && !e) e = errno ? errno : EIO;
     af->f = NULL;
+    atomic_dir_fault_point();
     if (!e && rename(af->tmp_path, af->path) != 0) e = errno ? errno : EIO;
     if (e) {
         atomic_file_abort(af);

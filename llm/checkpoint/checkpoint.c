@@ -20,6 +20,7 @@
 #include "llm/checkpoint/fault_inject.h"
 #include "llm/checkpoint/llmc_io.h"
 #include "llm/hf/hf.h"
+#include "llm/util/atomic_dir.h"
 #include "llm/util/strbuf.h"
 #include "llm/checkpoint/signals.h"
 
@@ -94,6 +95,21 @@ static void claim_dir(Checkpointer* ck) {
     ck->comm->barrier(ck->comm->ctx);
 }
 
+// Before any training, on rank 0 (the one that writes them): every output
+// of the run's end can be written, so that a read-only or mistyped path
+// fails now rather than after the last step, when the weights would be lost.
+static void probe_outputs(const Checkpointer* ck) {
+    if (ck->comm->rank != 0) return;
+    char msg[8192];
+    const char* why = "checked before training, so that the trained weights are not lost at the end";
+    if (ck->cfg->export_path[0] && atomic_file_probe(ck->cfg->export_path, msg, sizeof msg))
+        fatal("--export %s is not writable (%s); %s", ck->cfg->export_path, msg, why);
+    if (ck->cfg->export_hf[0] && atomic_dir_probe(ck->cfg->export_hf, msg, sizeof msg))
+        fatal("--export-hf %s is not writable (%s); %s", ck->cfg->export_hf, msg, why);
+    if (ck->model_dir && atomic_dir_probe(ck->model_dir, msg, sizeof msg))
+        fatal("--model-dir %s is not writable (%s); %s", ck->model_dir, msg, why);
+}
+
 // Step directories without a manifest older than the newest complete
 // checkpoint can never be resumed: what a kill left of a prune (manifest
 // deleted, files not yet) or of an old interrupted save. Removed now, under
@@ -156,7 +172,10 @@ Checkpointer* checkpointer_create(const TrainConfig* cfg, Trainer* tr) {
         ck->model_dir = xstrdup("(rank 0's)");  // this rank takes part in gathering the weights only
     }
     ck->lock.fd = -1;
-    if (ck->dir) {
+    // --generate reads checkpoints and writes nothing: no probe, no lock, and
+    // a missing directory is not created.
+    if (!cfg->generate) probe_outputs(ck);
+    if (ck->dir && !cfg->generate) {
         claim_dir(ck);
         remove_dead_steps(ck);
     }
@@ -352,7 +371,8 @@ static int step_complete(const Checkpointer* ck, int step) {
     return complete;
 }
 
-void checkpoint_resume(Checkpointer* ck) {
+// Restores as --resume asks; returns 1 when a checkpoint was loaded.
+static int resume(Checkpointer* ck) {
     ResumeMode mode = config_resume_mode(ck->cfg);
     const char* dir = ck->cfg->resume;  // with RESUME_DIR
     Manifest man;
@@ -369,7 +389,7 @@ void checkpoint_resume(Checkpointer* ck) {
             break;
         }
         free(steps);
-        return;
+        return 0;
     }
     if (mode == RESUME_DIR) {
         // A directory named for a step must hold that step's checkpoint.
@@ -378,9 +398,9 @@ void checkpoint_resume(Checkpointer* ck) {
         if (!check_checkpoint(ck, dir, named_step, &man, &had_manifest, why, sizeof why)) fatal("--resume %s: %s", dir, why);
         load_checkpoint(ck, dir, &man);
         manifest_free(&man);
-        return;
+        return 1;
     }
-    if (!ck->dir) return;
+    if (!ck->dir) return 0;
     int* steps = NULL;
     int n = list_steps(ck, &steps);
     int damaged = 0;
@@ -392,7 +412,7 @@ void checkpoint_resume(Checkpointer* ck) {
             manifest_free(&man);
             free(d);
             free(steps);
-            return;
+            return 1;
         }
         damaged += had_manifest;
         if (ck->comm->rank == 0)
@@ -408,6 +428,20 @@ void checkpoint_resume(Checkpointer* ck) {
         fatal("--resume auto: none of the %d complete checkpoint%s in '%s' is usable (see the warnings above); "
               "repair or move them, name one with --resume DIR, or pass --resume never to start over",
               damaged, damaged == 1 ? "" : "s", ck->dir);
+    return 0;
+}
+
+void checkpoint_resume(Checkpointer* ck) {
+    int loaded = resume(ck);
+    // --generate from random weights would print noise and exit 0.
+    if (!ck->cfg->generate || loaded || ck->cfg->init_from[0]) return;
+    char where[4200];
+    if (config_resume_mode(ck->cfg) == RESUME_NEVER) snprintf(where, sizeof where, "--resume never loads none");
+    else if (!ck->dir) snprintf(where, sizeof where, "checkpoints are off (--checkpoint-dir '')");
+    else snprintf(where, sizeof where, "no complete checkpoint in %s%s", ck->dir, is_dir(ck->dir) ? "" : " (it does not exist)");
+    fatal("--generate: no weights to generate from: %s; point --checkpoint-dir (or --resume DIR) at a run's "
+          "checkpoints, or pass --init-from FILE|DIR",
+          where);
 }
 
 // ---------------------------------------------------------------------------
@@ -689,34 +723,42 @@ void checkpoint_export_model_dir(Checkpointer* ck) {
     if (!ck->snap.master || ck->snap.step != ck->steps_done)
         ckpt_snapshot_take(&ck->snap, &ck->tr->model, ck->comm, ck->steps_done, dataloader_position(&ck->tr->train));
     if (ck->comm->rank != 0) return;
-    int e = ckpt_mkdirs(ck->model_dir);
-    if (e) fatal("--model-dir '%s': %s", ck->model_dir, strerror(e));
+    // The folder is replaced as a whole (llm/util/atomic_dir.h): written
+    // beside the old one and swapped in, so that a kill leaves either.
+    AtomicDir ad;
+    char err[8192];
+    if (atomic_dir_begin(&ad, ck->model_dir, HF_MODEL_FILES, err, sizeof err)) fatal("--model-dir %s: %s", ck->model_dir, err);
+    const char* into = atomic_dir_path(&ad);
     DType dt = ck->cfg->export_dtype == EXPORT_BF16 ? DTYPE_BF16 : DTYPE_F32;
     const GPT* m = &ck->tr->model;
     // llm.c's model.bin describes GPT-2 only; a Llama's final weights are the
     // Hugging Face folder alone (what SageMaker's model.tar.gz is served from).
     ModelFormat format = ck->cfg->model_format;
+    int64_t bin_bytes = -1;
     if (m->config.arch == ARCH_GPT2 && format != MODEL_FORMAT_HF) {
         CkptFileEntry entry;
         char msg[CKPT_MSG_SIZE];
-        if (ckpt_write_weights(&ck->snap, ck->model_dir, "model.bin", dt, -1, &entry, msg, sizeof msg))
-            fatal("--model-dir: %s", msg);
-        printf("model     | final weights in %s/model.bin (llm.c format, %s, %.1f MiB)\n", ck->model_dir,
-               dtype_name(dt), mib(entry.bytes));
+        if (ckpt_write_weights(&ck->snap, into, "model.bin", dt, -1, &entry, msg, sizeof msg))
+            fatal("--model-dir: %s (the previous %s is untouched)", msg, ck->model_dir);
+        bin_bytes = entry.bytes;
     }
-    if (format == MODEL_FORMAT_LLMC) {
-        fflush(stdout);
-        return;
+    if (format != MODEL_FORMAT_LLMC) {
+        // The same values as a Hugging Face folder (config.json,
+        // model.safetensors) beside it, so that transformers loads them as
+        // they are: the snapshot's weights are in llm.c's order, the
+        // folder's writer takes the flat layout.
+        float* flat = (float*)xmalloc(m->layout.total * sizeof(float));
+        llmc_to_flat(m, ck->snap.weights, flat);
+        hf_write_files(m, flat, into, dt, ck->tr->has_tok ? ck->tr->tok.eot : -1);
+        free(flat);
     }
-    // The same values as a Hugging Face folder (config.json, model.safetensors)
-    // beside it, so that transformers loads them as they are: the snapshot's
-    // weights are in llm.c's order, the folder's writer takes the flat layout.
-    float* flat = (float*)xmalloc(m->layout.total * sizeof(float));
-    llmc_to_flat(m, ck->snap.weights, flat);
-    hf_write_folder(m, flat, ck->model_dir, dt, ck->tr->has_tok ? ck->tr->tok.eot : -1);
-    free(flat);
-    printf("model     | final weights in %s/ as a Hugging Face folder (config.json, model.safetensors, %s)\n",
-           ck->model_dir, dtype_name(dt));
+    if (atomic_dir_commit(&ad, err, sizeof err)) fatal("--model-dir %s: %s", ck->model_dir, err);
+    if (bin_bytes >= 0)
+        printf("model     | final weights in %s/model.bin (llm.c format, %s, %.1f MiB)\n", ck->model_dir, dtype_name(dt),
+               mib(bin_bytes));
+    if (format != MODEL_FORMAT_LLMC)
+        printf("model     | final weights in %s/ as a Hugging Face folder (config.json, model.safetensors, %s)\n",
+               ck->model_dir, dtype_name(dt));
     fflush(stdout);
 }
 

@@ -648,6 +648,42 @@ static int check_layout(Problem* p, Manifest* man) {
     return ok;
 }
 
+// An unsealed manifest is accepted as what a version 1 program wrote: one
+// holding a member that only version 2 (which seals) writes is a version 2
+// manifest edited and stripped of its seal. And the run a manifest
+// describes must be one a program could have run.
+static int check_run(Problem* p, const JsonValue* root, const Manifest* man) {
+    if (man->version < 2) {
+        static const char* const v2_data[] = {"epoch", "window_in_epoch"};
+        static const char* const v2_model[] = {"arch", "kv_heads", "mlp_hidden", "norm_eps", "rope_theta", "rope_scaling",
+                                               "rope_scaling_bands", "tie_embeddings"};
+        for (size_t i = 0; i < sizeof v2_data / sizeof v2_data[0]; i++)
+            if (json_get(json_get(root, "data"), v2_data[i]))
+                return problem(p, "'version' 1 (unsealed), but it holds 'data.%s', which only a sealed version 2 "
+                                  "manifest has: an edited manifest without its seal",
+                               v2_data[i]);
+        for (size_t i = 0; i < sizeof v2_model / sizeof v2_model[0]; i++)
+            if (json_get(json_get(root, "model"), v2_model[i]))
+                return problem(p, "'version' 1 (unsealed), but it holds 'model.%s', which only a sealed version 2 "
+                                  "manifest has: an edited manifest without its seal",
+                               v2_model[i]);
+    }
+    if (man->zero_stage < 0 || man->zero_stage > 3)
+        return problem(p, "'zero_stage' %d is not a ZeRO stage (0 to 3)", man->zero_stage);
+    if (man->world % man->layout_world != 0)
+        return problem(p, "'layout_world' %d (shards) does not divide 'world' %d (ranks)", man->layout_world, man->world);
+    // 16-bit parameters are saved as they are (a "params" section of the
+    // precision's type); FP32 ones are the masters.
+    int params = manifest_section(man, "params");
+    DType pdt = DTYPE_F32;
+    parse_dtype(man->precision, &pdt);
+    if (pdt != DTYPE_F32 && (params < 0 || man->sections[params].dtype != pdt))
+        return problem(p, "'precision' %s, but 'sections' has no \"params\" section of %s", man->precision, man->precision);
+    if (pdt == DTYPE_F32 && params >= 0)
+        return problem(p, "'precision' fp32, but 'sections' has a \"params\" section (FP32 parameters are the masters)");
+    return 1;
+}
+
 int manifest_parse(const char* text, size_t len, Manifest* man, char* why, size_t whysize) {
     memset(man, 0, sizeof *man);
     Problem p = {why, whysize, 0};
@@ -725,7 +761,7 @@ int manifest_parse(const char* text, size_t len, Manifest* man, char* why, size_
         }
         if (!p.bad && parse_layout(&p, root, man) && parse_sections_and_files(&p, root, man) &&
             parse_config(&p, root, man) && parse_guard(&p, root, man) && parse_fp8(&p, root, man) &&
-            check_step_and_data(&p, root, man))
+            check_step_and_data(&p, root, man) && check_run(&p, root, man))
             check_layout(&p, man);
     }
     json_value_free(root);

@@ -55,9 +55,17 @@ int hf_tensor_ignorable(const GPTConfig* c, const char* name);
 // every rank reads the files, as with llm.c's (gpt_set_params_f32 takes the
 // pieces this rank owns).
 void hf_load_weights(GPT* m, const char* dir);
-// Writes `dir` from FP32 values in m's flat layout: model.safetensors (F32 or
-// BF16 values) then config.json, each atomically; an older config.json goes
-// first, so a folder interrupted midway has none and never loads as complete.
-void hf_write_folder(const GPT* m, const float* flat, const char* dir, DType dtype, int eot_id);
+// The model files of a folder, as fnmatch patterns in the order an in-place
+// write removes them (the files that make a folder load first): config.json,
+// llm.c's model.bin, model.safetensors and its shards and index. A new
+// --export-hf or --model-dir folder replaces all of these and keeps the rest.
+extern const char* const HF_MODEL_FILES[];
+// Writes model.safetensors (F32 or BF16 values from m's flat layout) then
+// config.json into `dir`, a folder being written (atomic_dir_path).
+void hf_write_files(const GPT* m, const float* flat, const char* dir, DType dtype, int eot_id);
+// Replaces the folder `dir` with one holding these weights, all at once
+// (llm/util/atomic_dir.h): a kill at any moment leaves the old folder or the
+// new one. `flag` names the flag in errors.
+void hf_write_folder(const GPT* m, const float* flat, const char* dir, DType dtype, int eot_id, const char* flag);
 
 EXTERN_C_END

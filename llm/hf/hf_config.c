@@ -3,6 +3,7 @@
 // Keys that only matter to training in transformers (dropout, initializer
 // range, token ids) are ignored on read; keys whose value would change the
 // model's math into one we cannot run are refused, naming the key.
+#include <dirent.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -133,7 +134,7 @@ static void read_llama(const Cfg* c, GPTConfig* m) {
     if (strcmp(act, "silu")) fatal("%s: \"hidden_act\" \"%s\" is not supported (SwiGLU: silu)", c->path, act);
     refuse_true(c, "attention_bias", "the attention projections have no biases");
     refuse_true(c, "mlp_bias", "the MLP has no biases");
-    double eps = get_num(c, "rms_norm_eps", 1e-5);
+    double eps = get_num(c, "rms_norm_eps", 1e-6);
     if (!(eps > 0 && eps <= 1e-2)) fatal("%s: \"rms_norm_eps\" %g is not in (0, 0.01]", c->path, eps);
     m->norm_eps = (float)eps;
     m->tie_embeddings = get_bool(c, "tie_word_embeddings", 0);
@@ -159,6 +160,38 @@ static void read_llama(const Cfg* c, GPTConfig* m) {
                   "original_max_position_embeddings > 0",
                   c->path);
     }
+}
+
+// The shape comes from config.json, the values from the safetensors files:
+// a shape the files cannot hold (an intermediate_size of 1e9) is refused
+// here, before the model's memory is allocated, rather than by the
+// allocator. At least one byte per parameter: the files' dtypes take 2 or 4,
+// which leaves room for the vocabulary's padding rows (not in the files).
+static void check_size_against_files(const char* dir, const char* path, const GPTConfig* m) {
+    int64_t bytes = 0;
+    int files = 0;
+    DIR* d = opendir(dir);
+    struct dirent* de;
+    while (d && (de = readdir(d)) != NULL) {
+        size_t n = strlen(de->d_name);
+        if (n < 12 || strcmp(de->d_name + n - 12, ".safetensors") != 0) continue;
+        char p[4200];
+        snprintf(p, sizeof p, "%s/%s", dir, de->d_name);
+        int64_t s = file_size(p);
+        bytes += s > 0 ? s : 0;
+        files++;
+    }
+    if (d) closedir(d);
+    if (!files) return;  // (the weights' reader names what is missing)
+    size_t params = gpt_num_params(m);
+    if ((double)params <= (double)bytes) return;
+    if (m->arch == ARCH_LLAMA)
+        fatal("%s: \"hidden_size\" %d, \"intermediate_size\" %d, \"num_hidden_layers\" %d and \"vocab_size\" %d describe "
+              "%zu parameters, more than the folder's safetensors files (%lld bytes) hold",
+              path, m->channels, m->mlp_hidden, m->num_layers, m->vocab_size, params, (long long)bytes);
+    fatal("%s: \"n_embd\" %d, \"n_layer\" %d and \"vocab_size\" %d describe %zu parameters, more than the folder's "
+          "safetensors files (%lld bytes) hold",
+          path, m->channels, m->num_layers, m->vocab_size, params, (long long)bytes);
 }
 
 void hf_read_config(const char* dir, GPTConfig* out) {
@@ -197,6 +230,7 @@ void hf_read_config(const char* dir, GPTConfig* out) {
     char why[160];
     if (gpt_config_invalid(&m, why, sizeof why)) fatal("%s: the model it describes is out of range: %s", path, why);
     gpt_config_finish(&m);
+    check_size_against_files(dir, path, &m);
     *out = m;
 }
 

@@ -14,6 +14,7 @@
 #include "llm/checkpoint/atomic_file.h"
 #include "llm/hf/hf.h"
 #include "llm/hf/safetensors.h"
+#include "llm/util/atomic_dir.h"
 #include "llm/util/json_read.h"
 
 // The folder's safetensors files and, for shards, the index's weight map.
@@ -189,36 +190,12 @@ void hf_load_weights(GPT* m, const char* dir) {
     free(flat);
 }
 
-static void make_dir(const char* dir) {
-    char buf[4096];
-    snprintf(buf, sizeof buf, "%s", dir);
-    for (char* p = buf + 1; *p; p++) {
-        if (*p != '/') continue;
-        *p = 0;
-        if (mkdir(buf, 0755) != 0 && errno != EEXIST) fatal("--export-hf: cannot create %s: %s", buf, strerror(errno));
-        *p = '/';
-    }
-    if (mkdir(buf, 0755) != 0 && errno != EEXIST) fatal("--export-hf: cannot create %s: %s", buf, strerror(errno));
-    if (!is_dir(buf)) fatal("--export-hf: %s exists and is not a directory", buf);
-}
+const char* const HF_MODEL_FILES[] = {"config.json", "model.bin", "model.safetensors", "model.safetensors.index.json",
+                                     "model-*-of-*.safetensors", NULL};
 
-static void remove_if_present(const char* dir, const char* name) {
-    char path[4096];
-    snprintf(path, sizeof path, "%s/%s", dir, name);
-    if (unlink(path) != 0 && errno != ENOENT) fatal("--export-hf: cannot remove the old %s: %s", path, strerror(errno));
-}
-
-void hf_write_folder(const GPT* m, const float* flat, const char* dir, DType dtype, int eot_id) {
+void hf_write_files(const GPT* m, const float* flat, const char* dir, DType dtype, int eot_id) {
     const GPTConfig* c = &m->config;
-    make_dir(dir);
-    // The old config.json goes first (until the new one is written the folder
-    // does not load), and an old shard index would take precedence over the
-    // new model.safetensors.
-    remove_if_present(dir, "config.json");
-    remove_if_present(dir, "model.safetensors.index.json");
     char path[4096];
-    snprintf(path, sizeof path, "%s/config.json", dir);
-    fsync_dir_of(path);  // the removals are durable before new weights appear
     int n;
     HfTensor* map = hf_tensor_map(c, &n);
     StWriteTensor* ws = (StWriteTensor*)xcalloc((size_t)n, sizeof(StWriteTensor));
@@ -253,4 +230,12 @@ void hf_write_folder(const GPT* m, const float* flat, const char* dir, DType dty
     atomic_file_write(&af, json, strlen(json));
     atomic_file_commit(&af);
     free(json);
+}
+
+void hf_write_folder(const GPT* m, const float* flat, const char* dir, DType dtype, int eot_id, const char* flag) {
+    AtomicDir ad;
+    char err[8192];
+    if (atomic_dir_begin(&ad, dir, HF_MODEL_FILES, err, sizeof err)) fatal("%s %s: %s", flag, dir, err);
+    hf_write_files(m, flat, atomic_dir_path(&ad), dtype, eot_id);
+    if (atomic_dir_commit(&ad, err, sizeof err)) fatal("%s %s: %s", flag, dir, err);
 }

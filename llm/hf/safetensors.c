@@ -10,6 +10,7 @@
 #include "kernels/bf16.h"
 #include "llm/checkpoint/atomic_file.h"
 #include "llm/util/json_read.h"
+#include "llm/util/utf8.h"
 #include "llm/util/strbuf.h"
 
 static const char* const DTYPE_NAMES[ST_NUM_DTYPES] = {"F32", "F16", "BF16", "F64", "I64", "I32", "I16", "I8", "U8", "BOOL"};
@@ -113,6 +114,9 @@ void st_open(StFile* f, const char* path) {
     if (pread(fd, text, n, 8) != (ssize_t)n) fatal("%s: cannot read the %llu-byte safetensors header", path, (unsigned long long)n);
     text[n] = 0;
     if (text[0] != '{') fatal("%s: safetensors header does not start with '{' (not a safetensors file)", path);
+    size_t bad;
+    if (!utf8_valid(text, n, &bad))  // the safetensors library reads the header as a Rust str
+        fatal("%s: safetensors header is not valid UTF-8 (byte %zu of the header)", path, bad);
     char err[160];
     JsonValue* root = json_parse(text, n, err, sizeof err);
     free(text);

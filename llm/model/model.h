@@ -58,6 +58,7 @@ struct GPT {
     // parameter shard; such a buffer is the shard followed by full-unit
     // staging (gpt_staging) that the ZeRO hooks (llm/parallel/zero.c) fill and reuse.
     int world, rank, zero_stage;
+    int param_layer_slots; // ZeRO-3: layer slots in the parameters' staging (2, or 3 to prefetch 2 ahead)
     size_t params_size;   // elements of params
     size_t grads_size;    // elements of grads
     size_t opt_size;      // elements of master / adam_m / adam_v on this rank
@@ -84,6 +85,11 @@ void gpt_create(GPT* m, const GPTConfig* c, Backend* be, int B, int T, int world
 // The same with a recompute policy for the activations (NULL: none).
 void gpt_create_recompute(GPT* m, const GPTConfig* c, Backend* be, int B, int T, int world, int rank,
                           int zero_stage, const RecomputePolicy* recompute);
+// The same with `param_layer_slots` layer slots in ZeRO-3's parameter
+// staging (GPT_GRAD_LAYER_SLOTS to GPT_MAX_LAYER_SLOTS; one more than the
+// layers ZeRO-3 prefetches ahead, see llm/parallel/zero.h).
+void gpt_create_staged(GPT* m, const GPTConfig* c, Backend* be, int B, int T, int world, int rank, int zero_stage,
+                       const RecomputePolicy* recompute, int param_layer_slots);
 void gpt_free(GPT* m);
 
 // Model-state bytes per rank for `world` ranks sharing the shards at a ZeRO
@@ -94,20 +100,28 @@ void gpt_free(GPT* m);
 //   stage 0: params N*es, grads N*es, master N*4 (16-bit dtypes), adam 2*N*4
 //   stage 1: params N*es, grads N*es, master S*4, adam 2*S*4
 //   stage 2: params N*es, grads (S + E + F + 2*Lmax)*es, master S*4, adam 2*S*4
-//   stage 3: params and grads (S + E + F + 2*Lmax)*es, master S*4, adam 2*S*4
-// The staging holds the embeddings' and final norm's full units for the step
-// and two layer units (one in use while the other is communicated).
+//   stage 3: params (S + E + F + P*Lmax)*es, grads (S + E + F + 2*Lmax)*es, master S*4, adam 2*S*4
+// The staging holds the embeddings' and final unit's full units for the step
+// and layer units: two for gradients (one accumulating while the other is
+// reduced), P = param_layer_slots for parameters (2 by default: one in use
+// while the next is gathered).
 typedef struct {
     size_t params, grads, master, adam;  // adam: both moments
 } StateBytes;
 StateBytes gpt_state_bytes(const GPTConfig* c, DType dtype, int world, int zero_stage);
+StateBytes gpt_state_bytes_staged(const GPTConfig* c, DType dtype, int world, int zero_stage, int param_layer_slots);
 // Bytes of the architecture's own tables at sequence length T (a RoPE
 // table), which gpt_create allocates beside the state and the arena.
 size_t gpt_arch_state_bytes(const GPTConfig* c, int T);
 
 // Full-unit staging after the shard in a sharded buffer (ZeRO-2 gradients,
-// ZeRO-3 parameters): the embeddings unit, the final unit, two layer slots.
-typedef enum { STAGING_EMBED, STAGING_FINAL, STAGING_LAYER_A, STAGING_LAYER_B, NUM_STAGING } StagingSlot;
+// ZeRO-3 parameters): the embeddings unit, the final unit, then layer slots
+// (STAGING_LAYER_A + i: GPT_GRAD_LAYER_SLOTS of them for gradients,
+// m->param_layer_slots for parameters).
+typedef enum { STAGING_EMBED, STAGING_FINAL, STAGING_LAYER_A, STAGING_LAYER_B } StagingSlot;
+#define GPT_GRAD_LAYER_SLOTS 2
+#define GPT_MAX_LAYER_SLOTS 3
+#define NUM_STAGING (STAGING_LAYER_A + GPT_MAX_LAYER_SLOTS)
 void* gpt_staging(const GPT* m, void* sharded, StagingSlot slot);
 // Whether m->grads / m->params hold only this rank's shard (plus staging).
 static inline int gpt_grads_sharded(const GPT* m) { return m->zero_stage >= 2; }

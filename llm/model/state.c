@@ -12,26 +12,39 @@ static size_t max_layer_unit(const ParamLayout* pl) {
     return mx;
 }
 
-// Elements of the shard plus full-unit staging (see gpt_state_bytes).
-static size_t staged_size(const ParamLayout* pl) {
+// Elements of the shard plus full-unit staging with `layer_slots` layer
+// slots (see gpt_state_bytes).
+static size_t staged_size(const ParamLayout* pl, int layer_slots) {
     return pl->total / (size_t)pl->world + unit_size(pl, 0) + unit_size(pl, pl->num_units - 1) +
-           2 * max_layer_unit(pl);
+           (size_t)layer_slots * max_layer_unit(pl);
+}
+
+static void check_layer_slots(int param_layer_slots) {
+    if (param_layer_slots < GPT_GRAD_LAYER_SLOTS || param_layer_slots > GPT_MAX_LAYER_SLOTS)
+        fatal("internal: %d parameter staging layer slots (%d to %d)", param_layer_slots, GPT_GRAD_LAYER_SLOTS,
+              GPT_MAX_LAYER_SLOTS);
 }
 
 // Elements of params, grads and each optimizer buffer at a stage.
-static void state_sizes(const ParamLayout* pl, int zero_stage, size_t* params, size_t* grads, size_t* opt) {
+static void state_sizes(const ParamLayout* pl, int zero_stage, int param_layer_slots, size_t* params, size_t* grads,
+                        size_t* opt) {
     size_t n = pl->total;
-    *params = zero_stage >= 3 ? staged_size(pl) : n;
-    *grads = zero_stage >= 2 ? staged_size(pl) : n;
+    *params = zero_stage >= 3 ? staged_size(pl, param_layer_slots) : n;
+    *grads = zero_stage >= 2 ? staged_size(pl, GPT_GRAD_LAYER_SLOTS) : n;
     *opt = zero_stage == 0 ? n : n / (size_t)pl->world;
 }
 
 StateBytes gpt_state_bytes(const GPTConfig* c, DType dtype, int world, int zero_stage) {
+    return gpt_state_bytes_staged(c, dtype, world, zero_stage, GPT_GRAD_LAYER_SLOTS);
+}
+
+StateBytes gpt_state_bytes_staged(const GPTConfig* c, DType dtype, int world, int zero_stage, int param_layer_slots) {
     if (zero_stage < 0 || zero_stage > 3) fatal("internal: ZeRO stage %d does not exist", zero_stage);
+    check_layer_slots(param_layer_slots);
     ParamLayout pl;
     param_layout_build(&pl, c, world);
     size_t params, grads, opt, es = dtype_size(dtype);
-    state_sizes(&pl, zero_stage, &params, &grads, &opt);
+    state_sizes(&pl, zero_stage, param_layer_slots, &params, &grads, &opt);
     param_layout_free(&pl);
     StateBytes b;
     b.params = params * es;
@@ -48,10 +61,13 @@ size_t gpt_arch_state_bytes(const GPTConfig* c, int T) {
 
 void* gpt_staging(const GPT* m, void* sharded, StagingSlot slot) {
     const ParamLayout* pl = &m->layout;
+    int layer_slots = sharded == m->params ? m->param_layer_slots : GPT_GRAD_LAYER_SLOTS;
+    if ((int)slot < 0 || (int)slot >= STAGING_LAYER_A + layer_slots)
+        fatal("internal: staging slot %d of %d", (int)slot, STAGING_LAYER_A + layer_slots);
     size_t off = m->opt_size;
     if (slot > STAGING_EMBED) off += unit_size(pl, 0);
     if (slot > STAGING_FINAL) off += unit_size(pl, pl->num_units - 1);
-    if (slot > STAGING_LAYER_A) off += max_layer_unit(pl);
+    if (slot > STAGING_LAYER_A) off += (size_t)(slot - STAGING_LAYER_A) * max_layer_unit(pl);
     return (char*)sharded + off * dtype_size(m->dtype);
 }
 
@@ -76,6 +92,12 @@ void gpt_create(GPT* m, const GPTConfig* c, Backend* be, int B, int T, int world
 
 void gpt_create_recompute(GPT* m, const GPTConfig* c, Backend* be, int B, int T, int world, int rank,
                           int zero_stage, const RecomputePolicy* recompute) {
+    gpt_create_staged(m, c, be, B, T, world, rank, zero_stage, recompute, GPT_GRAD_LAYER_SLOTS);
+}
+
+void gpt_create_staged(GPT* m, const GPTConfig* c, Backend* be, int B, int T, int world, int rank, int zero_stage,
+                       const RecomputePolicy* recompute, int param_layer_slots) {
+    check_layer_slots(param_layer_slots);
     memset(m, 0, sizeof *m);
     m->config = *c;
     m->be = be;
@@ -89,10 +111,11 @@ void gpt_create_recompute(GPT* m, const GPTConfig* c, Backend* be, int B, int T,
     m->world = world;
     m->rank = rank;
     m->zero_stage = zero_stage;
+    m->param_layer_slots = param_layer_slots;
     param_layout_build(&m->layout, c, world);
     m->num_params = gpt_num_params(c);
     size_t es = dtype_size(m->dtype);
-    state_sizes(&m->layout, zero_stage, &m->params_size, &m->grads_size, &m->opt_size);
+    state_sizes(&m->layout, zero_stage, param_layer_slots, &m->params_size, &m->grads_size, &m->opt_size);
     size_t ns = m->opt_size;
     m->params = be->alloc(be, m->params_size * es, "parameters");
     m->grads = be->alloc(be, m->grads_size * es, "gradients");

@@ -6,12 +6,14 @@
 // slot, recorded after the collective that fills or drains the slot.
 #include "llm/parallel/zero.h"
 
+#include <stdlib.h>
 #include <string.h>
+
+#include "llm/util/util.h"
 
 enum { EV_PARAMS = 0, EV_GRADS = NUM_STAGING };
 
 static size_t es_of(const GPT* m) { return dtype_size(m->dtype); }
-static int is_layer_unit(const GPT* m, int u) { return u >= 1 && u <= m->config.num_layers; }
 
 // This rank's chunk of unit u's gradients, where its reduced sum lands: in
 // the shard (stages 2, 3) or in the flat buffer (stages 0, 1).
@@ -22,21 +24,65 @@ static void* grad_chunk(const GPT* m, int u) {
 }
 
 // ---------------------------------------------------------------------------
-// ZeRO-3 parameters: gathering units into staging slots, with prefetch
+// ZeRO-3 parameters: the recorded order of use, gathers ahead of it, eviction
+
+#define NEVER (1 << 30)
+
+// A use of a unit in the order: the unit and whether it is a backward use.
+static int use_code(int u, int backward) { return 2 * u + (backward ? 1 : 0); }
+static int use_unit(int code) { return code / 2; }
 
 static int param_slot_of(const Zero* z, int u) {
-    for (int s = 0; s < NUM_STAGING; s++)
+    for (int s = 0; s < STAGING_LAYER_A + z->m->param_layer_slots; s++)
         if (z->param_unit[s] == u) return s;
     return -1;
 }
 
-// The layer unit used after u in this pass (forward: 0, 1..L, L+1; backward:
-// 0, L+1, L..1), or -1 when no layer follows.
-static int next_layer(const GPT* m, int u, int backward) {
-    int L = m->config.num_layers;
-    if (!backward) return u == 0 ? 1 : (is_layer_unit(m, u) && u < L ? u + 1 : -1);
-    if (u == 0 || u == gpt_final_unit(m)) return L;
-    return is_layer_unit(m, u) && u > 1 ? u - 1 : -1;
+// Uses from the position after z->pos until unit u is used again (1: the
+// next use), or NEVER when the order is not known or lacks u.
+static int next_use(const Zero* z, int u) {
+    if (!z->order_known || z->pos < 0) return NEVER;
+    for (int k = 1; k <= z->order_len; k++)
+        if (use_unit(z->order[(z->pos + k) % z->order_len]) == u) return k;
+    return NEVER;
+}
+
+static void order_append(Zero* z, int code) {
+    if (z->order_len == z->order_cap) {
+        z->order_cap = z->order_cap ? 2 * z->order_cap : 64;
+        z->order = (int*)xrealloc(z->order, (size_t)z->order_cap * sizeof(int));
+    }
+    z->order[z->order_len++] = code;
+}
+
+// Moves z->pos to this use. Until the order is known, records it: the order
+// is the uses from a forward's first unit through its backward, known when
+// the next forward starts (a forward without a backward, as in evaluation,
+// starts the recording again). Once known, a use off the order (evaluation,
+// generation) finds its place in it again, or leaves the position unknown.
+static void note_use(Zero* z, int code) {
+    if (!z->order_known) {
+        int closes = z->order_len > 0 && code == z->order[0];
+        if (closes && z->order_has_backward) {
+            z->order_known = 1;
+            z->pos = 0;
+            return;
+        }
+        if (closes) z->order_len = 0;
+        z->order_has_backward |= code & 1;
+        order_append(z, code);
+        z->pos = -1;
+        return;
+    }
+    int n = z->order_len;
+    for (int k = 1; k <= n; k++) {
+        int at = ((z->pos < 0 ? -1 : z->pos) + k + n) % n;
+        if (z->order[at] == code) {
+            z->pos = at;
+            return;
+        }
+    }
+    z->pos = -1;
 }
 
 static void gather_into(Zero* z, int slot, int u) {
@@ -50,50 +96,62 @@ static void gather_into(Zero* z, int slot, int u) {
     z->param_unit[slot] = u;
 }
 
-// A layer slot that nobody computes with and that does not hold `keep`.
-static int free_layer_slot(const Zero* z, int keep) {
-    for (int s = STAGING_LAYER_A; s <= STAGING_LAYER_B; s++)
-        if (!z->param_busy[s] && (keep < 0 || z->param_unit[s] != keep)) return s;
-    return -1;
+// The slot unit u is gathered into when it is next used in `distance` uses
+// (0: now): its own for the embeddings and the final unit; for a layer an
+// empty layer slot, or else the one nobody computes with whose unit is used
+// again farthest away, only if that is later than u's use (Belady's rule).
+// While the order is not known, the least recently used.
+static int slot_for(const Zero* z, int u, int distance) {
+    const GPT* m = z->m;
+    if (u == 0) return STAGING_EMBED;
+    if (u == gpt_final_unit(m)) return STAGING_FINAL;
+    int best = -1, best_next = 0;
+    for (int s = STAGING_LAYER_A; s < STAGING_LAYER_A + m->param_layer_slots; s++) {
+        if (z->param_busy[s]) continue;
+        if (z->param_unit[s] < 0) return s;
+        int next = next_use(z, z->param_unit[s]);
+        if (best < 0 || next > best_next || (next == best_next && z->param_used[s] < z->param_used[best])) {
+            best = s;
+            best_next = next;
+        }
+    }
+    return best >= 0 && best_next > distance ? best : -1;
 }
 
-// Gathers the first layer after u that is not resident yet into a free slot,
-// never evicting a layer needed before it.
-static void prefetch_after(Zero* z, int u, int backward) {
-    int v = next_layer(z->m, u, backward);
-    if (v < 0) return;
-    int keep = -1;
-    if (param_slot_of(z, v) >= 0) {
-        keep = v;
-        v = next_layer(z->m, v, backward);
-        if (v < 0 || param_slot_of(z, v) >= 0) return;
+// Gathers the units of the next `prefetch` uses after the current position
+// that are not resident, nearest first, as long as a slot can take them.
+static void prefetch(Zero* z) {
+    if (!z->order_known || z->pos < 0) return;
+    for (int k = 1; k <= z->prefetch && k < z->order_len; k++) {
+        int v = use_unit(z->order[(z->pos + k) % z->order_len]);
+        if (param_slot_of(z, v) >= 0) continue;
+        int s = slot_for(z, v, k);
+        if (s < 0 || z->param_busy[s]) return;
+        gather_into(z, s, v);
     }
-    int s = free_layer_slot(z, keep);
-    if (s >= 0) gather_into(z, s, v);
 }
 
 static void* acquire_params(Zero* z, int u, int backward) {
     GPT* m = z->m;
+    note_use(z, use_code(u, backward));
     int s = param_slot_of(z, u);
     if (s < 0) {
-        if (u == 0) s = STAGING_EMBED;
-        else if (u == gpt_final_unit(m)) s = STAGING_FINAL;
-        else s = free_layer_slot(z, next_layer(m, u, backward));
-        if (s < 0) s = free_layer_slot(z, -1);
-        if (s < 0) fatal("internal: ZeRO-3 needs a third layer slot for unit %d", u);
+        s = slot_for(z, u, 0);
+        if (s < 0 || z->param_busy[s]) fatal("internal: ZeRO-3 has no free staging slot for unit %d", u);
         gather_into(z, s, u);
     }
     z->param_busy[s] = 1;
+    z->param_used[s] = ++z->uses;
     comm_compute_wait(z->comm, EV_PARAMS + s);
-    prefetch_after(z, u, backward);
+    prefetch(z);
     return gpt_staging(m, m->params, (StagingSlot)s);
 }
 
-static void release_params(Zero* z, int u, int backward) {
+static void release_params(Zero* z, int u) {
     int s = param_slot_of(z, u);
     if (s < 0) fatal("internal: ZeRO-3 release of unit %d, which is not gathered", u);
     z->param_busy[s] = 0;
-    prefetch_after(z, u, backward);
+    prefetch(z);
 }
 
 // ---------------------------------------------------------------------------
@@ -147,7 +205,8 @@ static void hook_unit_backward_done(void* ctx, GPT* m, int u) {
 
 static void hook_unit_release(void* ctx, GPT* m, int u, int backward) {
     Zero* z = (Zero*)ctx;
-    if (gpt_params_sharded(m)) release_params(z, u, backward);
+    (void)backward;
+    if (gpt_params_sharded(m)) release_params(z, u);
 }
 
 // ---------------------------------------------------------------------------
@@ -158,6 +217,8 @@ void zero_init(Zero* z, GPT* m, Comm* comm) {
     z->m = m;
     z->comm = comm;
     z->stage = m->zero_stage;
+    z->prefetch = m->param_layer_slots - 1;
+    z->pos = -1;
     if (m->world != comm->group[COMM_SHARD].size || m->rank != comm->group[COMM_SHARD].rank)
         fatal("internal: model sharded as rank %d of %d, shard group is rank %d of %d", m->rank, m->world,
               comm->group[COMM_SHARD].rank, comm->group[COMM_SHARD].size);
@@ -177,6 +238,7 @@ void zero_init(Zero* z, GPT* m, Comm* comm) {
 
 void zero_free(Zero* z) {
     if (z->m) z->m->hooks = NULL;
+    free(z->order);
     memset(z, 0, sizeof *z);
 }
 
@@ -218,12 +280,18 @@ void zero_update(Zero* z, float lr, float beta1, float beta2, float eps, float w
                             m->dtype);
         comm_compute_wait_all(z->comm);
     } else if (z->stage == 3) {
-        zero_params_changed(z);  // gathered copies are stale; the next use gathers the new values
+        // Gathered copies are stale: gather the next forward's first units
+        // now, behind the update.
+        zero_params_changed(z);
+        prefetch(z);
     }
 }
 
 void zero_params_changed(Zero* z) {
-    for (int s = 0; s < NUM_STAGING; s++) z->param_unit[s] = -1;
+    for (int s = 0; s < NUM_STAGING; s++) {
+        z->param_unit[s] = -1;
+        z->param_busy[s] = 0;
+    }
 }
 
 void zero_gather_params_f32(Zero* z, float* host_flat) {

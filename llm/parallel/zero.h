@@ -8,13 +8,21 @@
 //   stage 2  as 1, but only the gradient shard is kept: each unit's gradients
 //            are computed into a full-unit staging buffer and reduce-scattered
 //            into the shard as soon as the unit's backward is done.
-//   stage 3  as 2, and only the parameter shard is kept: each unit is
-//            gathered into staging just before its forward and again before
-//            its backward, the next layer prefetched into the second slot
-//            while the current one computes. A slot is reused only when
-//            needed, so the last two layers of the forward are still there
-//            for the start of the backward, and the first two for the next
-//            micro-step; the embeddings and final norm stay for the step.
+//   stage 3  as 2, and only the parameter shard is kept: units are
+//            gathered into staging slots ahead of their use. The order in
+//            which units are used (their acquires: forward, backward, and the
+//            next forward's start) is recorded on the first micro-step; from
+//            then on, each acquire and release gathers the units of the next
+//            K uses (--zero3-prefetch K, 1 or 2; m->param_layer_slots = K + 1
+//            layer slots) that are not resident. A layer slot is taken from
+//            the unit, among those nobody computes with, that is used again
+//            farthest away, and only if that is after the unit it receives
+//            (Belady's rule), so the last K + 1 layers of the forward stay for
+//            the backward and the first K + 1 of the backward for the next
+//            forward: 2L - 2(K + 1) layer gathers per micro-step. The
+//            embeddings and the final unit (a Llama's untied LM head) have a
+//            slot each, gathered once per optimizer step as they come into
+//            the window (the embeddings right behind the update).
 //
 // Gradients are communicated per unit as each unit's backward finishes, so on
 // the GPU the collectives (on their own stream) overlap the backward of the
@@ -42,6 +50,14 @@ typedef struct {
     int last_micro;                 // ... and it is the optimizer step's last one
     int param_unit[NUM_STAGING];    // ZeRO-3: unit gathered into each staging slot (-1: none)
     int param_busy[NUM_STAGING];    // ... between unit_params and unit_release
+    long param_used[NUM_STAGING];   // ... the acquire that last used it (a count of acquires)
+    long uses;
+    int prefetch;                   // ZeRO-3: uses gathered ahead (K)
+    int* order;                     // ZeRO-3: the recorded uses, 2 * unit + backward, in order
+    int order_len, order_cap;
+    int order_known;                // the recording is complete
+    int order_has_backward;         // ... it holds a backward use
+    int pos;                        // position of the latest use in order (-1: unknown)
     int grad_unit[NUM_STAGING];     // ZeRO-2/3: unit accumulating in each slot (-1: none)
 } Zero;
 

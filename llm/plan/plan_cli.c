@@ -173,6 +173,7 @@ static void build_request(const TrainConfig* cfg, int for_auto, PlanRequest* rq)
     pc->fp8_skip = fp8_parse_skip(cfg->fp8_skip, pc->model.num_layers);  // lives as long as the process
     pc->recompute = recompute_policy_from_flags(cfg->recompute, cfg->recompute_layers, pc->model.num_layers);
     pc->zero_stage = cfg->zero_stage;
+    pc->zero3_prefetch = cfg->zero3_prefetch;
 
     rq->fixed.precision = precision_given;
     rq->fixed.micro_batch = config_is_set(cfg, "micro-batch");
@@ -210,9 +211,10 @@ void plan_print_bill(FILE* f, const PlanConfig* pc, const MemoryBill* b, const P
     snprintf(shard, sizeof shard, "1/%d shard%s", sw, pc->hybrid ? " (in the node)" : "");
     fprintf(f, "memory per %s, %s (%s):\n", dev->is_gpu ? "GPU" : "process", unit_name(dev),
             u == GIB ? "2^30 bytes" : "2^20 bytes");
-    snprintf(how, sizeof how, "%s, %s", es, z == 3 ? "shard + embeddings, final norm, 2 layers" : "replicated");
+    if (z == 3) snprintf(how, sizeof how, "%s, shard + embeddings, final unit, %d layers", es, plan_param_layer_slots(pc));
+    else snprintf(how, sizeof how, "%s, replicated", es);
     line(f, "parameters", how, (double)b->state.params, u);
-    snprintf(how, sizeof how, "%s, %s", es, z >= 2 ? "shard + embeddings, final norm, 2 layers" : "replicated");
+    snprintf(how, sizeof how, "%s, %s", es, z >= 2 ? "shard + embeddings, final unit, 2 layers" : "replicated");
     line(f, "gradients", how, (double)b->state.grads, u);
     if (fp32) snprintf(how, sizeof how, "none: the fp32 parameters are the master");
     else snprintf(how, sizeof how, "fp32, %s", z == 0 ? "replicated" : shard);

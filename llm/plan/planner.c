@@ -118,13 +118,15 @@ size_t plan_gpu_op_scratch(const GPTConfig* c, int B, int T) {
     return most;
 }
 
+int plan_param_layer_slots(const PlanConfig* pc) { return 1 + (pc->zero3_prefetch > 1 ? pc->zero3_prefetch : 1); }
+
 MemoryBill plan_bill(const PlanConfig* pc, const PlanDevice* dev) {
     MemoryBill b;
     memset(&b, 0, sizeof b);
     const GPTConfig* c = &pc->model;
     // FP8 on the CPU: FP32 storage, FP8 GEMMs emulated.
     DType dt = pc->precision == PREC_FP32 || (pc->precision == PREC_FP8 && !dev->is_gpu) ? DTYPE_F32 : DTYPE_BF16;
-    b.state = gpt_state_bytes(c, dt, plan_shard_world(pc), pc->zero_stage);
+    b.state = gpt_state_bytes_staged(c, dt, plan_shard_world(pc), pc->zero_stage, plan_param_layer_slots(pc));
     act_layout_build(&b.acts, c, pc->B, pc->T, dt, &pc->recompute);
     b.activations = b.acts.bytes;
     size_t BT = (size_t)pc->B * pc->T;
@@ -365,6 +367,7 @@ PlanConfig plan_config_of_model(const GPT* m) {
     pc.T = m->T;
     pc.recompute = m->acts.recompute;
     pc.zero_stage = m->zero_stage;
+    pc.zero3_prefetch = m->param_layer_slots - 1;
     pc.world = m->world;
     pc.ranks_per_node = m->world;
     return pc;

@@ -60,6 +60,7 @@ typedef struct {
     int B, T;                 // micro-batch and sequence length
     RecomputePolicy recompute;
     int zero_stage;           // 0..3
+    int zero3_prefetch;       // ZeRO-3: units gathered ahead (1 or 2; 0 counts as 1): K + 1 parameter layer slots
     int world;                // data-parallel ranks
     int ranks_per_node;
     int hybrid;               // shard inside a node, replicate across nodes
@@ -69,6 +70,8 @@ typedef struct {
 
 // The ranks the ZeRO shards are spread over.
 int plan_shard_world(const PlanConfig* pc);
+// Layer slots in ZeRO-3's parameter staging: one more than the units prefetched.
+int plan_param_layer_slots(const PlanConfig* pc);
 
 typedef struct {
     StateBytes state;         // gpt_state_bytes: params, grads, master, adam

@@ -303,7 +303,7 @@ void json_value_free(JsonValue* v) {
 
 const JsonValue* json_get(const JsonValue* v, const char* key) {
     if (!v || v->type != JSON_OBJECT) return NULL;
-    for (int i = 0; i < v->count; i++)
+    for (int i = v->count - 1; i >= 0; i--)  // the last of a repeated member, as Python's json reads it
         if (strcmp(v->keys[i], key) == 0) return &v->items[i];
     return NULL;
 }

@@ -33,8 +33,8 @@ struct JsonValue {
 JsonValue* json_parse(const char* text, size_t len, char* err, size_t errsize);
 void json_value_free(JsonValue* v);
 
-// Member `key` of an object (the first one if repeated); NULL when v is not
-// an object or has no such member.
+// Member `key` of an object (the last one if repeated, as Python's json and so
+// transformers read it); NULL when v is not an object or has no such member.
 const JsonValue* json_get(const JsonValue* v, const char* key);
 // Typed member access: return 1 and store the value, or 0 when the member is
 // missing, of another type, or (integers) not an exact integer in range.
