@@ -144,6 +144,7 @@ include tests/tests.mk tests/cuda_sim/sim.mk
 include fuzz/fuzz.mk
 
 tests: train_gpt data $(TEST_BINS) $(ASAN_TESTS) $(BUILD)/tests/libfake_nvml.so $(GPU_TEST_BINS) $(GPU_BENCH) sim-tests \
+       $(BUILD)/bench_comm $(GPU_BENCH_COMM) \
        $(if $(NVCC),gpu-kit)
 
 test: tests
@@ -185,6 +186,16 @@ bench: train_gpt $(BUILD)/bench_cpu
 bench: bench-prepare
 bench-prepare: $(BUILD)/prepare_data
 	dev/bench_prepare.sh
+
+# The collectives' bus bandwidth at the presets' unit sizes, MPI on the CPU (dev/bench_comm.c).
+.PHONY: bench-comm
+bench: bench-comm
+bench-comm: $(BUILD)/bench_comm
+	mpirun --allow-run-as-root --oversubscribe --bind-to none --mca btl_vader_single_copy_mechanism none -np 2 $(BUILD)/bench_comm
+
+$(BUILD)/bench_comm: dev/bench_comm.c $(BUILD)/libtrain.a
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -o $@ $< $(BUILD)/libtrain.a $(LDLIBS)
 
 $(BUILD)/bench_cpu: dev/bench_cpu.c $(BUILD)/libtrain.a
 	@mkdir -p $(dir $@)

@@ -14,7 +14,9 @@
 // gradient + DGELU_BGRAD) against the GEMM and our kernels apart, as a ratio
 // in the same run, saying which path cuBLASLt allowed.
 // Part 2, models: whole BF16 training steps (forward, backward, norm, AdamW)
-// of GPT-2 124M at T = 1024, a 24-layer 2048-channel model, and GPT-2 124M at
+// of GPT-2 124M at T = 1024 (and again with its LM head in one chunk against
+// the planner's chunks: the ratio of tokens/s and the logits each holds), a
+// 24-layer 2048-channel model, and GPT-2 124M at
 // the largest micro-batch that fits; tokens/s and MFU, counting
 // 6 N + 12 L C T FLOPs per token (N parameters) over the dense BF16 peak.
 // Part 3, FP8 against BF16 (GPUs with FP8 tensor cores): the linear layer's
@@ -61,6 +63,7 @@
 #include "llm/fp8/fp8.h"
 #include "llm/model/model.h"
 #include "llm/plan/mfu.h"
+#include "llm/plan/planner.h"
 #include "llm/util/rng.h"
 #include "llm/trainer.h"
 
@@ -729,10 +732,12 @@ static size_t model_bytes(const GPTConfig* c, int B, int T) {
     return sb.params + sb.grads + sb.master + sb.adam + al.bytes;
 }
 
-static void bench_model(const char* name, GPTConfig c, int B, int T, int steps) {
+// One model's BF16 training steps with the LM head in `head_chunks` chunks;
+// returns tokens/s.
+static double bench_model_chunked(const char* name, GPTConfig c, int B, int T, int steps, int head_chunks) {
     gpt_config_finish(&c);
     GPT m;
-    gpt_create(&m, &c, be, B, T, 1, 0, 0);
+    gpt_create_chunked(&m, &c, be, B, T, 1, 0, 0, NULL, head_chunks);
     gpt_init_random(&m, 1);
     cuda_fill_uniform(be, m.inputs, (size_t)B * T, DTYPE_I32, 0.0f, (float)c.vocab_size, 3);
     be->copy(be, m.targets, m.inputs, (size_t)B * T * 4);
@@ -763,6 +768,29 @@ static void bench_model(const char* name, GPTConfig c, int B, int T, int steps) 
            sec * 1e3, tok_s, 100 * mfu, loss, be->peak_allocated_bytes(be) / 1073741824.0);
     add_row("model %-20s %-30s %8.1f ms %10.0f tok/s MFU %5.1f%%", name, shape, sec * 1e3, tok_s, 100 * mfu);
     gpt_free(&m);
+    return tok_s;
+}
+
+static void bench_model(const char* name, GPTConfig c, int B, int T, int steps) {
+    bench_model_chunked(name, c, B, T, steps, 1);
+}
+
+// The LM head in one chunk against the planner's chunks (head.c), in the
+// same run: the step's speed ratio and the logits buffer each holds.
+static void bench_head_chunks(GPTConfig c, int B, int T, int steps) {
+    gpt_config_finish(&c);
+    int chunks = plan_head_chunks(&c, B, T);
+    ActLayout one, many;
+    act_layout_build_chunked(&one, &c, B, T, DTYPE_BF16, NULL, 1);
+    act_layout_build_chunked(&many, &c, B, T, DTYPE_BF16, NULL, chunks);
+    double t1 = bench_model_chunked("gpt2-124M head x1", c, B, T, steps, 1);
+    char name[48];
+    snprintf(name, sizeof name, "gpt2-124M head x%d", chunks);
+    double tn = bench_model_chunked(name, c, B, T, steps, chunks);
+    printf("LM head in %d chunks / 1 chunk: %.3fx the tokens/s; logits %.1f MiB instead of %.1f MiB\n", chunks,
+           tn / t1, act_kind_bytes(&many, A_LOGITS) / 1048576.0, act_kind_bytes(&one, A_LOGITS) / 1048576.0);
+    add_row("head chunks %d/1: %.3fx tok/s, logits %.0f/%.0f MiB", chunks, tn / t1,
+            act_kind_bytes(&many, A_LOGITS) / 1048576.0, act_kind_bytes(&one, A_LOGITS) / 1048576.0);
 }
 
 // ---- FP8 against BF16 ----------------------------------------------------------------------------------
@@ -1030,6 +1058,7 @@ int main(int argc, char** argv) {
     int steps = quick ? 3 : 10;
     GPTConfig g124 = gpt2(12, 768, 12, 50257);
     bench_model("gpt2-124M", g124, 16, 1024, steps);
+    bench_head_chunks(g124, 16, 1024, steps);
     if (!quick) {
         bench_model("24L-2048C", gpt2(24, 2048, 16, 50257), 8, 1024, steps);
         // The largest micro-batch of GPT-2 124M (T = 1024) that fits in 90% of the free memory.

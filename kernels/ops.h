@@ -180,6 +180,13 @@ struct Backend {
     // every call, not necessarily the three ops' bits. amax: of dinp.
     void (*matmul_backward_dgelu)(Backend* be, void* dinp, void* dbias, const void* dout, const void* pre_gelu,
                                   const void* weight, int N, int C, int OC, float* amax);
+    // > 0: the row count R at which the products above are the same bits
+    // however the N rows are cut into calls, provided every cut falls on a
+    // multiple of R and dweight is accumulated by one call per R rows, in row
+    // order (the CPU: its GEMM row tile). The LM head then adds its weight
+    // gradient R rows at a time, so its results do not depend on its chunk
+    // count. 0: no such promise; the head adds it once per chunk.
+    int gemm_row_block;
 
     // ---- gelu (tanh approximation) --------------------------------------------------
     void (*gelu_forward)(Backend* be, void* out, const void* inp, size_t n, float* amax);

@@ -114,7 +114,7 @@ static const Flag FLAGS[] = {
 
     {"device", F_ENUM, OFF(device), "auto", NULL, "compute backend; auto: the GPU when one is present", "Runtime", "auto|cpu|cuda"},
     {"precision", F_ENUM, OFF(precision), "auto", NULL, "fp32, bf16, fp8 or auto. fp8: the blocks' linear layers (qkv, attproj, fc, fcproj) run their GEMMs in FP8 (E4M3 forward, E5M2 gradients), the rest in bf16 (on the CPU: fp32 with the FP8 GEMMs emulated). auto: on GPUs bf16 under 6.5B parameters and fp8 from there (the 7B class) where the GPU has FP8; fp32 on the CPU. Master weights and optimizer state are always fp32", NULL, "fp32|bf16|fp8|auto"},
-    {"fp8-recipe", F_ENUM, OFF(fp8_recipe), "current", NULL, "FP8 scaling per tensor: from its own amax (current), or from the max of an amax history, updated after each step (delayed, as TransformerEngine's DelayedScaling)", NULL, "current|delayed"},
+    {"fp8-recipe", F_ENUM, OFF(fp8_recipe), "auto", NULL, "FP8 scaling. Per tensor: from its own amax (current), or from the max of an amax history, updated after each step (delayed, as TransformerEngine's DelayedScaling). Per block, all E4M3: blockwise (DeepSeek-V3: 1x128 activation and gradient blocks, 128x128 weight blocks, FP32 scales; GPUs of compute capability 9.0) or mxfp8 (1x32 blocks, power-of-two E8M0 scales rounded up; 10.x). auto: mxfp8 on 10.x, current elsewhere and on the CPU (which emulates every recipe); the choice is printed", NULL, "current|delayed|blockwise|mxfp8|auto"},
     {"fp8-amax-history", F_INT, OFF(fp8_amax_history), "1024", "N", "delayed scaling: steps in each tensor's amax history (1: the last step's amax)", NULL, "[1, inf)"},
     {"fp8-margin", F_INT, OFF(fp8_margin), "0", "M", "delayed scaling: scales are fp8 max / 2^M / amax, leaving room for growth", NULL, "[0, 31]"},
     {"fp8-skip", F_STRING, OFF(fp8_skip), "", "LIST", "GEMMs kept in bf16 with --precision fp8, comma-separated: qkv, attproj, fc, fcproj (in every layer); L, L-M, first, last (every GEMM of those layers, 0-based); GEMM@L or GEMM@L-M. E.g. first,last or fcproj@0-3", NULL, NULL},
@@ -123,6 +123,7 @@ static const Flag FLAGS[] = {
 
     {"recompute", F_ENUM, OFF(recompute), "none", NULL, "activation recompute: none; selective (recompute layernorm and GELU outputs in backward); full (keep only each layer's input, re-run its forward in backward)", "Memory and planning", "none|selective|full"},
     {"recompute-layers", F_INT, OFF(recompute_layers), "0", "N", "full recompute for the first N layers, the others as --recompute (none or selective)", NULL, "[0, 4096]"},
+    {"head-chunks", F_INT, OFF(head_chunks), "0", "N", "run the LM head (its GEMM, softmax, cross-entropy and their gradients, fused) over the B*T rows in N chunks, so that only one chunk of logits exists at a time; chunks are whole multiples of 128 rows, so fewer run when the rows are few; the results are the same bits for any N on the CPU; 0: the planner picks (at most the MLP's (B,T,4C) scratch in logits, at least 1024 rows a chunk)", NULL, "[0, 1048576]"},
     {"plan", F_BOOL, OFF(plan), "0", "", "print the memory bill and the recommended configuration for --gpu and --world-size, then exit: 0 when it fits, 2 when nothing fits (reads no data)", NULL, NULL},
     {"auto", F_BOOL, OFF(auto_plan), "0", "", "train with the planner's recommendation (micro-batch, recompute, precision, ZeRO stage); explicitly set flags win", NULL, NULL},
     {"gpu", F_STRING, OFF(gpu), "", "NAME", "GPU for --plan: h100, h200, b200 or a100 (default: the GPU present, else this CPU)", NULL, NULL},
@@ -144,6 +145,7 @@ static const Flag FLAGS[] = {
     {"zero", F_INT, OFF(zero_stage), "1", "0|1|2|3", "ZeRO stage: 0 replicates everything, 1 shards optimizer state, 2 also gradients, 3 also parameters", "Distributed (mpirun -np N ./train_gpt ...)", "[0, 3]"},
     {"zero3-prefetch", F_INT, OFF(zero3_prefetch), "1", "K", "ZeRO-3: gather the units of the next K uses ahead of them (2 keeps one more layer gathered)", NULL, "[1, 2]"},
     {"shard-scope", F_ENUM, OFF(shard_scope), "world", NULL, "shard over all ranks, or inside each node with gradients all-reduced across nodes (hybrid; ZeRO 1-3)", NULL, "world|node"},
+    {"shard-group", F_INT, OFF(shard_group), "0", "N", "shard over groups of N consecutive ranks and replicate across groups (ZeRO 1-3; N divides the ranks and is a divisor or multiple of the ranks per node); 0: --shard-scope decides", NULL, "[0, inf)"},
     {"allow-nccl-sockets", F_BOOL, OFF(allow_nccl_sockets), "0", "0|1", "on an EFA instance (p4d, p5, p6) of a multi-node run NCCL's TCP sockets between nodes are an error (the aws-ofi-nccl plugin did not load); 1: run on them anyway", NULL, NULL},
 };
 #define NUM_FLAGS ((int)(sizeof FLAGS / sizeof FLAGS[0]))

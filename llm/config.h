@@ -90,6 +90,7 @@ typedef struct {
     // memory and planning
     RecomputeMode recompute;
     int recompute_layers; // full recompute for the first N layers
+    int head_chunks;      // LM head row chunks; 0: the planner picks (plan_head_chunks)
     int plan;             // --plan: print the plan and exit
     int auto_plan;        // --auto: train with the plan's recommendation
     char* gpu;            // h100|h200|b200|a100 for --plan ("": the device present)
@@ -112,6 +113,7 @@ typedef struct {
     // distributed
     int zero_stage;       // 0..3
     ShardScope shard_scope;
+    int shard_group;      // ranks per shard group; 0: from shard_scope
     int zero3_prefetch;   // ZeRO-3: units gathered ahead of their use (1 or 2)
     int allow_nccl_sockets;  // let NCCL use TCP sockets between nodes of an EFA instance
 } TrainConfig;

@@ -35,18 +35,46 @@ static void setup_batch_geometry(Trainer* tr, const TrainConfig* cfg) {
     tr->tokens_per_step = total;
 }
 
-// --zero and --shard-scope: the rank groups the model is sharded over.
+// --zero, --shard-scope and --shard-group: the rank groups the model is sharded over.
 static void setup_sharding(Trainer* tr, const TrainConfig* cfg) {
-    comm_set_shard_scope(tr->comm, cfg->shard_scope == SHARD_SCOPE_NODE);
+    Comm* c = tr->comm;
+    int n = cfg->shard_group;
+    if (n > 0 && config_is_set(cfg, "shard-scope")) {
+        int scope_n = cfg->shard_scope == SHARD_SCOPE_NODE ? c->node_size : c->world;
+        if (n != scope_n)
+            fatal("--shard-group %d and --shard-scope %s (%d ranks) disagree: pass one of them", n,
+                  cfg->shard_scope == SHARD_SCOPE_NODE ? "node" : "world", scope_n);
+    }
+    if (n > 0 && n != c->world && cfg->zero_stage == 0)
+        fatal("--shard-group %d needs --zero 1, 2 or 3 (ZeRO-0 shards nothing)", n);
+    if (n > 0) comm_set_shard_group(c, n);
+    else comm_set_shard_scope(c, cfg->shard_scope == SHARD_SCOPE_NODE);
     // NCCL starts here: on EFA instances it must not settle for its sockets.
     EfaCheck efa;
-    efa_check_begin(&efa, tr->comm->num_nodes, cfg->allow_nccl_sockets || strcmp(tr->be->name, "cpu") == 0);
-    comm_attach_backend(tr->comm, tr->be);
+    efa_check_begin(&efa, c->num_nodes, cfg->allow_nccl_sockets || strcmp(tr->be->name, "cpu") == 0);
+    comm_attach_backend(c, tr->be);
     efa_check_end(&efa);
 }
 
 // A multiple of 16 near x, for error messages.
 static int multiple_of_16(int x) { return x < 16 ? 16 : x / 16 * 16; }
+
+// --fp8-recipe, auto resolved for this device and printed; fatal, naming the
+// GPU, for a recipe it cannot run.
+static Fp8Recipe choose_fp8_recipe(Trainer* tr, const TrainConfig* cfg) {
+    Fp8Device d = {0};
+    char name[128] = "a GPU";
+    d.gpu = strcmp(tr->be->name, "cpu") != 0;
+    if (d.gpu && cuda_current_compute_capability) cuda_current_compute_capability(&d.major, &d.minor);
+    if (d.gpu && cuda_current_device_name) cuda_current_device_name(name, (int)sizeof name);
+    d.name = name;
+    d.block_gemms = tr->be->fp8_block_matmul != NULL;
+    char why[512];
+    Fp8Recipe r = fp8_resolve_recipe((Fp8Recipe)cfg->fp8_recipe, &d, why, sizeof why);
+    if (!fp8_recipe_runs(r, &d, why, sizeof why)) fatal("%s", why);
+    if (tr->rank == 0) printf("fp8       | recipe %s (%s)\n", fp8_recipe_name(r), why);
+    return r;
+}
 
 // --precision fp8: the FP8 state (llm/fp8/fp8.h), after checking that the GPU has
 // FP8 and that every FP8 GEMM's dimensions are multiples of 16.
@@ -60,7 +88,7 @@ static void setup_fp8(Trainer* tr, const TrainConfig* cfg) {
               major, minor);
     }
     Fp8Options o;
-    o.recipe = (Fp8Recipe)cfg->fp8_recipe;
+    o.recipe = choose_fp8_recipe(tr, cfg);
     o.history = cfg->fp8_amax_history;
     o.margin = cfg->fp8_margin;
     int L = m->config.num_layers, C = m->config.channels, all_skipped = 1;
@@ -129,8 +157,10 @@ void trainer_setup(Trainer* tr, const TrainConfig* cfg, Backend* be, Comm* comm)
 
     RecomputePolicy recompute = recompute_policy_from_flags(cfg->recompute, cfg->recompute_layers, mc.num_layers);
     const CommGroupInfo* shard = &comm->group[COMM_SHARD];
-    gpt_create_staged(&tr->model, &mc, be, tr->B, tr->T, shard->size, shard->rank, cfg->zero_stage, &recompute,
-                      cfg->zero3_prefetch + 1);
+    // The LM head in chunks of rows: --head-chunks, else the planner's choice.
+    int head_chunks = cfg->head_chunks > 0 ? cfg->head_chunks : plan_head_chunks(&mc, tr->B, tr->T);
+    gpt_create_full(&tr->model, &mc, be, tr->B, tr->T, shard->size, shard->rank, cfg->zero_stage, &recompute,
+                    cfg->zero3_prefetch + 1, head_chunks);
     // The ops' temporary device memory, once, so that no step allocates (the
     // MLP's 4C is the widest linear layer with a bias).
     if (be->reserve_scratch) be->reserve_scratch(be, tr->B, tr->T, mc.channels, 4 * mc.channels, mc.num_heads,

@@ -16,7 +16,7 @@
 #include "llm/model/model.h"
 #include "llm/util/rng.h"
 #include "llm/parallel/zero.h"
-#include "tests/testlib.h"
+#include "tests/testlib_mpi.h"
 
 static Comm* comm;
 static Backend* be;
@@ -24,23 +24,6 @@ static int W, R;
 
 // Contribution of rank r at index i (distinct per test through `salt`).
 static float value(uint64_t salt, int r, size_t i) { return rng_normal(rng_key(salt, (uint64_t)r, 7), i); }
-
-#define MPI_RUN(fn)                                                                            \
-    do {                                                                                       \
-        testlib_case_failed = 0;                                                               \
-        testlib_first[0] = 0;                                                                  \
-        fn();                                                                                  \
-        double failed_ = testlib_case_failed;                                                  \
-        comm_host_sum(comm, COMM_WORLD, &failed_, 1);                                          \
-        testlib_cases++;                                                                       \
-        if (failed_ > 0) {                                                                     \
-            testlib_failures++;                                                                \
-            printf("FAIL %s_w%d: %s\n", #fn, W, testlib_first[0] ? testlib_first : "failed on another rank"); \
-        } else {                                                                               \
-            printf("ok %s_w%d\n", #fn, W);                                                     \
-        }                                                                                      \
-        fflush(stdout);                                                                        \
-    } while (0)
 
 // Reduce-scatter over more than one staging piece (4 MiB) and a chunk that is
 // not a multiple of it: in place, and onto an accumulator.

@@ -25,7 +25,7 @@ static void enum_order_matches_modules(void) {
     for (int m = RECOMPUTE_NONE; m <= RECOMPUTE_FULL; m++)
         CHECK(same(config_enum_name("recompute", m), recompute_mode_name((RecomputeMode)m)), "recompute %d: %s vs %s",
               m, config_enum_name("recompute", m), recompute_mode_name((RecomputeMode)m));
-    for (int r = FP8_CURRENT; r <= FP8_DELAYED; r++)
+    for (int r = FP8_CURRENT; r <= FP8_RECIPE_AUTO; r++)
         CHECK(same(config_enum_name("fp8-recipe", r), fp8_recipe_name((Fp8Recipe)r)), "fp8 recipe %d", r);
     CHECK(same(config_enum_name("precision", PRECISION_FP32), precision_name(PREC_FP32)), "fp32");
     CHECK(same(config_enum_name("precision", PRECISION_BF16), precision_name(PREC_BF16)), "bf16");
@@ -56,7 +56,7 @@ static void enum_values_parse(void) {
     cfg = parse(1, none);
     CHECK(cfg.device == DEVICE_AUTO && cfg.precision == PRECISION_AUTO && cfg.recompute == RECOMPUTE_NONE &&
               cfg.on_divergence == ON_DIVERGENCE_STOP && cfg.shard_scope == SHARD_SCOPE_WORLD &&
-              cfg.export_dtype == EXPORT_FP32 && (Fp8Recipe)cfg.fp8_recipe == FP8_CURRENT,
+              cfg.export_dtype == EXPORT_FP32 && (Fp8Recipe)cfg.fp8_recipe == FP8_RECIPE_AUTO,
           "defaults");
     CHECK(config_resume_mode(&cfg) == RESUME_AUTO, "resume default");
     config_set(&cfg, "resume", "never", "");

@@ -467,8 +467,9 @@ static void free_run(Run* r) {
 
 static void recompute_bitwise_in_fp8(void) {
     uint8_t skip[3] = {0, 1 << FP8_FC, 0};  // layer 1's fc in FP32, the rest FP8
-    Fp8Options opts[] = {{FP8_CURRENT, 1, 0, NULL}, {FP8_DELAYED, 2, 0, skip}};
-    for (int k = 0; k < 2; k++) {
+    Fp8Options opts[] = {{FP8_CURRENT, 1, 0, NULL}, {FP8_DELAYED, 2, 0, skip}, {FP8_BLOCKWISE, 1, 0, NULL},
+                         {FP8_MXFP8, 1, 0, skip}};
+    for (int k = 0; k < 4; k++) {
         Run r0;
         train_fp8(&r0, &POLICIES[0], &opts[k], 4, NULL, NULL, 0);
         CHECK(r0.loss[3] < r0.loss[0], "%s: did not learn (%g -> %g)", fp8_recipe_name(opts[k].recipe), r0.loss[0],
@@ -486,19 +487,71 @@ static void recompute_bitwise_in_fp8(void) {
     }
 }
 
-// FP8 differs from FP32 (it quantises), but only by FP8's precision.
+// FP8 differs from FP32 (it quantises), but only by FP8's precision: every recipe.
 static void fp8_changes_results_boundedly(void) {
     Fp8Options all_skipped_opts = {FP8_CURRENT, 1, 0, NULL};
     uint8_t all[3] = {15, 15, 15};
     all_skipped_opts.skip = all;
-    Fp8Options on = {FP8_CURRENT, 1, 0, NULL};
-    Run off, fp8;
+    Run off, off1;
     train_fp8(&off, &POLICIES[0], &all_skipped_opts, 4, NULL, NULL, 0);
-    train_fp8(&fp8, &POLICIES[0], &on, 4, NULL, NULL, 0);
-    CHECK(memcmp(off.loss, fp8.loss, 4 * sizeof(float)) != 0, "FP8 GEMMs changed nothing");
-    for (int i = 0; i < 4; i++) CHECK(fabsf(off.loss[i] - fp8.loss[i]) < 0.02f * off.loss[i], "step %d: %g vs %g", i, off.loss[i], fp8.loss[i]);
+    train_fp8(&off1, &POLICIES[0], &all_skipped_opts, 1, NULL, NULL, 0);
+    Fp8Recipe recipes[] = {FP8_CURRENT, FP8_BLOCKWISE, FP8_MXFP8};
+    for (int k = 0; k < 3; k++) {
+        Fp8Options on = {recipes[k], 1, 0, NULL};
+        Run fp8, fp8_1;
+        train_fp8(&fp8, &POLICIES[0], &on, 4, NULL, NULL, 0);
+        const char* name = fp8_recipe_name(recipes[k]);
+        // The first step's gradients (the same weights): FP8's relative error, a few percent.
+        train_fp8(&fp8_1, &POLICIES[0], &on, 1, NULL, NULL, 0);
+        double d2 = 0, g2 = 0;
+        for (size_t i = 0; i < off1.n; i++) {
+            double d = (double)fp8_1.grads[i] - off1.grads[i];
+            d2 += d * d;
+            g2 += (double)off1.grads[i] * off1.grads[i];
+        }
+        printf("# %-9s first-step gradients: relative L2 error %.4f against FP32\n", name, sqrt(d2 / g2));
+        CHECK(sqrt(d2 / g2) < 0.1, "%s: gradients %.3f (relative L2) from FP32's", name, sqrt(d2 / g2));
+        free_run(&fp8_1);
+        CHECK(memcmp(off.loss, fp8.loss, 4 * sizeof(float)) != 0, "%s: FP8 GEMMs changed nothing", name);
+        for (int i = 0; i < 4; i++)
+            CHECK(fabsf(off.loss[i] - fp8.loss[i]) < 0.02f * off.loss[i], "%s, step %d: %g vs %g", name, i, off.loss[i],
+                  fp8.loss[i]);
+        free_run(&fp8);
+    }
     free_run(&off);
-    free_run(&fp8);
+    free_run(&off1);
+}
+
+// --fp8-recipe auto by device, and the recipes a GPU cannot run refused in a
+// line that names the GPU and the recipe.
+static void recipe_choice_by_device(void) {
+    char why[300];
+    Fp8Device cpu = {0, 0, 0, "cpu", 1}, h200 = {1, 9, 0, "NVIDIA H200", 0}, b200 = {1, 10, 0, "NVIDIA B200", 1},
+              b200_old = {1, 10, 0, "NVIDIA B200", 0}, h200_block = {1, 9, 0, "NVIDIA H200", 1},
+              l40 = {1, 8, 9, "NVIDIA L40S", 1};
+    CHECK(fp8_resolve_recipe(FP8_RECIPE_AUTO, &cpu, why, sizeof why) == FP8_CURRENT, "cpu: %s", why);
+    CHECK(fp8_resolve_recipe(FP8_RECIPE_AUTO, &h200, why, sizeof why) == FP8_CURRENT && strstr(why, "H200"), "H200: %s", why);
+    CHECK(fp8_resolve_recipe(FP8_RECIPE_AUTO, &b200, why, sizeof why) == FP8_MXFP8 && strstr(why, "10.0"), "B200: %s", why);
+    CHECK(fp8_resolve_recipe(FP8_RECIPE_AUTO, &b200_old, why, sizeof why) == FP8_CURRENT &&
+              strstr(why, "no block-scaled GEMMs"),
+          "B200 without block GEMMs: %s", why);
+    CHECK(fp8_resolve_recipe(FP8_DELAYED, &b200, why, sizeof why) == FP8_DELAYED, "a named recipe stays");
+    for (int r = FP8_CURRENT; r < FP8_RECIPE_AUTO; r++)
+        CHECK(fp8_recipe_runs((Fp8Recipe)r, &cpu, why, sizeof why), "the CPU runs %s", fp8_recipe_name((Fp8Recipe)r));
+    CHECK(fp8_recipe_runs(FP8_BLOCKWISE, &h200_block, why, sizeof why), "blockwise on 9.0: %s", why);
+    CHECK(fp8_recipe_runs(FP8_MXFP8, &b200, why, sizeof why), "mxfp8 on 10.0: %s", why);
+    struct { Fp8Recipe r; const Fp8Device* d; const char* want; } no[] = {
+        {FP8_MXFP8, &h200_block, "--fp8-recipe mxfp8: this GPU (NVIDIA H200, compute capability 9.0) cannot run it"},
+        {FP8_BLOCKWISE, &b200, "--fp8-recipe blockwise: this GPU (NVIDIA B200, compute capability 10.0) cannot run it"},
+        {FP8_BLOCKWISE, &l40, "--fp8-recipe blockwise: this GPU (NVIDIA L40S, compute capability 8.9) cannot run it"},
+        {FP8_BLOCKWISE, &h200, "--fp8-recipe blockwise: this GPU (NVIDIA H200, compute capability 9.0) could run it, "
+                               "but this build's CUDA backend has no block-scaled GEMMs"},
+    };
+    for (size_t i = 0; i < sizeof no / sizeof no[0]; i++) {
+        why[0] = 0;
+        CHECK(!fp8_recipe_runs(no[i].r, no[i].d, why, sizeof why) && strstr(why, no[i].want) && !strchr(why, '\n'),
+              "%s on %s: '%s'", fp8_recipe_name(no[i].r), no[i].d->name, why);
+    }
 }
 
 // Delayed scaling, stopped after 3 steps (history 2: it has wrapped) and
@@ -560,11 +613,14 @@ static void planned_equals_allocated(void) {
         RecomputeMode mode;
         const uint8_t* skip;
         const char* what;
+        Fp8Recipe block;  // a block-scaled recipe, or 0: per tensor (history decides)
     } cases[] = {
-        {2, 64, 4, 32, 0, 0, RECOMPUTE_NONE, NULL, "current, none"},
-        {2, 64, 4, 32, 0, 16, RECOMPUTE_SELECTIVE, NULL, "delayed 16, selective"},
-        {3, 48, 2, 48, 0, 4, RECOMPUTE_FULL, NULL, "delayed 4, full"},
-        {4, 32, 2, 64, 1, 0, RECOMPUTE_NONE, skip_big, "current, fc and fcproj skipped"},
+        {2, 64, 4, 32, 0, 0, RECOMPUTE_NONE, NULL, "current, none", 0},
+        {2, 64, 4, 32, 0, 16, RECOMPUTE_SELECTIVE, NULL, "delayed 16, selective", 0},
+        {3, 48, 2, 48, 0, 4, RECOMPUTE_FULL, NULL, "delayed 4, full", 0},
+        {4, 32, 2, 64, 1, 0, RECOMPUTE_NONE, skip_big, "current, fc and fcproj skipped", 0},
+        {2, 64, 4, 32, 0, 0, RECOMPUTE_SELECTIVE, NULL, "blockwise, selective", FP8_BLOCKWISE},
+        {3, 48, 2, 48, 1, 0, RECOMPUTE_FULL, skip_big, "mxfp8, ZeRO-1, full, skipped", FP8_MXFP8},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         Backend* b = cpu_backend_create(DTYPE_F32, 0);
@@ -575,8 +631,8 @@ static void planned_equals_allocated(void) {
         GPT m;
         gpt_create_recompute(&m, &c, b, cases[i].Bm, cases[i].Tm, 1, 0, cases[i].zero, &p);
         Fp8State s;
-        Fp8Options o = {cases[i].history ? FP8_DELAYED : FP8_CURRENT, cases[i].history ? cases[i].history : 1, 0,
-                        cases[i].skip};
+        Fp8Options o = {cases[i].block ? cases[i].block : cases[i].history ? FP8_DELAYED : FP8_CURRENT,
+                        cases[i].history ? cases[i].history : 1, 0, cases[i].skip};
         gpt_enable_fp8(&m, &s, &o);
         gpt_init_random(&m, 3);
         int n = cases[i].Bm * cases[i].Tm;
@@ -699,6 +755,7 @@ int main(void) {
     RUN(state_save_restore);
     RUN(recompute_bitwise_in_fp8);
     RUN(fp8_changes_results_boundedly);
+    RUN(recipe_choice_by_device);
     RUN(resume_bit_for_bit);
     RUN(planned_equals_allocated);
     RUN(manifest_fp8_round_trip);

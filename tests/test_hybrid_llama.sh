@@ -12,6 +12,8 @@
 # Checkpoints (model.bin is the run's weights as an llm.c-format FP32 file; a
 # Llama has no --export): the hybrid run's step-10 checkpoint holds 2 shards,
 # resumes bit for bit on the same layout, and loads on 2 flat ranks within 1e-5.
+# Shard groups (--shard-group): 6 ranks in groups of 3 against one rank, and
+# their checkpoint resharded to 4 ranks in groups of 1.
 set -u
 cd "$(dirname "$0")/.." || exit 1
 # shellcheck source=tests/lib.sh
@@ -85,5 +87,27 @@ for z in 1 3; do
     fail "llama_hybrid_checkpoint_zero$z" "files: $files; -> 2 ranks differ by '$d'; $(grep -h error "$T/hyb${z}r.log" "$T/flat${z}r.log" | head -n 2)"
   fi
 done
+
+# 4. Shard groups of any size (--shard-group N; groups of one node are the
+# hybrid case above): 6 ranks as 6 simulated nodes of 1, sharded in groups of
+# 3 whole nodes at ZeRO 3, against one rank; then their step-10 checkpoint (3
+# shards) resumed on 4 ranks (2 nodes of 2) in groups of 1, a divisor of the
+# node, at ZeRO 1.
+TRAIN_GPT_RANKS_PER_NODE=1 run 6 sg3z3 --zero 3 --shard-group 3
+if ran_ok sg3z3 && grep -q 'sharded over 3 ranks per group, 2 groups' "$T/sg3z3.log"; then
+  agree llama_shard_group3_matches_one_rank w1z0 sg3z3 1e-5 "Llama 6 ranks in shard groups of 3, ZeRO-3, vs 1 rank"
+else fail llama_shard_group3_matches_one_rank "$(tail -n 2 "$T/sg3z3.log")"; fi
+ck=$T/sg3z3.ck/step_00000010
+TRAIN_GPT_RANKS_PER_NODE=2 run 4 sg1r --zero 1 --shard-group 1 --resume "$ck"
+files=$(cd "$ck" 2>/dev/null && echo *)
+d=$(maxdiff "$(weights sg3z3)" "$(weights sg1r)" 2>/dev/null)
+echo "# Llama groups of 3 (ZeRO-3) -> groups of 1 (ZeRO-1) at step 10: final weights differ by $d"
+if [ "$files" = "manifest.json model.bin shard_00000_of_00003.bin shard_00001_of_00003.bin shard_00002_of_00003.bin" ] &&
+   [ "$(resumed_from "$T/sg1r.log")" = 10 ] && grep -q 'sharded over 1 rank per group, 4 groups' "$T/sg1r.log" &&
+   [ "$(lines_after "$T/sg3z3" 10)" = "$(lines_after "$T/sg1r" 10)" ] && within "$d" 1e-5; then
+  ok llama_shard_group_reshard_3_to_1
+else
+  fail llama_shard_group_reshard_3_to_1 "files: $files; differ by '$d'; $(grep -h -E 'error|resume' "$T/sg1r.log" | head -n 2)"
+fi
 
 finish

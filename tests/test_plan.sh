@@ -26,6 +26,23 @@ else
   fail plan_64b_needs_zero3_and_full_recompute "exit status $?: $(tail -n 2 "$T/p64.txt")"
 fi
 
+# 1b. Sharding flags are kept: on 2 nodes of 8 the plan shards per node
+# unless --shard-scope world says otherwise, and --shard-group N shards over N.
+"$TG" --plan --model gpt-7B --seq-len 4096 --gpu b200 --world-size 16 --ranks-per-node 8 --zero 3 >"$T/sh_auto.txt" 2>&1
+"$TG" --plan --model gpt-7B --seq-len 4096 --gpu b200 --world-size 16 --ranks-per-node 8 --zero 3 --shard-scope world \
+  >"$T/sh_world.txt" 2>&1
+"$TG" --plan --model gpt-7B --seq-len 4096 --gpu b200 --world-size 16 --ranks-per-node 8 --zero 3 --shard-group 4 \
+  >"$T/sh_g4.txt" 2>&1
+if grep -q '^summary .* hybrid=1 .* shard_ranks=8$' "$T/sh_auto.txt" &&
+   grep -q '^summary .* hybrid=0 .* shard_ranks=16$' "$T/sh_world.txt" &&
+   grep -q '^summary .* shard_ranks=4$' "$T/sh_g4.txt" && grep -q 'inside groups of ranks (--shard-group)' "$T/sh_g4.txt"; then
+  ok plan_keeps_shard_scope_and_group
+else
+  fail plan_keeps_shard_scope_and_group "$(grep -h summary "$T/sh_auto.txt" "$T/sh_world.txt" "$T/sh_g4.txt")"
+fi
+expect_error plan_shard_group_not_dividing '--shard-group 3 does not divide the 16 ranks' \
+  "$TG" --plan --model gpt-7B --gpu b200 --world-size 16 --ranks-per-node 8 --shard-group 3
+
 # 2. Nothing fits: exit status 2, the bill, and what would fit.
 "$TG" --plan --model gpt-64B --seq-len 32768 "${big[@]}" >"$T/none.txt" 2>&1
 rc=$?

@@ -26,7 +26,8 @@ static size_t measure(const GPTConfig* c, int B, int T, RecomputePolicy p, int w
                       size_t* planned, size_t* planned_of_model) {
     Backend* be = cpu_backend_create(DTYPE_F32, threads);
     GPT m;
-    gpt_create_recompute(&m, c, be, B, T, world, 0, zero, &p);
+    // The LM head in the planner's chunks, as the trainer makes it.
+    gpt_create_chunked(&m, c, be, B, T, world, 0, zero, &p, plan_head_chunks(c, B, T));
     gpt_init_random(&m, 3);
     int32_t* tok = (int32_t*)xmalloc((size_t)B * T * sizeof(int32_t));
     for (int i = 0; i < B * T; i++) tok[i] = (int32_t)(rng_uniform(11, (uint64_t)i) * c->vocab_size) % c->vocab_size;
@@ -79,6 +80,8 @@ static void planned_equals_allocated(void) {
         {shape(2, 64, 2, 100, 32), 4, 32, 4, 0, 0, RECOMPUTE_NONE, 0, "ZeRO-0 on 4 ranks"},
         {shape(1, 64, 4, 100, 1000), 1, 1000, 1, 0, 1, RECOMPUTE_FULL, 0, "L1 T1000 full, 1 thread"},
         {shape(1, 64, 4, 100, 1000), 1, 1000, 1, 0, 0, RECOMPUTE_FULL, 0, "L1 T1000 full"},
+        // Vp 1024 over 4C 128 and 2200 rows: the head in 3 chunks of 768 rows.
+        {shape(1, 32, 2, 1000, 1100), 2, 1100, 1, 0, 0, RECOMPUTE_NONE, 0, "L1 V1000 B2 T1100, 3 head chunks"},
     };
     int default_threads = omp_get_max_threads();
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {

@@ -129,6 +129,23 @@ run 4 w4z3k2 "${small[@]}" --zero 3 --zero3-prefetch 2 --grad-clip 0
 if ran_ok w4z3k2 20 && cmp -s "$T/w4z3k2.bin" "$T/w4z3.bin"; then ok zero3_prefetch2_bitwise
 else fail zero3_prefetch2_bitwise "$(tail -n 2 "$T/w4z3k2.log")"; fi
 
+# 5b. Shard groups of any size (--shard-group N) against one rank: groups of 1
+# inside nodes of 2 (4 ranks), and groups of 3 whole nodes of 1 (6 ranks; the
+# batch is 12 windows, 2 micro-steps per rank). Groups sum within the group,
+# then across groups: another order (~1e-6, as hybrid sharding).
+for z in 1 2 3; do
+  TRAIN_GPT_RANKS_PER_NODE=2 run 4 "sg1z$z" "${small[@]}" --zero "$z" --grad-clip 0 --shard-group 1
+  if ran_ok "sg1z$z" 20 && grep -q 'sharded over 1 rank per group, 4 groups' "$T/sg1z$z.log"; then
+    runs_agree "shard_group1_matches_one_rank_zero$z" w1z2 "sg1z$z" 1e-5 "4 ranks in groups of 1, ZeRO-$z, vs 1 rank"
+  else fail "shard_group1_matches_one_rank_zero$z" "$(tail -n 2 "$T/sg1z$z.log")"; fi
+done
+for z in 1 3; do
+  TRAIN_GPT_RANKS_PER_NODE=1 run 6 "sg3z$z" "${small[@]}" --zero "$z" --grad-clip 0 --shard-group 3
+  if ran_ok "sg3z$z" 20 && grep -q 'sharded over 3 ranks per group, 2 groups' "$T/sg3z$z.log"; then
+    runs_agree "shard_group3_matches_one_rank_zero$z" w1z2 "sg3z$z" 1e-5 "6 ranks in groups of 3, ZeRO-$z, vs 1 rank"
+  else fail "shard_group3_matches_one_rank_zero$z" "$(tail -n 2 "$T/sg3z$z.log")"; fi
+done
+
 # 6. Same ranks and flags, same bits.
 run 3 again "${small[@]}" --zero 3 --grad-clip 0
 if cmp -s "$T/again.bin" "$T/w3z3.bin" && [ "$(step_losses "$T/again")" = "$(step_losses "$T/w3z3")" ]; then
@@ -169,6 +186,11 @@ expect_mpi_error ranks_per_node_not_dividing 'TRAIN_GPT_RANKS_PER_NODE=3' -x TRA
 expect_error bad_zero_stage '--zero 4' "$TG" "${one[@]}" --zero 4
 expect_error bad_shard_scope "--shard-scope 'rack'" "$TG" "${one[@]}" --shard-scope rack
 expect_error bad_zero3_prefetch '--zero3-prefetch 3' "$TG" "${one[@]}" --zero3-prefetch 3
+expect_mpi_error shard_group_not_dividing_ranks '--shard-group 3 does not divide the 4 ranks' -np 4 "$TG" "${one[@]}" --shard-group 3
+expect_mpi_error shard_group_across_node_boundary '--shard-group 2 is neither a divisor nor a multiple of the 3 ranks per node' \
+  -x TRAIN_GPT_RANKS_PER_NODE=3 -np 6 "$TG" "${one[@]}" --shard-group 2
+expect_mpi_error shard_group_and_scope_disagree '--shard-group 1 and --shard-scope world \(2 ranks\) disagree' \
+  -np 2 "$TG" "${one[@]}" --shard-group 1 --shard-scope world
 expect_error node_scope_needs_sharding '--shard-scope node needs --zero' "$TG" "${one[@]}" --zero 0 --shard-scope node
 
 finish

@@ -32,7 +32,7 @@
 #include "llm/parallel/comm.h"
 #include "llm/parallel/zero.h"
 #include "llm/util/rng.h"
-#include "tests/testlib.h"
+#include "tests/testlib_mpi.h"
 
 typedef enum { LOG_GATHER, LOG_REDUCE, LOG_ALL_REDUCE, LOG_ACQUIRE, LOG_RELEASE, LOG_COMPUTE, LOG_MICRO, LOG_UPDATE } LogKind;
 
@@ -379,24 +379,6 @@ static void check_arch(const GPTConfig* cfg) {
 
 static void gpt2_schedule(void) { check_arch(&GPT2_CFG); }
 static void llama_untied_head_schedule(void) { check_arch(&LLAMA_CFG); }
-
-#define MPI_RUN(fn)                                                                              \
-    do {                                                                                         \
-        testlib_case_failed = 0;                                                                 \
-        testlib_first[0] = 0;                                                                    \
-        fn();                                                                                    \
-        double failed_ = testlib_case_failed;                                                    \
-        comm_host_sum(comm, COMM_WORLD, &failed_, 1);                                            \
-        testlib_cases++;                                                                         \
-        if (failed_ > 0) {                                                                       \
-            testlib_failures++;                                                                  \
-            printf("FAIL %s_w%d: %s\n", #fn, comm->world,                                        \
-                   testlib_first[0] ? testlib_first : "failed on another rank");                 \
-        } else {                                                                                 \
-            printf("ok %s_w%d\n", #fn, comm->world);                                             \
-        }                                                                                        \
-        fflush(stdout);                                                                          \
-    } while (0)
 
 int main(int argc, char** argv) {
     comm = comm_init(&argc, &argv);

@@ -6,7 +6,7 @@ TEST_SRCS := $(wildcard tests/test_*.c)
 TEST_BINS := $(TEST_SRCS:tests/%.c=$(BUILD)/tests/%)
 TEST_SCRIPTS := $(sort $(wildcard tests/test_*.sh tests/test_*.py))
 
-$(BUILD)/tests/%: tests/%.c $(BUILD)/libtrain.a tests/testlib.h
+$(BUILD)/tests/%: tests/%.c $(BUILD)/libtrain.a tests/testlib.h tests/testlib_mpi.h
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -o $@ $< $(BUILD)/libtrain.a $(LDLIBS)
 # The two parity tests against PyTorch share their reading of reference.py and their checks.
@@ -75,6 +75,17 @@ bench-gpu: $(BIN) $(GPU_BENCH)
 	@test -n "$(GPU_BENCH)" || { echo "bench-gpu: this build has no CUDA"; exit 1; }
 	$(GPU_BENCH)
 	$(GPU_BENCH) --llama8b
+
+# dev/bench_comm.c with the CUDA backend: NCCL's bus bandwidth on several GPUs
+# (`make bench-comm-gpu NP=8`; one rank per GPU).
+GPU_BENCH_COMM := $(if $(NVCC),$(BUILD)/gpu/bench_comm,)
+NP ?= 8
+bench-comm-gpu: $(GPU_BENCH_COMM)
+	@test -n "$(GPU_BENCH_COMM)" || { echo "bench-comm-gpu: this build has no CUDA"; exit 1; }
+	mpirun --allow-run-as-root --bind-to none -np $(NP) $(GPU_BENCH_COMM) --device cuda
+$(BUILD)/gpu/bench_comm: dev/bench_comm.c $(BUILD)/libtrain.a $(CUDA_OBJS)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -o $@ $< $(CUDA_OBJS) $(BUILD)/libtrain.a $(CUDA_LIBS) $(LDLIBS)
 
 $(BUILD)/gpu/bench_gpu: dev/bench_gpu.c $(BUILD)/libtrain.a $(CUDA_OBJS)
 	@mkdir -p $(dir $@)

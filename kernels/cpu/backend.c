@@ -162,6 +162,7 @@ Backend* cpu_backend_create(DType dtype, int num_threads) {
     be->adamw = cpu_adamw;
     be->adamw_tensors = cpu_adamw_tensors;
     be->fp8_support = FP8_ANY_LAYOUT;
+    be->gemm_row_block = CPU_GEMM_TILE;
     be->amax = cpu_amax;
     be->fp8_amax_fold = cpu_fp8_amax_fold;
     be->fp8_quantize = cpu_fp8_quantize;

@@ -16,6 +16,11 @@
 // Below this many elements of work an OpenMP fork costs more than it saves.
 #define CPU_PARALLEL_MIN 16384
 
+// The GEMMs' tile edge (matmul.c): fixed, so the set of single-threaded
+// sgemm calls, hence every rounding, does not depend on the thread count; and
+// the backend's gemm_row_block (ops.h).
+#define CPU_GEMM_TILE 128
+
 // Column reductions over rows (dbias, dw, dwte, ...) give each thread whole
 // chunks of this many columns and walk the rows in order, so every sum is
 // taken in the same order whatever the thread count.

@@ -16,10 +16,11 @@
 
 #include "kernels/cpu/cpu.h"
 
-// The tile edge. Fixed, so the set of sgemm calls (and hence every rounding)
-// does not depend on the thread count; 128 keeps packing overhead ~1% while
-// giving even GPT-2 small's 768-wide outputs a dozen tiles at 256 rows.
-#define GEMM_TILE 128
+// The tile edge (cpu.h's CPU_GEMM_TILE). Fixed, so the set of sgemm calls
+// (and hence every rounding) does not depend on the thread count; 128 keeps
+// packing overhead ~1% while giving even GPT-2 small's 768-wide outputs a
+// dozen tiles at 256 rows.
+#define GEMM_TILE CPU_GEMM_TILE
 
 // C (M,N) = alpha * op(A) (M,K) @ op(B) (K,N) + beta * C, row-major, tile by tile.
 static void sgemm_tiled_alpha(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int M, int N, int K, float alpha,

@@ -345,7 +345,8 @@ static void load_checkpoint(Checkpointer* ck, const char* dir, const Manifest* m
         printf("resume    | the training data changed: %llu windows per epoch, the checkpoint's run had %llu\n",
                (unsigned long long)tr->train.windows_per_epoch, (unsigned long long)man->windows_per_epoch);
     report_changed_flags(man, ck->cfg);
-    if (tr->model.fp8 && tr->model.fp8->opt.recipe == FP8_DELAYED && !fp8_restored)
+    // Delayed scaling loses its amax histories; any recipe says when the checkpoint's differs.
+    if (tr->model.fp8 && !fp8_restored)
         printf("resume    | FP8 scaling starts afresh: %s\n", fp8_why);
     if (man->step >= ck->cfg->steps)
         printf("resume    | the checkpoint is at step %d of --steps %d: nothing left to train\n", man->step,

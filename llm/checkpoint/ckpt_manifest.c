@@ -195,9 +195,10 @@ static void write_fp8(StrBuf* sb, const Manifest* man) {
         return;
     }
     const Fp8Snapshot* f = &man->fp8;
-    sb_printf(sb, "  \"fp8\": {\"recipe\": \"%s\", \"formats\": \"e4m3 inputs and weights, e5m2 gradients\", "
-              "\"margin\": %d, \"tensors\": %d",
-              fp8_recipe_name(f->recipe), f->margin, f->tensors);
+    sb_printf(sb, "  \"fp8\": {\"recipe\": \"%s\", \"formats\": \"%s\", \"margin\": %d, \"tensors\": %d",
+              fp8_recipe_name(f->recipe),
+              fp8_recipe_is_block(f->recipe) ? "e4m3 everywhere, block-scaled" : "e4m3 inputs and weights, e5m2 gradients",
+              f->margin, f->tensors);
     if (f->history > 0) {
         sb_printf(sb, ", \"amax_history_len\": %d, \"position\": %d, \"steps_recorded\": %d", f->history, f->pos,
                   f->steps_recorded);
@@ -533,7 +534,7 @@ static int parse_fp8(Problem* p, const JsonValue* root, Manifest* man) {
     if (!f || f->type == JSON_NULL) return 1;
     Fp8Snapshot* s = &man->fp8;
     const char* recipe = json_get_string(f, "recipe");
-    if (!recipe || (strcmp(recipe, "current") && strcmp(recipe, "delayed")) || !json_get_int(f, "margin", &s->margin) ||
+    if (fp8_recipe_lookup(recipe) < 0 || !json_get_int(f, "margin", &s->margin) ||
         !json_get_int(f, "tensors", &s->tensors) || s->tensors <= 0)
         return problem(p, "'fp8' lacks a known recipe, its margin or its tensor count");
     s->recipe = fp8_parse_recipe(recipe);

@@ -11,12 +11,88 @@
 static const char* GEMM_NAMES[FP8_NUM_GEMMS] = {"qkv", "attproj", "fc", "fcproj"};
 
 const char* fp8_gemm_name(Fp8Gemm g) { return GEMM_NAMES[g]; }
-const char* fp8_recipe_name(Fp8Recipe r) { return r == FP8_DELAYED ? "delayed" : "current"; }
+static const char* RECIPE_NAMES[] = {"current", "delayed", "blockwise", "mxfp8", "auto"};
+
+const char* fp8_recipe_name(Fp8Recipe r) { return (unsigned)r <= FP8_RECIPE_AUTO ? RECIPE_NAMES[r] : "?"; }
+
+int fp8_recipe_lookup(const char* s) {
+    for (int r = 0; s && r < FP8_RECIPE_AUTO; r++)
+        if (!strcmp(s, RECIPE_NAMES[r])) return r;
+    return -1;
+}
 
 Fp8Recipe fp8_parse_recipe(const char* s) {
-    if (!strcmp(s, "current")) return FP8_CURRENT;
-    if (!strcmp(s, "delayed")) return FP8_DELAYED;
-    fatal("--fp8-recipe '%s' is not one of current, delayed", s);
+    if (fp8_recipe_lookup(s) >= 0) return (Fp8Recipe)fp8_recipe_lookup(s);
+    fatal("--fp8-recipe '%s' is not one of current, delayed, blockwise, mxfp8", s);
+}
+
+int fp8_recipe_is_block(Fp8Recipe r) { return r == FP8_BLOCKWISE || r == FP8_MXFP8; }
+
+Fp8BlockFormat fp8_block_format(Fp8Recipe r, Fp8Role role) {
+    Fp8BlockFormat f;
+    if (r == FP8_MXFP8) {
+        f.scale = FP8_BLOCK_E8M0;  // every operand 1x32 along K
+        f.br = 1;
+        f.bc = 32;
+    } else {
+        // DeepSeek-V3: weights in 128x128 blocks (the same blocks whichever
+        // way a GEMM reads them), activations and gradients in 1x128.
+        f.scale = FP8_BLOCK_FP32;
+        f.br = role == FP8_WEIGHT ? 128 : 1;
+        f.bc = 128;
+    }
+    return f;
+}
+
+// ---------------------------------------------------------------------------
+// which recipe runs where
+
+Fp8Recipe fp8_resolve_recipe(Fp8Recipe asked, const Fp8Device* d, char* why, size_t whysize) {
+    if (asked != FP8_RECIPE_AUTO) {
+        snprintf(why, whysize, "--fp8-recipe %s", fp8_recipe_name(asked));
+        return asked;
+    }
+    if (!d->gpu) {
+        snprintf(why, whysize, "auto: the CPU backend emulates every recipe; per-tensor current scaling unless "
+                 "--fp8-recipe names another");
+        return FP8_CURRENT;
+    }
+    if (d->major == 10 && d->block_gemms) {
+        snprintf(why, whysize, "auto: %s (compute capability %d.%d) scales 1x32 blocks natively", d->name, d->major,
+                 d->minor);
+        return FP8_MXFP8;
+    }
+    if (d->major == 10) {
+        snprintf(why, whysize, "auto: %s (compute capability %d.%d) would take mxfp8, but this build's CUDA backend "
+                 "has no block-scaled GEMMs yet", d->name, d->major, d->minor);
+        return FP8_CURRENT;
+    }
+    snprintf(why, whysize, "auto: %s (compute capability %d.%d): per-tensor current scaling", d->name, d->major,
+             d->minor);
+    return FP8_CURRENT;
+}
+
+int fp8_recipe_runs(Fp8Recipe r, const Fp8Device* d, char* why, size_t whysize) {
+    if (!d->gpu || !fp8_recipe_is_block(r)) return 1;  // per-tensor FP8 needs 8.9+, checked with --precision fp8
+    // cuBLASLt's block scale modes: VEC128_32F / BLK128x128_32F on 9.0 only
+    // (Blackwell runs DeepSeek's recipe as MXFP8), VEC32_UE8M0 on 10.x.
+    int cc_ok = r == FP8_BLOCKWISE ? d->major == 9 && d->minor == 0 : d->major == 10;
+    if (!cc_ok) {
+        snprintf(why, whysize, "--fp8-recipe %s: this GPU (%s, compute capability %d.%d) cannot run it: %s",
+                 fp8_recipe_name(r), d->name, d->major, d->minor,
+                 r == FP8_BLOCKWISE ? "cuBLASLt's 1x128 and 128x128 FP32 block scales run on compute capability 9.0 "
+                                      "(Hopper) only; use mxfp8 on 10.x, current elsewhere"
+                                    : "MXFP8's block-scaled tensor cores need compute capability 10.x (Blackwell); "
+                                      "use blockwise or current on 9.0");
+        return 0;
+    }
+    if (!d->block_gemms) {
+        snprintf(why, whysize, "--fp8-recipe %s: this GPU (%s, compute capability %d.%d) could run it, but this "
+                 "build's CUDA backend has no block-scaled GEMMs yet (--device cpu emulates them)",
+                 fp8_recipe_name(r), d->name, d->major, d->minor);
+        return 0;
+    }
+    return 1;
 }
 
 // ---------------------------------------------------------------------------
@@ -110,10 +186,35 @@ static size_t widest_activation(const Fp8Shapes* sh) {
 static int weight_slots(int L, int zero_stage) { return zero_stage >= 3 ? (L < 2 ? L : 2) : L; }
 static int cast_buffers(Fp8Support support) { return support == FP8_TN_ONLY ? 3 : 2; }
 
+// The block-scaled recipes keep no FP8 weights or cast buffers (the
+// backend's block GEMM quantises its operands itself) and only the per-tensor
+// arrays every state has; the CPU's largest GEMM scratch is its three GEMMs'
+// largest at a full micro-batch.
+static Fp8Bytes block_state_bytes(const Fp8Shapes* sh, int B, int T, const uint8_t* skip) {
+    Fp8Bytes b;
+    b.weights = 0;
+    b.casts = 0;
+    b.scaling = (size_t)12 * sh->layers * 3 * sizeof(float);
+    b.cpu_gemm_scratch = 0;
+    int used = 0, N = B * T;
+    for (int l = 0; l < sh->layers; l++) used |= ~(skip ? skip[l] : 0) & ((1 << FP8_NUM_GEMMS) - 1);
+    for (int g = 0; g < FP8_NUM_GEMMS; g++) {
+        if (!(used & (1 << g))) continue;
+        int OC = (int)sh->rows[g], C = (int)sh->cols[g];
+        size_t f = cpu_fp8_block_matmul_scratch_bytes(N, OC, C), d = cpu_fp8_block_matmul_scratch_bytes(N, C, OC),
+               w = cpu_fp8_block_matmul_scratch_bytes(OC, C, N);
+        size_t m = f > d ? f : d;
+        m = m > w ? m : w;
+        b.cpu_gemm_scratch = m > b.cpu_gemm_scratch ? m : b.cpu_gemm_scratch;
+    }
+    return b;
+}
+
 Fp8Bytes fp8_state_bytes(const Fp8Shapes* sh, int B, int T, int zero_stage, Fp8Support support,
                          Fp8Recipe recipe, int history, const uint8_t* skip) {
     Fp8Bytes b;
     size_t L = (size_t)sh->layers, n = 12 * L;
+    if (fp8_recipe_is_block(recipe)) return block_state_bytes(sh, B, T, skip);
     size_t slot = gemm_offset(sh, FP8_NUM_GEMMS) * (support == FP8_TN_ONLY ? 2 : 1);
     b.weights = round_up(slot, 256) * (size_t)weight_slots(sh->layers, zero_stage);
     b.scaling = n * (3 + (recipe == FP8_DELAYED ? (size_t)history : 0)) * sizeof(float);
@@ -153,6 +254,10 @@ static void read_spike_hook(Fp8State* s) {
 void fp8_create(Fp8State* s, Backend* be, const Fp8Shapes* shapes, int B, int T, int zero_stage, const Fp8Options* o) {
     memset(s, 0, sizeof *s);
     if (be->fp8_support == FP8_NONE) fatal("--precision fp8: the %s backend has no FP8 GEMMs on this device", be->name);
+    if (fp8_recipe_is_block(o->recipe) && !be->fp8_block_matmul)
+        fatal("--fp8-recipe %s: the %s backend has no block-scaled FP8 GEMMs", fp8_recipe_name(o->recipe), be->name);
+    if (o->recipe == FP8_RECIPE_AUTO || (unsigned)o->recipe > FP8_RECIPE_AUTO)
+        fatal("fp8_create: recipe %d is not resolved (fp8_resolve_recipe)", (int)o->recipe);
     if (o->recipe == FP8_DELAYED && o->history < 1)
         fatal("--fp8-amax-history must be at least 1 (got %d)", o->history);
     if (o->margin < 0 || o->margin > 31) fatal("--fp8-margin must be in 0..31 (got %d)", o->margin);
@@ -179,9 +284,10 @@ void fp8_create(Fp8State* s, Backend* be, const Fp8Shapes* shapes, int B, int T,
     be->to_device(be, s->scale, ones, 2 * (size_t)s->n * sizeof(float));  // scale and scale_inv start at 1
     free(ones);
 
-    s->slots = weight_slots(s->L, zero_stage);
+    s->block = fp8_recipe_is_block(o->recipe);
+    s->slots = s->block ? 0 : weight_slots(s->L, zero_stage);
     s->slot_bytes = b.weights / (size_t)(s->slots ? s->slots : 1);
-    s->weights = (uint8_t*)be->alloc(be, b.weights, "FP8 weights");
+    s->weights = s->block ? NULL : (uint8_t*)be->alloc(be, b.weights, "FP8 weights");
     s->slot_layer = (int*)xmalloc((size_t)(s->slots ? s->slots : 1) * sizeof(int));
     s->slot_version = (uint64_t*)xcalloc((size_t)(s->slots ? s->slots : 1) * FP8_NUM_GEMMS, sizeof(uint64_t));
     for (int k = 0; k < s->slots; k++) s->slot_layer[k] = -1;
@@ -189,7 +295,8 @@ void fp8_create(Fp8State* s, Backend* be, const Fp8Shapes* shapes, int B, int T,
     s->version = 1;  // nothing has been cast or measured yet (all records say 0)
 
     size_t cast_bytes = b.casts / (size_t)cast_buffers(be->fp8_support);
-    for (int k = 0; k < cast_buffers(be->fp8_support); k++) s->cast[k] = be->alloc(be, cast_bytes, "FP8 cast buffer");
+    for (int k = 0; k < cast_buffers(be->fp8_support) && !s->block; k++)
+        s->cast[k] = be->alloc(be, cast_bytes, "FP8 cast buffer");
     read_spike_hook(s);
 }
 
@@ -197,7 +304,7 @@ void fp8_free(Fp8State* s) {
     Backend* be = s->be;
     if (!be) return;
     be->free(be, s->amax);
-    be->free(be, s->weights);
+    if (s->weights) be->free(be, s->weights);
     for (int k = 0; k < 3; k++)
         if (s->cast[k]) be->free(be, s->cast[k]);
     free(s->skip);
@@ -215,7 +322,8 @@ int fp8_gemm_on(const Fp8State* s, int l, Fp8Gemm g, int N) {
 }
 
 float* fp8_amax_slot(Fp8State* s, int l, Fp8Gemm g, Fp8Role role) {
-    if (!s || l < 0 || l >= s->L || (s->skip[l] & (1 << g))) return NULL;
+    // The block-scaled recipes take every amax per block, inside their GEMMs.
+    if (!s || s->block || l < 0 || l >= s->L || (s->skip[l] & (1 << g))) return NULL;
     return &s->amax[tensor_index(s, l, g, role)];
 }
 
@@ -313,6 +421,7 @@ static void apply_spike(Fp8State* s, void* x, size_t n, float* amax) {
     }
     be->to_device(be, x, h, n * es);
     free(h);
+    if (!amax) return;  // block-scaled: no per-tensor amax to update
     float old;
     be->to_host(be, &old, amax, sizeof old);
     if (top > old) be->to_device(be, amax, &top, sizeof top);
@@ -323,6 +432,13 @@ void fp8_linear_forward(Fp8State* s, int l, Fp8Gemm g, void* out, void* pre_gelu
     Backend* be = s->be;
     if (s->step == s->spike_step && l == s->spike_layer && (int)g == s->spike_gemm)
         apply_spike(s, inp, (size_t)N * C, fp8_amax_slot(s, l, g, FP8_INPUT));
+    if (s->block) {
+        // out (N,OC) = X (N,C) @ W (OC,C)^T, both quantised along C.
+        be->fp8_block_matmul(be, pre_gelu ? pre_gelu : out, inp, 0, fp8_block_format(s->opt.recipe, FP8_INPUT), weight,
+                             0, fp8_block_format(s->opt.recipe, FP8_WEIGHT), bias, N, OC, C, 0.0f);
+        if (pre_gelu) be->gelu_forward(be, out, pre_gelu, (size_t)N * OC, out_amax);
+        return;
+    }
     quantize(s, l, g, FP8_INPUT, s->cast[0], NULL, inp, N, C);
     Fp8Tensor x = operand(s, l, g, FP8_INPUT, s->cast[0], NULL);
     Fp8Tensor w = fp8_weight(s, l, g, weight);
@@ -330,9 +446,27 @@ void fp8_linear_forward(Fp8State* s, int l, Fp8Gemm g, void* out, void* pre_gelu
     if (pre_gelu) be->gelu_forward(be, out, pre_gelu, (size_t)N * OC, out_amax);
 }
 
+// The block-scaled backward: each GEMM reads its operands quantised along its
+// own inner dimension, so the weight gradient's dY^T and X^T are column-wise
+// copies (blocks along the tokens) and the input gradient's W^T one along OC.
+static void block_linear_backward(Fp8State* s, void* dinp, void* dweight, void* dbias, const void* dout,
+                                  const void* inp, const void* weight, int N, int C, int OC) {
+    Backend* be = s->be;
+    Fp8BlockFormat fa = fp8_block_format(s->opt.recipe, FP8_INPUT), fw = fp8_block_format(s->opt.recipe, FP8_WEIGHT);
+    if (dbias) be->matmul_backward(be, NULL, NULL, dbias, dout, NULL, NULL, N, C, OC);
+    // dW (OC,C) += dY^T (OC,N) @ X^T (C,N)^T: before dinp, which may overwrite inp.
+    if (dweight) be->fp8_block_matmul(be, dweight, dout, 1, fa, inp, 1, fa, NULL, OC, C, N, 1.0f);
+    // dX (N,C) = dY (N,OC) @ W^T (C,OC)^T
+    if (dinp) be->fp8_block_matmul(be, dinp, dout, 0, fa, weight, 1, fw, NULL, N, C, OC, 0.0f);
+}
+
 void fp8_linear_backward(Fp8State* s, int l, Fp8Gemm g, void* dinp, void* dweight, void* dbias, const void* dout,
                          const void* inp, const void* weight, int N, int C, int OC) {
     Backend* be = s->be;
+    if (s->block) {
+        block_linear_backward(s, dinp, dweight, dbias, dout, inp, weight, N, C, OC);
+        return;
+    }
     // Buffers: dY in cast[0]; then dY^T and X^T (TN-only) or X.
     void* dy_t = s->tn_only ? s->cast[1] : NULL;
     void* x_q = s->tn_only ? NULL : s->cast[1];
@@ -375,6 +509,7 @@ void fp8_end_step(Fp8State* s, Comm* comm) {
     if (!s) return;
     Backend* be = s->be;
     size_t w0 = (size_t)tensor_index(s, 0, 0, FP8_WEIGHT), nw = (size_t)4 * s->L;
+    if (s->block) return;  // no scaling state outlives a GEMM
     if (comm) comm_wait_compute(comm);
     if (!s->history) {
         // Current scaling: only the weights' amaxes outlive the step.

@@ -58,14 +58,47 @@
 
 EXTERN_C_BEGIN
 
-typedef enum { FP8_CURRENT = 0, FP8_DELAYED = 1 } Fp8Recipe;
 typedef enum { FP8_QKV = 0, FP8_ATTPROJ, FP8_FC, FP8_FCPROJ, FP8_NUM_GEMMS } Fp8Gemm;
 typedef enum { FP8_INPUT = 0, FP8_WEIGHT, FP8_GRAD, FP8_NUM_ROLES } Fp8Role;
 
+// The recipes (llm/fp8/README.md). The per-tensor ones (current, delayed)
+// keep the scaling state below; the block-scaled ones (blockwise: DeepSeek-V3's
+// 1x128 activation / 128x128 weight blocks with FP32 scales; mxfp8: 1x32
+// blocks with E8M0 power-of-two scales, all E4M3, kernels/fp8_block.h) have no
+// state: each GEMM operand is quantised from its 16-bit source by the
+// backend's block-scaled GEMM (Backend.fp8_block_matmul), row-wise or
+// column-wise as that GEMM reads it. FP8_RECIPE_AUTO is --fp8-recipe's
+// default, resolved by fp8_resolve_recipe before anything is built.
+typedef enum { FP8_CURRENT = 0, FP8_DELAYED = 1, FP8_BLOCKWISE = 2, FP8_MXFP8 = 3, FP8_RECIPE_AUTO = 4 } Fp8Recipe;
+
 const char* fp8_gemm_name(Fp8Gemm g);
 const char* fp8_recipe_name(Fp8Recipe r);
-// "current" or "delayed"; fatal naming --fp8-recipe otherwise.
+// A recipe's name; fatal naming --fp8-recipe for anything else (auto included:
+// a checkpoint records the resolved recipe).
 Fp8Recipe fp8_parse_recipe(const char* s);
+// The recipe of that name (not auto), or -1.
+int fp8_recipe_lookup(const char* s);
+int fp8_recipe_is_block(Fp8Recipe r);
+// The block formats of a block-scaled recipe's GEMM operands: activations
+// and output gradients, and weights.
+Fp8BlockFormat fp8_block_format(Fp8Recipe r, Fp8Role role);
+
+// Where the run trains: the CPU backend, or a GPU of this compute capability
+// and name; and whether its backend has block-scaled GEMMs.
+typedef struct {
+    int gpu;            // 0: the CPU backend
+    int major, minor;   // compute capability
+    const char* name;   // the GPU's name, for messages
+    int block_gemms;    // Backend.fp8_block_matmul is there
+} Fp8Device;
+// --fp8-recipe auto: MXFP8 on compute capability 10.x (Blackwell's native
+// block scaling), per-tensor current scaling on 9.0 and below (Hopper's
+// best: blockwise is slower there and needs no rescue at our scales) and on
+// the CPU. Writes the reason into why. A named recipe is returned as it is.
+Fp8Recipe fp8_resolve_recipe(Fp8Recipe asked, const Fp8Device* d, char* why, size_t whysize);
+// Whether the device can run recipe r; 0 with one line naming the GPU and
+// the recipe in why if not.
+int fp8_recipe_runs(Fp8Recipe r, const Fp8Device* d, char* why, size_t whysize);
 
 // --fp8-skip: a comma-separated list of items, each
 //   NAME           that GEMM (qkv, attproj, fc, fcproj) in every layer
@@ -108,6 +141,7 @@ typedef struct Fp8State {
     Backend* be;
     int L, n;                // n = 12 L tensors, ordered role-major: [role][layer][gemm]
     int tn_only;             // the backend wants transposed copies
+    int block;               // a block-scaled recipe: no FP8 weights, casts or amaxes (fp8_recipe_is_block)
     float* amax;             // (n) the current pass's amaxes, and the weights' (from the update)
     float* scale;            // (n)
     float* scale_inv;        // (n)

@@ -55,12 +55,24 @@ static int act_is_f32(ActKind k) {
            k == A_LNF_RSTD || k == A_ATT_LSE || k == A_LOSSES;
 }
 
+int head_chunk_rows(size_t N, int chunks) {
+    if (chunks < 1) fatal("internal: %d LM-head chunks", chunks);
+    size_t rows = round_up(ceil_div(N, (size_t)chunks), HEAD_ROW_BLOCK);
+    return (int)(rows < N ? rows : N);
+}
+
 void act_layout_build(ActLayout* al, const GPTConfig* c, int B, int T, DType dtype, const RecomputePolicy* recompute) {
+    act_layout_build_chunked(al, c, B, T, dtype, recompute, 1);
+}
+
+void act_layout_build_chunked(ActLayout* al, const GPTConfig* c, int B, int T, DType dtype,
+                              const RecomputePolicy* recompute, int head_chunks) {
     int L = c->num_layers;
     al->recompute = recompute ? recompute_policy(recompute->mode, recompute->full_layers, L)
                               : recompute_policy(RECOMPUTE_NONE, 0, L);
     int F = al->recompute.full_layers;
     size_t BT = (size_t)B * T, off = 0;
+    al->head_rows = head_chunk_rows(BT, head_chunks);
     for (int i = 0; i < NUM_ACT_KINDS; i++) {
         ActKind k = (ActKind)i;
         int stored = 0, slices = 0;
@@ -72,7 +84,8 @@ void act_layout_build(ActLayout* al, const GPTConfig* c, int B, int T, DType dty
         }
         al->stored[k] = stored;
         al->slices[k] = slices;
-        al->count[k] = (act_keep(k) == KEEP_GLOBAL ? 1 : (size_t)slices) * BT * act_width(c, k);
+        size_t rows = k == A_LOGITS ? (size_t)al->head_rows : BT;  // the logits hold one chunk
+        al->count[k] = (act_keep(k) == KEEP_GLOBAL ? 1 : (size_t)slices) * rows * act_width(c, k);
         al->dtype[k] = act_is_f32(k) ? DTYPE_F32 : dtype;
         al->offset[k] = off;
         off += act_kind_bytes(al, k);

@@ -21,12 +21,11 @@ void gpt_unit_release(GPT* m, int u, int backward);
 // A pass over (B, T) tokens of m (passes.c).
 Pass gpt_pass(GPT* m, int B, int T);
 
-// The LM head and the loss (head.c): logits = lnf @ head^T; the per-token
-// cross-entropy (with dloss != 0 the logits become their gradient); the
-// head's backward into p->dbtc and the head weight's gradient.
-void head_logits(const Pass* p, void* embed_unit, void* final_unit);
-void loss_forward(const Pass* p, const int32_t* targets, float dloss);
-void head_backward(const Pass* p, void* embed_unit, void* final_unit, void* dembed_unit, void* dfinal_unit);
+// The LM head and the loss (head.c), chunk by chunk: per-token
+// cross-entropy into A_LOSSES; with dloss != 0 also the head's backward: the
+// final norm's output gradient into p->dbtc and the head weight's gradient
+// (+=, through the unit_grads hook).
+void head_loss(const Pass* p, void* embed_unit, void* final_unit, const int32_t* targets, float dloss);
 
 // The AdamW amax slot of FP8 weight tensor (kind, layer), or NULL (linear.c).
 float* gpt_weight_update_amax(GPT* m, ParamKind kind, int layer);

@@ -113,7 +113,7 @@ typedef enum {
     A_LNF,          // (B, T, C) final norm output
     A_LNF_MEAN,     // (B, T) FP32
     A_LNF_RSTD,     // (B, T) FP32
-    A_LOGITS,       // (B, T, Vp); the loss backward overwrites them with their gradient
+    A_LOGITS,       // (R, Vp): one chunk of R rows of the LM head's logits (head_chunk_rows), then their gradient
     A_LOSSES,       // (B, T) FP32 per-token cross-entropy
     // scratch reused by every layer in backward (and proj_out in forward)
     A_DRESIDUAL,    // (B, T, C) gradient of the residual stream
@@ -135,12 +135,29 @@ typedef struct {
     int slices[NUM_ACT_KINDS];
     int stored[NUM_ACT_KINDS];
     RecomputePolicy recompute;
+    int head_rows;  // R: rows of one LM-head chunk, the logits buffer's rows
 } ActLayout;
 
+// The LM head runs over the B*T rows in chunks whose size is a multiple of
+// this (except the last), so that every chunk count splits the rows at the
+// same points as the CPU GEMM's row tiles and the head gradient's row blocks
+// (kernels/cpu/matmul.c's GEMM_TILE): the CPU's results are then the same
+// bits for any chunk count.
+#define HEAD_ROW_BLOCK 128
+
+// Rows per chunk when N rows run in `chunks` chunks (>= 1): ceil(N / chunks)
+// rounded up to HEAD_ROW_BLOCK, at most N. The chunks actually run are
+// ceil(N / rows), fewer than asked when N is small.
+int head_chunk_rows(size_t N, int chunks);
+
 // The activation bill for micro-batch B and sequence length T under a
-// recompute policy (NULL: none). Pure arithmetic: the planner calls it for
-// models it never allocates.
+// recompute policy (NULL: none), with the LM head in one chunk. Pure
+// arithmetic: the planner calls it for models it never allocates.
 void act_layout_build(ActLayout* al, const GPTConfig* c, int B, int T, DType dtype, const RecomputePolicy* recompute);
+// The same with the LM head in `head_chunks` chunks (>= 1): the logits
+// buffer holds one chunk, (head_chunk_rows(B*T, head_chunks), Vp).
+void act_layout_build_chunked(ActLayout* al, const GPTConfig* c, int B, int T, DType dtype,
+                              const RecomputePolicy* recompute, int head_chunks);
 const char* act_kind_name(ActKind k);
 // Bytes of kind k in the arena, alignment padding included.
 size_t act_kind_bytes(const ActLayout* al, ActKind k);

@@ -26,8 +26,10 @@ typedef struct GPT GPT;
 // Without hooks they are slices of m->params and m->grads. ZeRO stages 2 and
 // 3 install hooks that gather a unit's parameters before use, give it a
 // gradient buffer, and reduce-scatter that buffer when the unit's backward is
-// done. Units are used in this order: forward 0, 1..L, L+1, 0 (the LM head);
-// backward 0 (LM head), L+1, L..1, 0 (the embeddings). A fully recomputed
+// done. Units are used in this order: forward 0, 1..L, L+1, 0 (the LM head,
+// whose backward runs inside the forward pass when training: it asks
+// unit_grads of units 0 and L+1 there); backward L+1, L..1, 0 (the
+// embeddings). A fully recomputed
 // layer re-runs its forward inside its backward with the parameters that
 // unit_params(u, backward = 1) returned: recompute adds no hook calls.
 typedef struct {
@@ -90,6 +92,14 @@ void gpt_create_recompute(GPT* m, const GPTConfig* c, Backend* be, int B, int T,
 // layers ZeRO-3 prefetches ahead, see llm/parallel/zero.h).
 void gpt_create_staged(GPT* m, const GPTConfig* c, Backend* be, int B, int T, int world, int rank, int zero_stage,
                        const RecomputePolicy* recompute, int param_layer_slots);
+// The same as gpt_create_recompute with the LM head run in `head_chunks`
+// chunks of rows (>= 1; see act_layout_build_chunked): only one chunk of
+// logits is ever allocated.
+void gpt_create_chunked(GPT* m, const GPTConfig* c, Backend* be, int B, int T, int world, int rank,
+                        int zero_stage, const RecomputePolicy* recompute, int head_chunks);
+// All of the above: ZeRO-3's layer slots and the LM head's chunks.
+void gpt_create_full(GPT* m, const GPTConfig* c, Backend* be, int B, int T, int world, int rank, int zero_stage,
+                     const RecomputePolicy* recompute, int param_layer_slots, int head_chunks);
 void gpt_free(GPT* m);
 
 // Model-state bytes per rank for `world` ranks sharing the shards at a ZeRO
@@ -147,10 +157,13 @@ void gpt_get_params_f32(const GPT* m, float* host_flat);
 
 // Forward over inputs (B, T) already on the backend. With targets, computes
 // per-token losses; returns nothing (read the loss via gpt_accumulate_loss).
-// If dloss != 0 the logits buffer is turned into its gradient for backward.
+// If dloss != 0 it also runs the LM head's backward, chunk by chunk (head.c):
+// the head weight's gradient is added here, and gpt_backward continues from
+// the final norm's output gradient it leaves behind.
 void gpt_forward(GPT* m, const int32_t* inputs, const int32_t* targets, int B, int T, float dloss);
-// Row `row` of the last forward's logits (Vp values) as float32 on the host:
-// what sampling and generation read.
+// Row `row` of the last forward's logits (Vp values) as float32 on the host,
+// computed from the final norm's output: what sampling and generation read.
+// The head weight comes through the hooks: under ZeRO every rank calls it.
 void gpt_logits_row(GPT* m, int row, float* out);
 // Backward of the last forward (which must have had dloss != 0); gradients += .
 void gpt_backward(GPT* m, const int32_t* inputs, int B, int T);

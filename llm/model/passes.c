@@ -73,11 +73,14 @@ void gpt_forward(GPT* m, const int32_t* inputs, const int32_t* targets, int B, i
         w = wn;
         a = an;
     }
-    head_logits(&p, embed, fin);
+    // The head and the loss, chunk by chunk; when training, the head's
+    // backward too (head.c), which leaves dlnf in p.dbtc for gpt_backward.
+    // Without targets (sampling) the logits are made per row on demand
+    // (gpt_logits_row).
+    if (targets) head_loss(&p, embed, fin, targets, dloss);
     gpt_unit_release(m, gpt_final_unit(m), 0);
     gpt_unit_release(m, gpt_embed_unit(), 0);
     fp8_end_forward(m->fp8);
-    if (targets) loss_forward(&p, targets, dloss);
 }
 
 void gpt_zero_grads(GPT* m) { m->be->zero(m->be, m->grads, m->grads_size * dtype_size(m->dtype)); }
@@ -87,15 +90,13 @@ void gpt_backward(GPT* m, const int32_t* inputs, int B, int T) {
     int L = m->config.num_layers;
     Pass p = gpt_pass(m, B, T);
     int fu = gpt_final_unit(m);
-    void* embed = gpt_unit_params(m, gpt_embed_unit(), 1);
     void* dembed = gpt_unit_grads(m, gpt_embed_unit());
     void* fin = gpt_unit_params(m, fu, 1);
     void* dfin = gpt_unit_grads(m, fu);
     fp8_begin_backward(m->fp8);
 
-    // The logits buffer already holds dlogits (the loss with dloss != 0):
-    // the head's backward leaves the final norm's output gradient in p.dbtc.
-    head_backward(&p, embed, fin, dembed, dfin);
+    // The forward pass (with dloss != 0) ran the head's backward: p.dbtc
+    // holds the final norm's output gradient, the head weight its gradient.
     p.be->zero(p.be, p.dres, (size_t)p.N * m->config.channels * dtype_size(m->dtype));
     NormIO fn = final_norm(&p, fin);
     void* dlnfb = gpt_has_kind(&m->config, P_LNFB) ? gpt_tensor_in_unit(m, dfin, P_LNFB, -1) : NULL;
@@ -123,5 +124,4 @@ void gpt_backward(GPT* m, const int32_t* inputs, int B, int T) {
     fp8_end_backward(m->fp8);
     block->embed_backward(&p, dembed, inputs);
     gpt_unit_backward_done(m, gpt_embed_unit());
-    gpt_unit_release(m, gpt_embed_unit(), 1);
 }

@@ -97,6 +97,16 @@ void gpt_create_recompute(GPT* m, const GPTConfig* c, Backend* be, int B, int T,
 
 void gpt_create_staged(GPT* m, const GPTConfig* c, Backend* be, int B, int T, int world, int rank, int zero_stage,
                        const RecomputePolicy* recompute, int param_layer_slots) {
+    gpt_create_full(m, c, be, B, T, world, rank, zero_stage, recompute, param_layer_slots, 1);
+}
+
+void gpt_create_chunked(GPT* m, const GPTConfig* c, Backend* be, int B, int T, int world, int rank,
+                        int zero_stage, const RecomputePolicy* recompute, int head_chunks) {
+    gpt_create_full(m, c, be, B, T, world, rank, zero_stage, recompute, GPT_GRAD_LAYER_SLOTS, head_chunks);
+}
+
+void gpt_create_full(GPT* m, const GPTConfig* c, Backend* be, int B, int T, int world, int rank, int zero_stage,
+                     const RecomputePolicy* recompute, int param_layer_slots, int head_chunks) {
     check_layer_slots(param_layer_slots);
     memset(m, 0, sizeof *m);
     m->config = *c;
@@ -127,7 +137,7 @@ void gpt_create_staged(GPT* m, const GPTConfig* c, Backend* be, int B, int T, in
     if (m->master) be->zero(be, m->master, ns * sizeof(float));
     be->zero(be, m->adam_m, ns * sizeof(float));
     be->zero(be, m->adam_v, ns * sizeof(float));
-    act_layout_build(&m->acts, c, B, T, m->dtype, recompute);
+    act_layout_build_chunked(&m->acts, c, B, T, m->dtype, recompute, head_chunks);
     m->arena = be->alloc(be, m->acts.bytes, "activations");
     m->inputs = (int32_t*)be->alloc(be, (size_t)B * T * sizeof(int32_t), "input tokens");
     m->targets = (int32_t*)be->alloc(be, (size_t)B * T * sizeof(int32_t), "target tokens");

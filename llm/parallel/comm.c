@@ -164,8 +164,6 @@ Comm* comm_init(int* argc, char*** argv) {
 }
 
 void comm_set_shard_scope(Comm* c, int node_scope) {
-    CommMpi* p = mpi_of(c);
-    if (c->dev) fatal("internal: the shard scope must be set before comm_attach_backend");
     if (node_scope) {
         int sizes[2] = {-c->node_size, c->node_size}, ext[2];
         MPI_CHECK(MPI_Allreduce(sizes, ext, 2, MPI_INT, MPI_MAX, MPI_COMM_WORLD));
@@ -173,18 +171,42 @@ void comm_set_shard_scope(Comm* c, int node_scope) {
             fatal("--shard-scope node: nodes have different numbers of ranks (%d to %d); use --shard-scope world",
                   -ext[0], ext[1]);
     }
+    comm_set_shard_group(c, node_scope ? c->node_size : c->world);
+}
+
+const char* comm_shard_group_invalid(int n, int world, int node_size, char* why, size_t size) {
+    if (n < 1 || world % n != 0) snprintf(why, size, "%d does not divide the %d ranks into whole groups", n, world);
+    else if (node_size % n != 0 && n % node_size != 0)
+        snprintf(why, size, "%d is neither a divisor nor a multiple of the %d ranks per node", n, node_size);
+    else return NULL;
+    return why;
+}
+
+void comm_set_shard_group(Comm* c, int n) {
+    CommMpi* p = mpi_of(c);
+    if (c->dev) fatal("internal: the shard group must be set before comm_attach_backend");
+    char why[128];
+    if (comm_shard_group_invalid(n, c->world, c->node_size, why, sizeof why)) fatal("--shard-group %s", why);
+    if (n != c->world && n % c->node_size == 0) {
+        // Groups of whole nodes: every node must have the same ranks.
+        int sizes[2] = {-c->node_size, c->node_size}, ext[2];
+        MPI_CHECK(MPI_Allreduce(sizes, ext, 2, MPI_INT, MPI_MAX, MPI_COMM_WORLD));
+        if (-ext[0] != ext[1])
+            fatal("--shard-group %d: nodes have different numbers of ranks (%d to %d)", n, -ext[0], ext[1]);
+    }
     for (int g = COMM_SHARD; g <= COMM_REPLICA; g++)
         if (p->group[g] != MPI_COMM_NULL) MPI_CHECK(MPI_Comm_free(&p->group[g]));
-    // Shard: the node's ranks, or everyone. Replica: the ranks with the same
-    // node rank, one per node, or oneself.
-    MPI_CHECK(MPI_Comm_split(MPI_COMM_WORLD, node_scope ? c->node : 0, c->rank, &p->group[COMM_SHARD]));
-    MPI_CHECK(MPI_Comm_split(MPI_COMM_WORLD, node_scope ? c->node_rank : c->rank, c->rank, &p->group[COMM_REPLICA]));
+    // Shard: n consecutive ranks (ranks fill a node before the next, so a
+    // group is inside a node or made of whole nodes). Replica: the ranks at
+    // the same place in every group.
+    MPI_CHECK(MPI_Comm_split(MPI_COMM_WORLD, c->rank / n, c->rank, &p->group[COMM_SHARD]));
+    MPI_CHECK(MPI_Comm_split(MPI_COMM_WORLD, c->rank % n, c->rank, &p->group[COMM_REPLICA]));
     for (int g = COMM_SHARD; g <= COMM_REPLICA; g++) {
         MPI_Comm_set_errhandler(p->group[g], MPI_ERRORS_RETURN);
         MPI_CHECK(MPI_Comm_rank(p->group[g], &c->group[g].rank));
         MPI_CHECK(MPI_Comm_size(p->group[g], &c->group[g].size));
     }
-    c->node_scope = node_scope;
+    c->node_scope = n == c->node_size && n < c->world;
 }
 
 void comm_finalize(Comm* c) {

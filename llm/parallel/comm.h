@@ -8,9 +8,10 @@
 // Three groups of ranks matter for ZeRO:
 //   COMM_WORLD    every rank (the data-parallel group: loss, batch);
 //   COMM_SHARD    the ranks one copy of the model is sharded over: the world,
-//                 or with --shard-scope node the ranks of one node;
-//   COMM_REPLICA  the ranks holding the same shard (one per node, same
-//                 node rank); one rank unless sharding is per node.
+//                 the ranks of one node (--shard-scope node), or groups of N
+//                 consecutive ranks (--shard-group N);
+//   COMM_REPLICA  the ranks holding the same shard (one per shard group, at
+//                 the same place in it); one rank when sharding over the world.
 // TRAIN_GPT_RANKS_PER_NODE=k groups consecutive ranks into nodes of k, so that
 // several nodes can be simulated on one machine.
 //
@@ -57,7 +58,7 @@ typedef struct Comm {
     int local_rank, local_world;  // ranks on this machine: the GPU is local_rank
     int node, num_nodes;          // node grouping for --shard-scope node
     int node_rank, node_size;     // this rank within its node
-    int node_scope;               // sharding is per node (COMM_SHARD = the node)
+    int node_scope;               // the shard group is the node (and not the world)
     CommGroupInfo group[COMM_NUM_GROUPS];
     CommDevice* dev;              // collectives on backend memory (comm_attach_backend)
     void* mpi;                    // private: the MPI communicators
@@ -74,6 +75,13 @@ Comm* comm_init(int* argc, char*** argv);
 // 1 inside each node (every node must have the same number of ranks).
 // Collective: every rank calls it with the same value.
 void comm_set_shard_scope(Comm* c, int node_scope);
+// The same for shard groups of n consecutive ranks (--shard-group n): n
+// divides the world and is a divisor or a multiple of the ranks per node, so
+// a group lies inside one node or is made of whole nodes; the replica group
+// is the ranks at the same place in every group.
+void comm_set_shard_group(Comm* c, int n);
+// NULL when n is a valid shard group size, else why not (for the planner too).
+const char* comm_shard_group_invalid(int n, int world, int node_size, char* why, size_t size);
 // Chooses how collectives on backend memory run: NCCL on be's stream for the
 // CUDA backend, MPI on host buffers for the CPU backend. Collective; after
 // comm_set_shard_scope (NCCL has a communicator per group).

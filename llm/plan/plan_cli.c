@@ -12,6 +12,7 @@
 #include "llm/arch/arch.h"
 #include "llm/platform/device.h"
 #include "llm/fp8/fp8.h"
+#include "llm/parallel/comm.h"
 #include "llm/presets.h"
 
 static const double GIB = 1073741824.0;
@@ -170,15 +171,27 @@ static void build_request(const TrainConfig* cfg, int for_auto, PlanRequest* rq)
     pc->precision = precision_given ? plan_precision(cfg->precision, &rq->dev)
                                     : plan_default_precision(&pc->model, &rq->dev);
     pc->fp8_history = (Fp8Recipe)cfg->fp8_recipe == FP8_DELAYED ? cfg->fp8_amax_history : 0;
+    // auto plans per-tensor scaling: what this build's CUDA backend runs (fp8_resolve_recipe).
+    pc->fp8_recipe = fp8_recipe_is_block((Fp8Recipe)cfg->fp8_recipe) ? cfg->fp8_recipe : FP8_CURRENT;
     pc->fp8_skip = fp8_parse_skip(cfg->fp8_skip, pc->model.num_layers);  // lives as long as the process
     pc->recompute = recompute_policy_from_flags(cfg->recompute, cfg->recompute_layers, pc->model.num_layers);
+    pc->head_chunks = cfg->head_chunks;
     pc->zero_stage = cfg->zero_stage;
     pc->zero3_prefetch = cfg->zero3_prefetch;
+    pc->hybrid = cfg->shard_scope == SHARD_SCOPE_NODE;
+    pc->shard_group = cfg->shard_group;
+    if (pc->shard_group > 0) {
+        char why[128];
+        if (comm_shard_group_invalid(pc->shard_group, pc->world, pc->ranks_per_node < pc->world ? pc->ranks_per_node : pc->world,
+                                     why, sizeof why))
+            fatal("--shard-group %s", why);
+    }
 
     rq->fixed.precision = precision_given;
     rq->fixed.micro_batch = config_is_set(cfg, "micro-batch");
     rq->fixed.recompute = config_is_set(cfg, "recompute") || config_is_set(cfg, "recompute-layers");
     rq->fixed.zero_stage = config_is_set(cfg, "zero");
+    rq->fixed.hybrid = config_is_set(cfg, "shard-scope") || cfg->shard_group > 0;
     if (config_is_set(cfg, "batch-tokens") && cfg->batch_tokens > 0) {
         long unit = (long)pc->T * pc->world * (rq->fixed.micro_batch ? pc->B : 1);
         if (cfg->batch_tokens % unit != 0)
@@ -208,7 +221,8 @@ void plan_print_bill(FILE* f, const PlanConfig* pc, const MemoryBill* b, const P
     int fp32 = pc->precision == PREC_FP32 || (pc->precision == PREC_FP8 && !dev->is_gpu);
     const char* es = fp32 ? "fp32" : "bf16";
     char how[128], shard[48];
-    snprintf(shard, sizeof shard, "1/%d shard%s", sw, pc->hybrid ? " (in the node)" : "");
+    snprintf(shard, sizeof shard, "1/%d shard%s", sw,
+             pc->shard_group > 0 && sw < pc->world ? " (in the group)" : pc->hybrid ? " (in the node)" : "");
     fprintf(f, "memory per %s, %s (%s):\n", dev->is_gpu ? "GPU" : "process", unit_name(dev),
             u == GIB ? "2^30 bytes" : "2^20 bytes");
     if (z == 3) snprintf(how, sizeof how, "%s, shard + embeddings, final unit, %d layers", es, plan_param_layer_slots(pc));
@@ -225,8 +239,12 @@ void plan_print_bill(FILE* f, const PlanConfig* pc, const MemoryBill* b, const P
         int tn = dev->is_gpu && dev->fp8_support == FP8_TN_ONLY;
         snprintf(how, sizeof how, "%s of 4 GEMMs x %s", tn ? "copy + transpose" : "copy",
                  z == 3 ? "2 layers in flight" : "every layer");
+        if (fp8_recipe_is_block((Fp8Recipe)pc->fp8_recipe))
+            snprintf(how, sizeof how, "none: %s's GEMMs quantise their operands", fp8_recipe_name((Fp8Recipe)pc->fp8_recipe));
         line(f, "fp8 weights", how, (double)b->fp8_weights, u);
-        if (pc->fp8_history) snprintf(how, sizeof how, "12 per layer: scales, amax histories (%d)", pc->fp8_history);
+        if (fp8_recipe_is_block((Fp8Recipe)pc->fp8_recipe))
+            snprintf(how, sizeof how, "block scales: in the GEMMs' scratch");
+        else if (pc->fp8_history) snprintf(how, sizeof how, "12 per layer: scales, amax histories (%d)", pc->fp8_history);
         else snprintf(how, sizeof how, "12 per layer: scales, amaxes (current scaling)");
         line(f, "fp8 scaling", how, (double)b->fp8_scaling, u);
     }
@@ -251,7 +269,9 @@ void plan_print_bill(FILE* f, const PlanConfig* pc, const MemoryBill* b, const P
     line(f, "  layers", how, kept, u);
     if (working > 0) line(f, "  working set", "one fully recomputed layer at a time", working, u);
     line(f, "  backward scratch", "(B,T,C) x 3 and (B,T,4C), shared by the layers", scratch, u);
-    snprintf(how, sizeof how, "(B,T,%d), turned into their gradient", pc->model.padded_vocab_size);
+    int hc = (int)ceil_div((size_t)pc->B * pc->T, (size_t)al->head_rows);
+    snprintf(how, sizeof how, "(%d,%d): 1 of %d head chunk%s, then its gradient", al->head_rows,
+             pc->model.padded_vocab_size, hc, hc == 1 ? "" : "s");
     line(f, "  logits", how, logits, u);
     line(f, "  other", "embeddings output, final norm, losses, alignment",
          (double)al->bytes - kept - working - scratch - logits, u);
@@ -306,7 +326,10 @@ static void print_choice(FILE* f, const char* prefix, const PlanResult* r, const
     double u = unit_bytes(&rq->dev);
     fprintf(f, "%s %s | ZeRO-%d%s | recompute %s | micro-batch %d x seq %d | %.2f of %.2f %s per %s (%.0f%%)\n", prefix,
             precision_name(pc->precision), pc->zero_stage,
-            pc->hybrid ? " inside each node (hybrid)" : pc->zero_stage && pc->world > 1 ? " over all ranks" : "",
+            pc->shard_group > 0 && plan_shard_world(pc) < pc->world ? " inside groups of ranks (--shard-group)"
+            : pc->hybrid && plan_shard_world(pc) < pc->world        ? " inside each node (hybrid)"
+            : pc->zero_stage && pc->world > 1                        ? " over all ranks"
+                                                                     : "",
             describe_policy(pc, pol, sizeof pol), pc->B, pc->T, (double)r->bill.total / u, rq->dev.memory / u,
             unit_name(&rq->dev), rq->dev.is_gpu ? "GPU" : "process", 100.0 * (double)r->bill.total / rq->dev.memory);
 }
@@ -351,11 +374,12 @@ static void print_summary(FILE* f, const PlanResult* r, const PlanRequest* rq) {
     fprintf(f,
             "summary   | fits=%d model=%s params=%.4g seq=%d device=%s world=%d precision=%s zero=%d hybrid=%d "
             "recompute=%s full_layers=%d micro_batch=%d planned_gib=%.2f memory_gib=%.2f tok_s_gpu=%.0f "
-            "hours_per_btok=%.3f gpu_hours_per_btok=%.2f fits_with_world=%d fits_with_seq=%d\n",
+            "hours_per_btok=%.3f gpu_hours_per_btok=%.2f fits_with_world=%d fits_with_seq=%d shard_ranks=%d\n",
             r->fits, rq->model_name, (double)gpt_num_params(&pc->model), pc->T, rq->dev.name, pc->world,
             precision_name(pc->precision), pc->zero_stage, pc->hybrid, recompute_mode_name(pc->recompute.mode),
             pc->recompute.full_layers, pc->B, (double)r->bill.total / GIB, rq->dev.memory / GIB, r->speed.tokens_per_s_gpu,
-            r->speed.hours_per_billion, r->speed.gpu_hours_per_billion, r->fits_with_world, r->fits_with_seq_len);
+            r->speed.hours_per_billion, r->speed.gpu_hours_per_billion, r->fits_with_world, r->fits_with_seq_len,
+            plan_shard_world(pc));
 }
 
 static int any_fixed(const PlanFixed* fx) {

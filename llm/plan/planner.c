@@ -97,6 +97,7 @@ Precision plan_default_precision(const GPTConfig* c, const PlanDevice* dev) {
 // the bill
 
 int plan_shard_world(const PlanConfig* pc) {
+    if (pc->shard_group > 0) return pc->shard_group < pc->world ? pc->shard_group : pc->world;
     return pc->hybrid && pc->ranks_per_node < pc->world ? pc->ranks_per_node : pc->world;
 }
 
@@ -118,6 +119,22 @@ size_t plan_gpu_op_scratch(const GPTConfig* c, int B, int T) {
     return most;
 }
 
+int plan_head_chunks(const GPTConfig* c, int B, int T) {
+    size_t N = (size_t)B * T;
+    ActLayout al;
+    act_layout_build(&al, c, B, T, DTYPE_F32, NULL);
+    size_t wide = al.count[A_SCRATCH_BT4C] / N;  // the MLP scratch's elements per token
+    if (wide < (size_t)c->channels) wide = (size_t)c->channels;
+    size_t by_memory = ceil_div((size_t)c->padded_vocab_size, wide);
+    size_t by_rows = ceil_div(N, PLAN_HEAD_MIN_ROWS);
+    size_t chunks = by_memory < by_rows ? by_memory : by_rows;
+    return chunks < 1 ? 1 : (int)chunks;
+}
+
+int plan_resolved_head_chunks(const PlanConfig* pc) {
+    return pc->head_chunks > 0 ? pc->head_chunks : plan_head_chunks(&pc->model, pc->B, pc->T);
+}
+
 int plan_param_layer_slots(const PlanConfig* pc) { return 1 + (pc->zero3_prefetch > 1 ? pc->zero3_prefetch : 1); }
 
 MemoryBill plan_bill(const PlanConfig* pc, const PlanDevice* dev) {
@@ -127,13 +144,16 @@ MemoryBill plan_bill(const PlanConfig* pc, const PlanDevice* dev) {
     // FP8 on the CPU: FP32 storage, FP8 GEMMs emulated.
     DType dt = pc->precision == PREC_FP32 || (pc->precision == PREC_FP8 && !dev->is_gpu) ? DTYPE_F32 : DTYPE_BF16;
     b.state = gpt_state_bytes_staged(c, dt, plan_shard_world(pc), pc->zero_stage, plan_param_layer_slots(pc));
-    act_layout_build(&b.acts, c, pc->B, pc->T, dt, &pc->recompute);
+    act_layout_build_chunked(&b.acts, c, pc->B, pc->T, dt, &pc->recompute, plan_resolved_head_chunks(pc));
     b.activations = b.acts.bytes;
     size_t BT = (size_t)pc->B * pc->T;
     size_t fp8_gemm_scratch = 0;
     if (pc->precision == PREC_FP8) {
         Fp8Bytes f = gpt_fp8_bytes(c, pc->B, pc->T, pc->zero_stage, dev->is_gpu ? dev->fp8_support : FP8_ANY_LAYOUT,
-                                   pc->fp8_history ? FP8_DELAYED : FP8_CURRENT, pc->fp8_history, pc->fp8_skip);
+                                   fp8_recipe_is_block((Fp8Recipe)pc->fp8_recipe) ? (Fp8Recipe)pc->fp8_recipe
+                                   : pc->fp8_history                                ? FP8_DELAYED
+                                                                                    : FP8_CURRENT,
+                                   pc->fp8_history, pc->fp8_skip);
         b.fp8_weights = f.weights;
         b.fp8_scaling = f.scaling;
         b.activations += f.casts;
@@ -296,6 +316,7 @@ static PlanConfig least_memory(const PlanConfig* req, const PlanFixed* fx, const
         if (fx->zero_stage && z != req->zero_stage) continue;
         for (int h = 0; h <= 1; h++) {
             if (h && !(req->world > req->ranks_per_node && z > 0)) continue;
+            if (fx->hybrid && h != req->hybrid && req->world > req->ranks_per_node) continue;
             pc.zero_stage = z;
             pc.hybrid = h;
             size_t total = plan_bill(&pc, dev).total;
@@ -361,11 +382,14 @@ PlanConfig plan_config_of_model(const GPT* m) {
     pc.precision = m->fp8 ? PREC_FP8 : m->dtype == DTYPE_F32 ? PREC_FP32 : PREC_BF16;
     if (m->fp8) {
         pc.fp8_history = m->fp8->history ? m->fp8->opt.history : 0;
+        pc.fp8_recipe = m->fp8->opt.recipe;
         pc.fp8_skip = m->fp8->skip;
     }
     pc.B = m->B;
     pc.T = m->T;
     pc.recompute = m->acts.recompute;
+    // The chunk count that gives the model's chunk rows back (head_chunk_rows).
+    pc.head_chunks = (int)ceil_div((size_t)m->B * m->T, (size_t)m->acts.head_rows);
     pc.zero_stage = m->zero_stage;
     pc.zero3_prefetch = m->param_layer_slots - 1;
     pc.world = m->world;

@@ -59,12 +59,15 @@ typedef struct {
     Precision precision;
     int B, T;                 // micro-batch and sequence length
     RecomputePolicy recompute;
+    int head_chunks;          // LM head row chunks; 0: plan_head_chunks(model, B, T)
     int zero_stage;           // 0..3
     int zero3_prefetch;       // ZeRO-3: units gathered ahead (1 or 2; 0 counts as 1): K + 1 parameter layer slots
     int world;                // data-parallel ranks
     int ranks_per_node;
     int hybrid;               // shard inside a node, replicate across nodes
+    int shard_group;          // > 0: shard over groups of this many ranks (--shard-group), whatever hybrid says
     int fp8_history;          // FP8: amax history length (delayed scaling), 0 for current scaling
+    int fp8_recipe;           // FP8: an Fp8Recipe; a block-scaled one keeps no FP8 weights or casts (0: per tensor)
     const uint8_t* fp8_skip;  // FP8: --fp8-skip per layer (llm/fp8/fp8.h), or NULL
 } PlanConfig;
 
@@ -109,6 +112,16 @@ typedef struct {
 // gradients' partials and the encoder backward's sort keys.
 size_t plan_gpu_op_scratch(const GPTConfig* c, int B, int T);
 
+// The LM head's chunk count for micro-batch (B, T) when --head-chunks is 0:
+// the fewest chunks whose logits take no more than the MLP's backward
+// scratch (B, T, 4C), but no chunk under PLAN_HEAD_MIN_ROWS rows (a smaller
+// GEMM would leave a GPU idle). GPT-2 124M at 4 x 1024: 4 chunks of 1024
+// rows, 103 MB of BF16 logits instead of 412 MB.
+#define PLAN_HEAD_MIN_ROWS 1024
+int plan_head_chunks(const GPTConfig* c, int B, int T);
+// pc->head_chunks, or plan_head_chunks when it is 0.
+int plan_resolved_head_chunks(const PlanConfig* pc);
+
 MemoryBill plan_bill(const PlanConfig* pc, const PlanDevice* dev);
 // Whether the bill's total fits in plan_usable_memory.
 int plan_fits(const MemoryBill* b, const PlanDevice* dev);
@@ -130,7 +143,7 @@ PlanSpeed plan_speed(const PlanConfig* pc, const PlanDevice* dev);
 
 // Which parts of the request the planner must keep (explicit flags).
 typedef struct {
-    int precision, micro_batch, recompute, zero_stage, hybrid;
+    int precision, micro_batch, recompute, zero_stage, hybrid;  // hybrid: --shard-scope or --shard-group
     long batch_tokens;  // > 0: micro-batches must divide it per rank
 } PlanFixed;
 

@@ -198,24 +198,31 @@ void report_run_summary(const Trainer* tr) {
     const TrainConfig* cfg = tr->cfg;
     const GPT* m = &tr->model;
     const GPTConfig* c = &m->config;
+    char groups[64] = "";
+    int replicas = tr->comm->group[COMM_REPLICA].size;
+    if (tr->comm->node_scope) snprintf(groups, sizeof groups, " per node");
+    else if (replicas > 1) snprintf(groups, sizeof groups, " per group, %d groups", replicas);
     printf("train_gpt | backend %s | precision %s | ranks %d | zero %d, sharded over %d rank%s%s | version %s\n",
            tr->be->name, m->fp8 ? "fp8" : dtype_name(m->dtype), tr->world, m->zero_stage, m->world,
-           m->world == 1 ? "" : "s", tr->comm->node_scope ? " per node" : "", train_gpt_version());
+           m->world == 1 ? "" : "s", groups, train_gpt_version());
     if (m->fp8) {
         const Fp8State* f = m->fp8;
         int skipped = 0;
         for (int l = 0; l < f->L; l++)
             for (int g = 0; g < FP8_NUM_GEMMS; g++) skipped += (f->skip[l] >> g) & 1;
-        char recipe[96];
+        char recipe[128];
         if (f->history)
             snprintf(recipe, sizeof recipe, "delayed scaling (amax history %d, margin %d)", f->opt.history, f->opt.margin);
+        else if (f->opt.recipe == FP8_BLOCKWISE)
+            snprintf(recipe, sizeof recipe, "blockwise scaling (1x128 activations and gradients, 128x128 weights, FP32 scales)");
+        else if (f->opt.recipe == FP8_MXFP8)
+            snprintf(recipe, sizeof recipe, "mxfp8 scaling (1x32 blocks, E8M0 scales)");
         else
             snprintf(recipe, sizeof recipe, "current scaling");
-        printf("fp8       | %d of %d linear layers in FP8 (E4M3 x E4M3 forward, E5M2 gradients), %s; %s%s | "
-               "FP8 GEMM layout %s\n",
-               4 * f->L - skipped, 4 * f->L, recipe, dtype_name(m->dtype),
-               strcmp(tr->be->name, "cpu") ? " elsewhere" : " storage, FP8 GEMMs emulated",
-               f->tn_only ? "TN with transposed copies (Hopper)" : "any");
+        printf("fp8       | %d of %d linear layers in FP8 (%s), %s; %s%s | FP8 GEMM layout %s\n", 4 * f->L - skipped,
+               4 * f->L, f->block ? "E4M3 everywhere" : "E4M3 x E4M3 forward, E5M2 gradients", recipe,
+               dtype_name(m->dtype), strcmp(tr->be->name, "cpu") ? " elsewhere" : " storage, FP8 GEMMs emulated",
+               f->block ? "row- and column-wise copies from the source" : f->tn_only ? "TN with transposed copies (Hopper)" : "any");
     }
     printf("model     | %zu parameters (%.2fM) | layers %d | channels %d | heads %d | vocab %d (padded %d) | max seq %d\n",
            m->num_params, (double)m->num_params / 1e6, c->num_layers, c->channels, c->num_heads, c->vocab_size,

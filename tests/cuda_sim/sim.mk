@@ -28,6 +28,8 @@ SIM_SCRIPTS      := $(filter-out $(SIM_NO_NCCL),tests/cuda_sim/test_sim_train_gp
 SIM_SCRIPTS      += tests/cuda_sim/test_sim_gpu_run.sh
 # Llama (llama17): --arch llama on the simulated GPU against the CPU.
 SIM_SCRIPTS      += tests/cuda_sim/test_sim_llama.sh
+# FP8 recipes by compute capability (issue 27).
+SIM_SCRIPTS      += tests/cuda_sim/test_sim_fp8_recipe.sh
 SIM_TESTS        := $(if $(SIM_ENABLED),$(SIM_SELF_TESTS) $(SIM_GPU_TESTS) $(SIM_GPU_RANDOM) $(SIM_SCRIPTS),)
 SIM_LINK_LIBS    := $(SIM)/libkernels.a $(SIM)/libcudasim.a $(BUILD)/libtrain.a
 # The harness's symbols that the fake cuDNN (dlopen'ed) looks up in the program.

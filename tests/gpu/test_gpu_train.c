@@ -12,6 +12,8 @@
 //     gradients bit for bit, in FP32 and in BF16, among policies whose layers
 //     agree on keeping or recomputing the GELU output (a kept one may come
 //     from the GEMM's epilogue); policies that differ there agree to rounding;
+//   - the LM head in 1 and 3 chunks agrees with the CPU's and with itself
+//     (loss, gradients, the logits a sampler reads), in FP32 and in BF16;
 //   - (full size only) a 1-layer model trains a step at T = 131072.
 // TEST_SMALL=1 (the CPU execution harness) shrinks the model and the number
 // of steps.
@@ -130,6 +132,70 @@ static void test_fp32_step_matches_cpu(void) {
     gpt_free(&mc);
     gpt_free(&mg);
 }
+
+// One forward and backward of a fresh model (seed 5) on be with the LM head
+// in `chunks` chunks: the mean loss, the gradients (host FP32) and the last
+// row's logits as a sampler reads them.
+static float* head_chunk_step(Backend* be, int chunks, int B, int T, double* loss, float* last_logits) {
+    GPTConfig c = small_config(T);
+    GPT m;
+    gpt_create_chunked(&m, &c, be, B, T, 1, 0, 0, NULL, chunks);
+    gpt_init_random(&m, 5);
+    int32_t* in = (int32_t*)xmalloc((size_t)B * T * 4);
+    int32_t* tgt = (int32_t*)xmalloc((size_t)B * T * 4);
+    structured_batch(4243, in, tgt, B, T, c.vocab_size, 0);
+    be->to_device(be, m.inputs, in, (size_t)B * T * 4);
+    be->to_device(be, m.targets, tgt, (size_t)B * T * 4);
+    gpt_zero_grads(&m);
+    gpt_forward(&m, m.inputs, m.targets, B, T, 1.0f / (float)(B * T));
+    gpt_accumulate_loss(&m, B, T, 0);
+    gpt_backward(&m, m.inputs, B, T);
+    float s;
+    be->to_host(be, &s, m.scalars, sizeof s);
+    *loss = s / ((double)B * T);
+    gpt_logits_row(&m, B * T - 1, last_logits);
+    float* g = read_flat(&m, m.grads);
+    free(in);
+    free(tgt);
+    gpt_free(&m);
+    return g;
+}
+
+// The LM head in 1 and 3 chunks (B*T = 333 rows: 3 chunks of 128, the last
+// 77) on the GPU against the CPU in one chunk: loss, every gradient and the
+// sampled logits within the dtype's tolerance; and the two chunk counts
+// against each other.
+static void test_head_chunks_match_cpu(void) {
+    int B = 9, T = 37;
+    GPTConfig c = small_config(T);
+    int Vp = c.padded_vocab_size;
+    float* want_logits = (float*)xmalloc((size_t)Vp * sizeof(float));
+    float* got_logits = (float*)xmalloc((size_t)Vp * sizeof(float));
+    double want_loss, loss1, loss3;
+    float* want = head_chunk_step(ref, 1, B, T, &want_loss, want_logits);
+    float* g1 = head_chunk_step(gpu, 1, B, T, &loss1, got_logits);
+    float* g3 = head_chunk_step(gpu, 3, B, T, &loss3, got_logits);
+    GPT shape;  // the layout, for per-tensor errors
+    gpt_create(&shape, &c, ref, 1, 1, 1, 0, 0);
+    char name[64] = "";
+    CHECK_CLOSE(loss3, want_loss, 0, tolerance(1), "loss, 3 chunks vs the CPU");
+    CHECK_CLOSE(loss3, loss1, 0, tolerance(1), "loss, 3 chunks vs 1");
+    double e = worst_tensor_error(&shape, g3, want, name, sizeof name);
+    printf("#   3 chunks vs the CPU: worst gradient %s rel err %.2e\n", name, e);
+    CHECK(e <= tolerance(1), "3 chunks: gradient of %s differs from the CPU's by %.3g", name, e);
+    e = worst_tensor_error(&shape, g3, g1, name, sizeof name);
+    printf("#   3 chunks vs 1: worst gradient %s rel err %.2e\n", name, e);
+    CHECK(e <= tolerance(1), "3 chunks: gradient of %s differs from 1 chunk's by %.3g", name, e);
+    EXPECT_CLOSE(got_logits, want_logits, (size_t)Vp, tolerance(1), "sampled logits of the last row");
+    gpt_free(&shape);
+    free(want);
+    free(g1);
+    free(g3);
+    free(want_logits);
+    free(got_logits);
+}
+static void test_head_chunks_match_cpu_fp32(void) { test_head_chunks_match_cpu(); }
+static void test_head_chunks_match_cpu_bf16(void) { test_head_chunks_match_cpu(); }
 
 // Loss curve of `steps` steps of a fresh model (seed 5) on backend be.
 static double* train_curve(Backend* be, int steps, int B, int T, float** final_params, size_t* nparams) {
@@ -306,6 +372,8 @@ int main(void) {
     RUN_AS(DTYPE_BF16, test_training_is_deterministic_bf16);
     RUN_AS(DTYPE_F32, test_recompute_policies_bitwise_fp32);
     RUN_AS(DTYPE_BF16, test_recompute_policies_bitwise_bf16);
+    RUN_AS(DTYPE_F32, test_head_chunks_match_cpu_fp32);
+    RUN_AS(DTYPE_BF16, test_head_chunks_match_cpu_bf16);
     if (!small) RUN_AS(DTYPE_BF16, test_long_context_step);
     ref->destroy(ref);
     return TESTS_DONE();
