@@ -9,7 +9,10 @@
 // over GPT-2 124M's 148 tensors one call each and in one adamw_tensors
 // launch; the FP8 amax and casts of a BF16 activation; the layernorm and
 // RMSNorm backward (one launch each) at C = 768 and 4096, checked against the
-// CPU backend and for repeatability before they are timed.
+// CPU backend and for repeatability before they are timed; the MLP's GELU
+// with cuBLASLt's epilogues (fc GEMM + GELU_AUX_BIAS, fcproj's input
+// gradient + DGELU_BGRAD) against the GEMM and our kernels apart, as a ratio
+// in the same run, saying which path cuBLASLt allowed.
 // Part 2, models: whole BF16 training steps (forward, backward, norm, AdamW)
 // of GPT-2 124M at T = 1024 (and again with its LM head in one chunk against
 // the planner's chunks: the ratio of tokens/s and the logits each holds), a
@@ -236,6 +239,59 @@ static void bench_matmul(const char* name, int N, int C, int OC, int gelu, int b
     report_flops(op, shape, time_op(mm_bwd, &c), 2 * flops);
     void* bufs[] = {c.inp, c.w, c.b, c.out, c.pre, c.dout, c.dinp, c.dw, c.db};
     for (int i = 0; i < 9; i++) if (bufs[i]) be->free(be, bufs[i]);
+}
+
+// The MLP's GELU with and without cuBLASLt's epilogues, on the same
+// buffers: forward fc GEMM + GELU (GELU_AUX_BIAS against the GEMM then
+// gelu.cu's kernel) and backward fcproj's input gradient + GELU backward +
+// fc's bias gradient (DGELU_BGRAD against the GEMM, the GELU backward
+// kernel and the column sum). The row says which path cuBLASLt allowed.
+static void mlp_fused_fwd(void* p) { mm_fwd(p); }
+static void mlp_split_fwd(void* p) {
+    MatmulCtx* c = (MatmulCtx*)p;
+    be->matmul_forward(be, c->pre, NULL, c->inp, c->w, c->b, c->N, c->C, c->OC);
+    be->gelu_forward(be, c->out, c->pre, (size_t)c->N * c->OC, NULL);
+}
+// Backward of fcproj (OC -> C here read as its input width OC): dinp (N, OC) is d(pre).
+static void mlp_fused_bwd(void* p) {
+    MatmulCtx* c = (MatmulCtx*)p;
+    be->matmul_backward_dgelu(be, c->out, c->db, c->dinp, c->pre, c->w, c->N, c->OC, c->C, NULL);
+}
+static void mlp_split_bwd(void* p) {
+    MatmulCtx* c = (MatmulCtx*)p;
+    be->matmul_backward(be, c->out, NULL, NULL, c->dinp, NULL, c->w, c->N, c->OC, c->C);
+    be->gelu_backward(be, c->out, c->pre, c->out, (size_t)c->N * c->OC, NULL);
+    be->matmul_backward(be, NULL, NULL, c->db, c->out, NULL, NULL, c->N, 0, c->OC);
+}
+
+static void bench_mlp_epilogues(int N, int C) {
+    MatmulCtx c;
+    memset(&c, 0, sizeof c);
+    c.N = N;
+    c.C = C;
+    c.OC = 4 * C;
+    c.gelu = 1;
+    c.inp = rand_buf((size_t)N * C, 1);
+    c.w = rand_buf((size_t)c.OC * C, 0.05f);  // fc (4C, C); read as fcproj's (C, 4C) in backward
+    c.b = rand_buf(c.OC, 0.1f);
+    c.out = rand_buf((size_t)N * c.OC, 1);
+    c.pre = rand_buf((size_t)N * c.OC, 1);
+    c.dinp = rand_buf((size_t)N * C, 1);  // fcproj's output gradient
+    c.db = rand_buf(c.OC, 1);
+    CudaEpilogueCounts e0, e1;
+    cuda_epilogue_counts(be, &e0);
+    double ff = time_op(mlp_fused_fwd, &c), sf = time_op(mlp_split_fwd, &c);
+    double fb = time_op(mlp_fused_bwd, &c), sb = time_op(mlp_split_bwd, &c);
+    cuda_epilogue_counts(be, &e1);
+    int fwd_fused = e1.fused[0] > e0.fused[0], bwd_fused = e1.fused[1] > e0.fused[1];
+    char line[160];
+    snprintf(line, sizeof line, "mlp epilogues %d x %d: fwd %.3f vs %.3f ms (%.2fx, %s) | bwd %.3f vs %.3f ms (%.2fx, %s)",
+             N, C, ff * 1e3, sf * 1e3, sf / ff, fwd_fused ? "GELU_AUX_BIAS" : "no epilogue: fallback", fb * 1e3,
+             sb * 1e3, sb / fb, bwd_fused ? "DGELU_BGRAD" : "no epilogue: fallback");
+    printf("%s\n", line);
+    add_row("%s", line);
+    void* bufs[] = {c.inp, c.w, c.b, c.out, c.pre, c.dinp, c.db};
+    for (int i = 0; i < 7; i++) be->free(be, bufs[i]);
 }
 
 typedef struct {
@@ -982,6 +1038,8 @@ int main(int argc, char** argv) {
     bench_matmul("fcproj", N, 3072, 768, 0, 1);
     bench_matmul("lm head", N, 768, 50304, 0, 0);
     bench_matmul("fc 2048", 8192, 2048, 8192, 1, 1);
+    bench_mlp_epilogues(N, 768);
+    bench_mlp_epilogues(8192, 2048);
     bench_attention(16, 1024, 12, 64);
     bench_attention(4, 4096, 16, 128);
     bench_attention(1, 8192, 16, 128);

@@ -8,6 +8,7 @@
 //
 // Defined in: kernels/cuda/device.cu (count, select), device_memory.cu
 // (memory), gpu_info.cu (current device), backend.cu (the backend),
+// matmul.cu (epilogue counts),
 // attention_cudnn.cu (--attention),
 // llm/parallel/comm_nccl.cu (collectives on GPU memory).
 #pragma once
@@ -42,6 +43,16 @@ Backend* cuda_backend_create(DType dtype) CUDA_SEAM;
 // auto (cuDNN where it loads and takes the shape), 1 cudnn (fatal when it
 // cannot), 2 native; verbose: print the choice once made.
 void cuda_attention_select(Backend* be, int choice, int verbose) CUDA_SEAM;
+
+// The GEMMs that took a cuBLASLt epilogue (fused) and those that ran our
+// kernels instead (fallback: no algorithm, an aux leading dimension that is
+// not a multiple of 8, unaligned pointers) since the backend was created,
+// by kind: [0] GELU_AUX(_BIAS) in matmul_forward, [1] DGELU(_BGRAD) in
+// matmul_backward_dgelu, [2] BGRADB in matmul_backward (kernels/cuda/matmul.cu).
+typedef struct {
+    long fused[3], fallback[3];
+} CudaEpilogueCounts;
+void cuda_epilogue_counts(Backend* be, CudaEpilogueCounts* out) CUDA_SEAM;
 
 // ---- collectives on GPU memory (llm/parallel/comm.h) ----------------------------------------------
 // Groups of one rank need no NCCL; NCCL is loaded when a group has two or more.

@@ -149,16 +149,37 @@ struct Backend {
 
     // ---- matmul -----------------------------------------------------------------
     // out (N,OC) = inp (N,C) @ weight (OC,C)^T + bias (OC, may be NULL).
-    // If pre_gelu is not NULL: pre_gelu = that result and out = gelu(pre_gelu),
-    // bit for bit what gelu_forward gives (recompute redoes it that way).
+    // If pre_gelu is not NULL: pre_gelu = that result and out = its GELU. The
+    // backend may apply the GELU in the GEMM's epilogue (CUDA: cuBLASLt's
+    // GELU_AUX_BIAS) to the FP32 value before it is rounded, with its own
+    // GELU: so out need NOT be the bits gelu_forward gives for pre_gelu (it
+    // was required before the epilogue; the rounding step and cuBLASLt's tanh
+    // make that impossible with it). It is the same bits on every call with
+    // the same inputs. A caller that recomputes the GELU output later from
+    // pre_gelu must therefore not use this form in the forward: it calls
+    // matmul_forward without pre_gelu and then gelu_forward, in the forward
+    // and in the recompute alike (llm/arch/gpt2.c does, per layer).
     void (*matmul_forward)(Backend* be, void* out, void* pre_gelu, const void* inp,
                            const void* weight, const void* bias, int N, int C, int OC);
     // dinp (N,C) = dout @ weight (skipped if dinp is NULL);
     // dweight (OC,C) += dout^T @ inp (skipped if NULL; inp may then be NULL);
     // dbias (OC) += column sums of dout (skipped if NULL).
-    // Each result is the same bits whether computed alone or with the others.
+    // dinp and dweight are the same bits whether computed alone or with the
+    // others; dbias is the same bits on every call that also asks for dweight
+    // (CUDA sums it in dweight's GEMM epilogue, cuBLASLt's BGRADB, then) and
+    // on every call that does not, but the two may differ in rounding.
     void (*matmul_backward)(Backend* be, void* dinp, void* dweight, void* dbias, const void* dout,
                             const void* inp, const void* weight, int N, int C, int OC);
+    // The GEMM that produces a GELU's input gradient, fused with the GELU's
+    // backward: dinp (N,C) = (dout (N,OC) @ weight (OC,C)) * gelu'(pre_gelu
+    // (N,C)), and dbias (C, may be NULL) += column sums of dinp: the bias
+    // gradient of the layer that produced pre_gelu. What matmul_backward's
+    // dinp, gelu_backward and matmul_backward's dbias give, except that the
+    // backend may do it in the GEMM's epilogue (CUDA: cuBLASLt's DGELU_BGRAD),
+    // where the product is not rounded before the multiply: the same bits on
+    // every call, not necessarily the three ops' bits. amax: of dinp.
+    void (*matmul_backward_dgelu)(Backend* be, void* dinp, void* dbias, const void* dout, const void* pre_gelu,
+                                  const void* weight, int N, int C, int OC, float* amax);
     // > 0: the row count R at which the products above are the same bits
     // however the N rows are cut into calls, provided every cut falls on a
     // multiple of R and dweight is accumulated by one call per R rows, in row

@@ -18,10 +18,17 @@
 // layers: layers 0..F-1 are full, the others have the base mode (Megatron's
 // "block" method). `--recompute full` is every layer full.
 //
-// Gradients do not depend on the policy, bit for bit: recomputation calls the
-// same ops on the same inputs as the forward pass (see ops.h for the two
-// bitwise properties this relies on). llm/model/ maps the policy onto the
-// activation arena (act_layout_build) and the passes.
+// Recomputation calls the same ops on the same inputs as the forward pass
+// (see ops.h for the bitwise properties this relies on), so a recomputed
+// activation is the stored one bit for bit. One choice follows the policy: a
+// layer that recomputes its GELU output from the pre-activation (selective)
+// runs the GEMM and the GELU kernel apart in forward too, while a layer that
+// keeps it (none) or re-runs its whole forward (full) may take it from the
+// GEMM's epilogue (CUDA). So gradients are the same bits under policies that
+// agree, layer by layer, on whether the layer is selective; on the CPU, and
+// on a GPU without the epilogue, under every policy; otherwise they agree
+// to rounding. llm/model/ maps the policy onto the activation arena
+// (act_layout_build) and the passes.
 #pragma once
 
 #include "llm/util/util.h"

@@ -832,7 +832,8 @@ static void test_matmul_forward(void) {
         double* act = dalloc(NO);
         for (size_t i = 0; i < NO; i++) act[i] = gelu_ref(want[i]);
         expect_close(out, act, NO, 1e-5, 1e-4, "matmul gelu(out)");
-        // out must be exactly the gelu op applied to pre_gelu.
+        // In FP32 the CPU's fused GELU is exactly the gelu op applied to
+        // pre_gelu (ops.h allows a GPU epilogue to differ).
         float* g = falloc(NO);
         be->gelu_forward(be, g, pre, NO, NULL);
         expect_same_bits(g, out, NO * 4, "fused gelu == gelu_forward(pre_gelu)");
@@ -881,6 +882,39 @@ static void test_matmul_backward(void) {
         bfree((void*)r.x), bfree((void*)r.w), bfree((void*)r.b), bfree((void*)r.dout);
         bfree((void*)r.dw0), bfree((void*)r.db0), bfree(r.out), bfree(r.pre), bfree(r.dx);
         bfree(r.dw), bfree(r.db), bfree(dw2);
+    }
+}
+
+// matmul_backward_dgelu: dinp = (dout @ W) * gelu'(pre), dbias += its
+// column sums, against float64, with the amax of dinp; dbias may be NULL.
+static void test_matmul_backward_dgelu(void) {
+    for (int s = 1; s < 5; s++) {
+        int N = mm_shapes[s][0], C = mm_shapes[s][1], OC = mm_shapes[s][2];
+        size_t NC = (size_t)N * C, NO = (size_t)N * OC, OCC = (size_t)OC * C;
+        float *pre = falloc_normal(NC, 2.0f), *w = falloc_normal(OCC, 0.5f), *dout = falloc_normal(NO, 1.0f);
+        float *db0 = falloc_normal(C, 1.0f), *db = fclone(db0, C), *dx = falloc(NC);
+        double *dxd = dalloc(NC), *dwd = dalloc(OCC), *dbd = dalloc(OC), *dod = to_double(dout, NO), *wd = to_double(w, OCC);
+        double* zero_x = dalloc(NC);
+        matmul_backward_ref(dxd, dwd, dbd, dod, zero_x, wd, N, C, OC);
+        double* want_db = dalloc(C);
+        for (int c = 0; c < C; c++) want_db[c] = db0[c];
+        double top = 0.0;
+        for (size_t i = 0; i < NC; i++) {
+            dxd[i] *= gelu_grad_ref(pre[i]);
+            want_db[i % C] += dxd[i];
+            top = fmax(top, fabs(dxd[i]));
+        }
+        fill_nan(dx, NC);
+        float amax = 0.0f;
+        be->matmul_backward_dgelu(be, dx, db, dout, pre, w, N, C, OC, &amax);
+        expect_close(dx, dxd, NC, 1e-5, 1e-4, "matmul dgelu dinp");
+        expect_close(db, want_db, C, 1e-5, 1e-4, "matmul dgelu dbias (+=)");
+        expect_close(&amax, &top, 1, 1e-5, 1e-4, "matmul dgelu amax");
+        fill_nan(dx, NC);
+        be->matmul_backward_dgelu(be, dx, NULL, dout, pre, w, N, C, OC, NULL);
+        expect_close(dx, dxd, NC, 1e-5, 1e-4, "matmul dgelu dinp without dbias");
+        free(dxd), free(dwd), free(dbd), free(dod), free(wd), free(zero_x), free(want_db);
+        bfree(pre), bfree(w), bfree(dout), bfree(db0), bfree(db), bfree(dx);
     }
 }
 
@@ -1729,6 +1763,7 @@ int main(void) {
     RUN(test_gelu);
     RUN(test_matmul_forward);
     RUN(test_matmul_backward);
+    RUN(test_matmul_backward_dgelu);
     RUN(test_attention);
     RUN(test_attention_gqa);
     RUN(test_attention_long_context_reference);

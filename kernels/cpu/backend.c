@@ -144,6 +144,7 @@ Backend* cpu_backend_create(DType dtype, int num_threads) {
     be->layernorm_backward = cpu_layernorm_backward;
     be->matmul_forward = cpu_matmul_forward;
     be->matmul_backward = cpu_matmul_backward;
+    be->matmul_backward_dgelu = cpu_matmul_backward_dgelu;
     be->gelu_forward = cpu_gelu_forward;
     be->gelu_backward = cpu_gelu_backward;
     be->attention_forward = cpu_attention_forward;

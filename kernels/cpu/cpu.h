@@ -114,6 +114,8 @@ void cpu_matmul_forward(Backend* be, void* out, void* pre_gelu, const void* inp,
                         const void* weight, const void* bias, int N, int C, int OC);
 void cpu_matmul_backward(Backend* be, void* dinp, void* dweight, void* dbias, const void* dout,
                          const void* inp, const void* weight, int N, int C, int OC);
+void cpu_matmul_backward_dgelu(Backend* be, void* dinp, void* dbias, const void* dout, const void* pre_gelu,
+                               const void* weight, int N, int C, int OC, float* amax);
 // C (M,N) = alpha * op(A) (M,K) @ op(B) (K,N) + beta * C, row-major, in fixed
 // tiles (see matmul.c), trans_a/trans_b 0 or 1.
 void cpu_sgemm_tiled(int trans_a, int trans_b, int M, int N, int K, float alpha, const float* A, int lda,

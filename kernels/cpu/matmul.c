@@ -1,5 +1,8 @@
 // matmul.c: the linear layer on the CPU: OpenBLAS sgemm for the products, and
 // our own row and column passes for bias, the fused GELU and the bias gradient.
+// In FP32 a GELU "fused" into the product is the same bits as gelu_forward
+// on the stored pre-activation, and matmul_backward_dgelu the same bits as
+// its three ops: the CPU has no rounding step for the GPU's epilogues to skip.
 //
 // Threading: OpenMP, not OpenBLAS, runs the GEMMs in parallel. Each product is
 // cut into fixed tiles of its output, and every tile is one single-threaded
@@ -125,4 +128,13 @@ void cpu_matmul_backward(Backend* be, void* dinp_, void* dweight_, void* dbias_,
         sgemm_tiled(CblasTrans, CblasNoTrans, OC, C, N, dout, OC, inp, C, 1.0f, dweight, C);
     }
     if (dbias) bias_backward(dbias, dout, N, OC);
+}
+
+// The GEMM, then gelu_backward in place, then the column sums: the three ops
+// of ops.h's definition, in their order.
+void cpu_matmul_backward_dgelu(Backend* be, void* dinp, void* dbias, const void* dout, const void* pre_gelu,
+                               const void* weight, int N, int C, int OC, float* amax) {
+    cpu_matmul_backward(be, dinp, NULL, NULL, dout, NULL, weight, N, C, OC);
+    cpu_gelu_backward(be, dinp, pre_gelu, dinp, (size_t)N * C, amax);
+    if (dbias) bias_backward((float*)dbias, (const float*)dinp, N, C);
 }

@@ -96,7 +96,8 @@ static void cuda_reserve_scratch(Backend* be, int B, int T, int C, int widest, i
     int N = B * T;
     size_t sizes[] = {cuda_attention_scratch_bytes(B, T, NH), cuda_encoder_scratch_bytes(N),
                       cuda_norm_scratch_bytes(be, N, C), cuda_reduce_scratch_bytes(N, widest > C ? widest : C),
-                      attention_cudnn_scratch_bytes(be, B, T, NH, NKV, C / NH)};
+                      attention_cudnn_scratch_bytes(be, B, T, NH, NKV, C / NH),
+                      cuda_matmul_scratch_bytes(widest > C ? widest : C)};
     size_t need = 0;
     for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) need = sizes[i] > need ? sizes[i] : need;
     CudaState* s = cuda_state(be);
@@ -241,6 +242,7 @@ extern "C" Backend* cuda_backend_create(DType dtype) {
     be->layernorm_backward = cuda_layernorm_backward;
     be->matmul_forward = cuda_matmul_forward;
     be->matmul_backward = cuda_matmul_backward;
+    be->matmul_backward_dgelu = cuda_matmul_backward_dgelu;
     be->gelu_forward = cuda_gelu_forward;
     be->gelu_backward = cuda_gelu_backward;
     be->attention_forward = cuda_attention_forward;

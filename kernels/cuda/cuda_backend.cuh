@@ -8,6 +8,7 @@
 #pragma once
 
 #include "kernels/cuda/device_utils.cuh"
+#include "kernels/cuda_seam.h"
 #include "kernels/ops.h"
 
 #include <cublasLt.h>
@@ -50,6 +51,7 @@ typedef struct {
     size_t lt_workspace_bytes;
     GemmPlan* plans;
     int plan_count, plan_cap;
+    CudaEpilogueCounts epilogues;  // which GEMMs fused their epilogue (cuda_seam.h)
 
     // Pinned staging buffers for to_device, so host-to-device copies do not
     // wait for the stream (a pageable source would).
@@ -75,6 +77,7 @@ size_t cuda_attention_scratch_bytes(int B, int T, int NH);
 size_t cuda_encoder_scratch_bytes(int N);
 size_t cuda_norm_scratch_bytes(Backend* be, int N, int C);  // layernorm and RMSNorm backward
 size_t cuda_reduce_scratch_bytes(int N, int C);
+size_t cuda_matmul_scratch_bytes(int widest);  // an epilogue's bias gradient (matmul.cu)
 
 // Checks the last launch; every LAUNCH is followed by it.
 #define CUDA_CHECK_LAUNCH() CUDA_CHECK(cudaGetLastError())
@@ -128,6 +131,8 @@ void cuda_matmul_forward(Backend* be, void* out, void* pre_gelu, const void* inp
                          const void* weight, const void* bias, int N, int C, int OC);
 void cuda_matmul_backward(Backend* be, void* dinp, void* dweight, void* dbias, const void* dout,
                           const void* inp, const void* weight, int N, int C, int OC);
+void cuda_matmul_backward_dgelu(Backend* be, void* dinp, void* dbias, const void* dout, const void* pre_gelu,
+                                const void* weight, int N, int C, int OC, float* amax);
 // Column sums of x (N, C) added into out (C): deterministic (fixed row chunks
 // reduced in order). Shared by matmul's dbias.
 void cuda_column_sum_add(Backend* be, void* out, const void* x, int N, int C);

@@ -4,8 +4,9 @@
 // 1 / (1 + exp(-2u)) with u = sqrt(2/pi) (x + 0.044715 x^3), which needs one
 // exp and does not cancel for very negative x. The exponent is clamped at 88
 // (exp(88) is finite) so that 1 - s = e * s stays a number. The matmul's
-// GELU (matmul_forward with pre_gelu) runs this same kernel, so recomputing
-// the GELU output in backward gives the same bits (see matmul.cu).
+// GELU runs in cuBLASLt's epilogue where it can and this kernel where it
+// cannot; a layer that recomputes the GELU output in backward runs this
+// kernel in its forward too, so both give the same bits (see matmul.cu).
 #include "kernels/cuda/cuda_backend.cuh"
 
 #define GELU_SCALE 0.7978845608028654f

@@ -2,14 +2,27 @@
 //
 // Row-major (N, C) @ (OC, C)^T is, read column-major, out^T (OC, N) =
 // W (stored C x OC, transposed) @ inp (C x N): cuBLASLt's m = OC, n = N, k = C.
-// Forward adds the bias in the epilogue. The GELU runs as our own kernel on
-// the stored pre-activation, not in cuBLASLt's GELU_AUX epilogue: ops.h
-// requires out to be bit for bit gelu_forward(pre_gelu), because activation
-// recompute recomputes it that way, and the epilogue applies its own (fast)
-// tanh to the FP32 accumulator before rounding. Fusing would save one pass
-// over the (N, 4C) activation and make gradients depend on --recompute.
-// Backward: dinp = dout @ W with beta 0; dweight += dout^T @ inp with beta 1
-// (accumulating in place); dbias by the deterministic column sum of reduce.cu.
+// Forward adds the bias in the epilogue; with pre_gelu it also applies the
+// GELU there (GELU_AUX_BIAS: D = gelu(acc + bias), the aux matrix =
+// acc + bias, the pre-activation backward reads). Backward: dinp = dout @ W
+// with beta 0; dweight += dout^T @ inp with beta 1 (accumulating in place),
+// with dbias summed in the same GEMM's epilogue (BGRADB: the column sums of
+// the B operand, dout) into scratch and added into dbias; and
+// matmul_backward_dgelu's dinp with DGELU_BGRAD (D = (dout @ W) * gelu'(aux),
+// the bias vector = its column sums), which replaces a GEMM, a GELU backward
+// pass and a bias-gradient pass over the (N, 4C) activation gradient.
+//
+// Each epilogue is asked of the heuristic once per shape; where cuBLASLt has
+// no algorithm for it (an aux leading dimension that is not a multiple of 8,
+// pointers less than 16-byte aligned, an FP8 aux), the
+// answer is cached and the op runs our kernels instead (gelu.cu, reduce.cu),
+// so a shape always takes the same path and gives the same bits. The fused
+// GELU is not gelu_forward's bits (the epilogue rounds once, after its own
+// tanh), which is why ops.h lets a caller that recomputes the GELU output
+// call the unfused form both times. cublasLt.h gives a bias gradient the
+// type of D (BF16 in a BF16 model), so the epilogue's sum is rounded to
+// BF16 once before it is added into dbias (the column-sum kernels add the
+// FP32 sum): at most one more BF16 rounding of each bias gradient.
 //
 // All products use CUBLAS_COMPUTE_32F: FP32 accumulation for BF16 inputs, and
 // true FP32 (no TF32) for FP32 inputs. The heuristic's choice is cached per
@@ -41,7 +54,8 @@
     } while (0)
 
 struct GemmPlan {
-    int key[16];
+    int key[18];
+    int found;  // 0: cuBLASLt has no algorithm (only an optional Gemm may get this far)
     cublasLtMatmulAlgo_t algo;
 };
 
@@ -54,6 +68,8 @@ typedef struct {
     float beta;
     cublasLtEpilogue_t epilogue;
     const void* bias;
+    void* aux;                 // the GELU epilogues' pre-activation, (m, n) with leading dimension ldd
+    int optional;              // 1: return 0 where cuBLASLt has no algorithm (the caller falls back)
     // FP8 operands (0: A and B have the backend's dtype): their types, the
     // dequantisation multipliers, and fast accumulation.
     cudaDataType_t type_a, type_b;
@@ -90,10 +106,23 @@ static void set_attr(cublasLtMatmulDesc_t d, cublasLtMatmulDescAttributes_t a, c
     LT_CHECK(cublasLtMatmulDescSetAttribute(d, a, v, size));
 }
 
-static void run_gemm(Backend* be, const Gemm* g) {
+// Runs g; returns 1, or 0 for an optional Gemm cuBLASLt has no algorithm for
+// (decided once per shape and cached, so a shape always takes the same path).
+static int run_gemm(Backend* be, const Gemm* g) {
     CudaState* s = cuda_state(be);
     cudaDataType_t type = be->dtype == DTYPE_BF16 ? CUDA_R_16BF : CUDA_R_32F;
     cudaDataType_t type_a = g->type_a ? g->type_a : type, type_b = g->type_b ? g->type_b : type;
+
+    int align_a = alignment_of(g->A), align_b = alignment_of(g->B), align_d = alignment_of(g->D);
+    int align_e = alignment_of(g->bias), align_x = alignment_of(g->aux);
+    int key[18] = {g->transa, g->transb, g->m, g->n, g->k, g->lda, g->ldb, g->ldd, (int)be->dtype,
+                   (int)g->epilogue, g->beta != 0.0f, align_a | align_b << 9, align_d | align_e << 9,
+                   (int)type_a, (int)type_b, g->fast_accum, 0, align_x};
+    GemmPlan* plan = NULL;
+    for (int i = 0; i < s->plan_count && !plan; i++) {
+        if (memcmp(s->plans[i].key, key, sizeof key) == 0) plan = &s->plans[i];
+    }
+    if (plan && !plan->found) return 0;
 
     cublasLtMatmulDesc_t desc;
     LT_CHECK(cublasLtMatmulDescCreate(&desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
@@ -102,6 +131,11 @@ static void run_gemm(Backend* be, const Gemm* g) {
     set_attr(desc, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb);
     set_attr(desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &g->epilogue, sizeof g->epilogue);
     if (g->bias) set_attr(desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &g->bias, sizeof g->bias);
+    if (g->aux) {
+        int64_t aux_ld = g->ldd;
+        set_attr(desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &g->aux, sizeof g->aux);
+        set_attr(desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &aux_ld, sizeof aux_ld);
+    }
     if (g->scale_a) set_attr(desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &g->scale_a, sizeof g->scale_a);
     if (g->scale_b) set_attr(desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &g->scale_b, sizeof g->scale_b);
     if (g->type_a) {
@@ -115,15 +149,6 @@ static void run_gemm(Backend* be, const Gemm* g) {
     LT_CHECK(cublasLtMatrixLayoutCreate(&lb, type_b, g->transb ? g->n : g->k, g->transb ? g->k : g->n, g->ldb));
     LT_CHECK(cublasLtMatrixLayoutCreate(&ld, type, g->m, g->n, g->ldd));
 
-    int align_a = alignment_of(g->A), align_b = alignment_of(g->B), align_d = alignment_of(g->D);
-    int align_e = alignment_of(g->bias);
-    int key[16] = {g->transa, g->transb, g->m, g->n, g->k, g->lda, g->ldb, g->ldd, (int)be->dtype,
-                   (int)g->epilogue, g->beta != 0.0f, align_a | align_b << 9, align_d | align_e << 9,
-                   (int)type_a, (int)type_b, g->fast_accum};
-    GemmPlan* plan = NULL;
-    for (int i = 0; i < s->plan_count && !plan; i++) {
-        if (memcmp(s->plans[i].key, key, sizeof key) == 0) plan = &s->plans[i];
-    }
     if (!plan) {
         cublasLtMatmulPreference_t pref;
         LT_CHECK(cublasLtMatmulPreferenceCreate(&pref));
@@ -136,9 +161,12 @@ static void run_gemm(Backend* be, const Gemm* g) {
         LT_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &al[3], 4));
         cublasLtMatmulHeuristicResult_t result;
         int found = 0;
-        LT_CHECK(cublasLtMatmulAlgoGetHeuristic(s->lt, desc, la, lb, ld, ld, pref, 1, &result, &found));
+        cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(s->lt, desc, la, lb, ld, ld, pref, 1, &result, &found);
         LT_CHECK(cublasLtMatmulPreferenceDestroy(pref));
-        if (found == 0) {
+        // An unsupported epilogue or type comes back as NOT_SUPPORTED or as no algorithm.
+        if (st == CUBLAS_STATUS_NOT_SUPPORTED && g->optional) found = 0;
+        else LT_CHECK(st);
+        if (found == 0 && !g->optional) {
             fatal("cuBLASLt has no algorithm for a %s GEMM m=%d n=%d k=%d (transa=%d transb=%d, epilogue %d%s)",
                   dtype_name(be->dtype), g->m, g->n, g->k, g->transa, g->transb, (int)g->epilogue,
                   g->type_a ? ", FP8 operands" : "");
@@ -149,17 +177,26 @@ static void run_gemm(Backend* be, const Gemm* g) {
         }
         plan = &s->plans[s->plan_count++];
         memcpy(plan->key, key, sizeof key);
-        plan->algo = result.algo;
+        plan->found = found > 0;
+        if (found) plan->algo = result.algo;
     }
 
-    float alpha = 1.0f, beta = g->beta;
-    LT_CHECK(cublasLtMatmul(s->lt, desc, &alpha, g->A, la, g->B, lb, &beta, g->D, ld, g->D, ld, &plan->algo,
-                            s->lt_workspace, s->lt_workspace_bytes, s->stream));
+    if (plan->found) {
+        float alpha = 1.0f, beta = g->beta;
+        LT_CHECK(cublasLtMatmul(s->lt, desc, &alpha, g->A, la, g->B, lb, &beta, g->D, ld, g->D, ld, &plan->algo,
+                                s->lt_workspace, s->lt_workspace_bytes, s->stream));
+    }
     LT_CHECK(cublasLtMatrixLayoutDestroy(la));
     LT_CHECK(cublasLtMatrixLayoutDestroy(lb));
     LT_CHECK(cublasLtMatrixLayoutDestroy(ld));
     LT_CHECK(cublasLtMatmulDescDestroy(desc));
+    return plan->found;
 }
+
+// cuBLASLt's GELU aux matrix needs a leading dimension that is a multiple
+// of 8; we also ask for 16-byte aligned pointers (the vectorised epilogue
+// loads), else the fallback runs.
+static int epilogue_aux_ok(const void* aux, int ld) { return ld % 8 == 0 && alignment_of(aux) >= 16; }
 
 void cuda_matmul_forward(Backend* be, void* out, void* pre_gelu, const void* inp,
                          const void* weight, const void* bias, int N, int C, int OC) {
@@ -177,33 +214,78 @@ void cuda_matmul_forward(Backend* be, void* out, void* pre_gelu, const void* inp
     g.ldb = C;
     g.ldd = OC;
     g.bias = bias;
+    if (pre_gelu && epilogue_aux_ok(pre_gelu, OC) && alignment_of(out) >= 16) {
+        // out = gelu(acc + bias), pre_gelu = acc + bias, in one pass.
+        g.D = out;
+        g.aux = pre_gelu;
+        g.epilogue = bias ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS : CUBLASLT_EPILOGUE_GELU_AUX;
+        g.optional = 1;
+        if (run_gemm(be, &g)) {
+            cuda_state(be)->epilogues.fused[0]++;
+            return;
+        }
+        g.aux = NULL;
+        g.optional = 0;
+    }
     g.D = pre_gelu ? pre_gelu : out;
     g.epilogue = bias ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT;
     run_gemm(be, &g);
-    if (pre_gelu) cuda_gelu_forward(be, out, pre_gelu, (size_t)N * OC, NULL);
+    if (pre_gelu) {
+        cuda_state(be)->epilogues.fallback[0]++;
+        cuda_gelu_forward(be, out, pre_gelu, (size_t)N * OC, NULL);
+    }
+}
+
+size_t cuda_matmul_scratch_bytes(int widest) {
+    return round_up((size_t)widest * sizeof(float), (size_t)256) + (size_t)widest * sizeof(float);
+}
+
+// Scratch for an epilogue's bias gradient of n elements (D's type), and
+// beside it room for its FP32 copy.
+static void* bias_grad_scratch(Backend* be, int n) { return cuda_scratch(be, cuda_matmul_scratch_bytes(n)); }
+
+// dbias (n) += sum (n, D's type, in bias_grad_scratch).
+static void bias_grad_add(Backend* be, void* dbias, void* sum, int n) {
+    float* f = (float*)sum;
+    if (be->dtype == DTYPE_BF16) {
+        f = (float*)((char*)sum + round_up((size_t)n * sizeof(float), (size_t)256));
+        cuda_convert(be, f, DTYPE_F32, sum, DTYPE_BF16, (size_t)n);
+    }
+    cuda_reduce_partials_add(be, dbias, f, 1, (size_t)n, n);
+}
+
+// dinp^T (C, N) = W (stored C x OC) @ dout^T (stored OC x N), optionally
+// with a GELU-gradient epilogue (aux = the pre-activation, bias = the column
+// sums of the result). Returns 0 where an optional epilogue has no algorithm.
+static int dinp_gemm(Backend* be, void* dinp, const void* dout, const void* weight, int N, int C, int OC,
+                     cublasLtEpilogue_t epilogue, const void* aux, void* bias) {
+    Gemm g;
+    memset(&g, 0, sizeof g);
+    g.m = C;
+    g.n = N;
+    g.k = OC;
+    g.A = weight;
+    g.lda = C;
+    g.B = dout;
+    g.ldb = OC;
+    g.D = dinp;
+    g.ldd = C;
+    g.epilogue = epilogue;
+    g.aux = (void*)aux;
+    g.bias = bias;
+    g.optional = epilogue != CUBLASLT_EPILOGUE_DEFAULT;
+    return run_gemm(be, &g);
 }
 
 void cuda_matmul_backward(Backend* be, void* dinp, void* dweight, void* dbias, const void* dout,
                           const void* inp, const void* weight, int N, int C, int OC) {
     if (N <= 0) return;
-    Gemm g;
-    if (dinp) {
-        // dinp^T (C, N) = W (stored C x OC) @ dout^T (stored OC x N).
-        memset(&g, 0, sizeof g);
-        g.m = C;
-        g.n = N;
-        g.k = OC;
-        g.A = weight;
-        g.lda = C;
-        g.B = dout;
-        g.ldb = OC;
-        g.D = dinp;
-        g.ldd = C;
-        g.epilogue = CUBLASLT_EPILOGUE_DEFAULT;
-        run_gemm(be, &g);
-    }
+    if (dinp) dinp_gemm(be, dinp, dout, weight, N, C, OC, CUBLASLT_EPILOGUE_DEFAULT, NULL, NULL);
+    int bias_done = 0;
     if (dweight) {
-        // dW^T (C, OC) += inp^T (stored C x N) @ dout (stored OC x N, transposed).
+        // dW^T (C, OC) += inp^T (stored C x N) @ dout (stored OC x N, transposed);
+        // BGRADB: the column sums of op(B) = dout (N x OC), i.e. dbias's increment.
+        Gemm g;
         memset(&g, 0, sizeof g);
         g.transb = 1;
         g.m = C;
@@ -216,10 +298,43 @@ void cuda_matmul_backward(Backend* be, void* dinp, void* dweight, void* dbias, c
         g.D = dweight;
         g.ldd = C;
         g.beta = 1.0f;
-        g.epilogue = CUBLASLT_EPILOGUE_DEFAULT;
-        run_gemm(be, &g);
+        if (dbias) {
+            void* sum = bias_grad_scratch(be, OC);
+            g.epilogue = CUBLASLT_EPILOGUE_BGRADB;
+            g.bias = sum;
+            g.optional = 1;
+            bias_done = run_gemm(be, &g);
+            if (bias_done) bias_grad_add(be, dbias, sum, OC);
+            if (bias_done) cuda_state(be)->epilogues.fused[2]++;
+            else cuda_state(be)->epilogues.fallback[2]++;
+        }
+        if (!bias_done) {
+            g.epilogue = CUBLASLT_EPILOGUE_DEFAULT;
+            g.bias = NULL;
+            g.optional = 0;
+            run_gemm(be, &g);
+        }
     }
-    if (dbias) cuda_column_sum_add(be, dbias, dout, N, OC);
+    if (dbias && !bias_done) cuda_column_sum_add(be, dbias, dout, N, OC);
+}
+
+void cuda_matmul_backward_dgelu(Backend* be, void* dinp, void* dbias, const void* dout, const void* pre_gelu,
+                                const void* weight, int N, int C, int OC, float* amax) {
+    if (N <= 0 || C <= 0) return;
+    if (epilogue_aux_ok(pre_gelu, C) && alignment_of(dinp) >= 16) {
+        void* sum = dbias ? bias_grad_scratch(be, C) : NULL;
+        cublasLtEpilogue_t e = dbias ? CUBLASLT_EPILOGUE_DGELU_BGRAD : CUBLASLT_EPILOGUE_DGELU;
+        if (dinp_gemm(be, dinp, dout, weight, N, C, OC, e, pre_gelu, sum)) {
+            if (dbias) bias_grad_add(be, dbias, sum, C);
+            if (amax) cuda_amax(be, amax, dinp, (size_t)N * C);  // the epilogue measures nothing
+            cuda_state(be)->epilogues.fused[1]++;
+            return;
+        }
+    }
+    cuda_state(be)->epilogues.fallback[1]++;
+    dinp_gemm(be, dinp, dout, weight, N, C, OC, CUBLASLT_EPILOGUE_DEFAULT, NULL, NULL);
+    cuda_gelu_backward(be, dinp, pre_gelu, dinp, (size_t)N * C, amax);
+    if (dbias) cuda_column_sum_add(be, dbias, dinp, N, C);
 }
 
 // ---- FP8 --------------------------------------------------------------------------------------------------
@@ -335,3 +450,5 @@ void cuda_fp8_matmul_backward(Backend* be, void* dinp, void* dweight, const Fp8T
         run_gemm(be, &g);
     }
 }
+
+extern "C" void cuda_epilogue_counts(Backend* be, CudaEpilogueCounts* out) { *out = cuda_state(be)->epilogues; }

@@ -134,6 +134,7 @@ void cuda_op_watch_install(Backend* be) {
     WATCH(layernorm_backward, "N C");
     WATCH(matmul_forward, "N C OC");
     WATCH(matmul_backward, "N C OC");
+    WATCH(matmul_backward_dgelu, "N C OC");
     WATCH(gelu_forward, "n");
     WATCH(gelu_backward, "n");
     WATCH(attention_forward, "B T NH NKV HS");

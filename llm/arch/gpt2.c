@@ -89,9 +89,17 @@ static void block_forward(const Pass* p, const LayerTensors* w, const LayerActs*
     linear_forward(p, l, LINEAR_ATTPROJ, p->proj, NULL, NULL, a->atty, w->attprojw, w->attprojb, C, C);
     be->residual_layernorm_forward(be, a->residual2, a->ln2, a->ln2_mean, a->ln2_rstd, a->input, p->proj, w->ln2w,
                                    w->ln2b, p->N, C, linear_input_amax(p, l, LINEAR_FC));
-    // MLP, first half: fch = fc(ln2), fch_gelu = gelu(fch)
-    linear_forward(p, l, LINEAR_FC, a->fch_gelu, a->fch, linear_input_amax(p, l, LINEAR_FCPROJ), a->ln2, w->fcw,
-                   w->fcb, C, 4 * C);
+    // MLP, first half: fch = fc(ln2), fch_gelu = gelu(fch). A layer that
+    // keeps fch_gelu (or re-runs this whole function to get it back) may
+    // take the GELU from the GEMM's epilogue; one that recomputes it from fch
+    // in backward runs the GELU kernel here too, so both are the same bits.
+    float* gelu_amax = linear_input_amax(p, l, LINEAR_FCPROJ);
+    if (block_recompute(p, a, A_FCH_GELU)) {
+        linear_forward(p, l, LINEAR_FC, a->fch, NULL, NULL, a->ln2, w->fcw, w->fcb, C, 4 * C);
+        be->gelu_forward(be, a->fch_gelu, a->fch, (size_t)p->N * 4 * C, gelu_amax);
+    } else {
+        linear_forward(p, l, LINEAR_FC, a->fch_gelu, a->fch, gelu_amax, a->ln2, w->fcw, w->fcb, C, 4 * C);
+    }
 }
 
 // output = residual2 + fcproj(fch_gelu), fused with the next norm.
@@ -127,10 +135,11 @@ static void block_backward(const Pass* p, const LayerTensors* w, const LayerTens
     // MLP
     if (block_recompute(p, a, A_FCH_GELU))
         be->gelu_forward(be, a->fch_gelu, a->fch, 4 * NC, linear_input_amax(p, l, LINEAR_FCPROJ));
-    linear_backward(p, l, LINEAR_FCPROJ, dwide, g->fcprojw, g->fcprojb, dres, a->fch_gelu, w->fcprojw, 4 * C, C);
-    be->gelu_backward(be, dwide, a->fch, dwide, 4 * NC, linear_grad_amax(p, l, LINEAR_FC));
+    // dwide = d(fch), and fc's bias gradient with it (the GEMM's epilogue where the backend can)
+    linear_backward_gelu(p, l, LINEAR_FCPROJ, dwide, g->fcprojw, g->fcprojb, dres, a->fch_gelu, w->fcprojw, a->fch,
+                         g->fcb, linear_grad_amax(p, l, LINEAR_FC), 4 * C, C);
     if (block_recompute(p, a, A_LN2)) norm_forward(p, &ln2, a->residual2);
-    linear_backward(p, l, LINEAR_FC, dbtc, g->fcw, g->fcb, dwide, a->ln2, w->fcw, C, 4 * C);
+    linear_backward(p, l, LINEAR_FC, dbtc, g->fcw, NULL, dwide, a->ln2, w->fcw, C, 4 * C);
     norm_backward(p, dres, g->ln2w, g->ln2b, dbtc, a->residual2, &ln2, linear_grad_amax(p, l, LINEAR_ATTPROJ));
 
     // attention; dres becomes the gradient of the layer's input

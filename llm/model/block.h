@@ -164,8 +164,11 @@ typedef struct BlockDef {
 
 // The linear layer out (N, OC) = inp (N, C) @ weight (OC, C)^T + bias: FP8
 // GEMMs where FP8 training covers (layer, g), else the model's dtype. With
-// pre_gelu: pre_gelu = that result and out = gelu(pre_gelu); out_amax (may
-// be NULL) receives the amax of out.
+// pre_gelu: pre_gelu = that result and out = its GELU, which the backend
+// may fuse into the GEMM (not then gelu_forward's bits: a layer that
+// recomputes out in backward calls this without pre_gelu and then
+// gelu_forward, in forward and recompute alike); out_amax (may be NULL)
+// receives the amax of out.
 void linear_forward(const Pass* p, int l, BlockLinear g, void* out, void* pre_gelu, float* out_amax, void* inp,
                     const void* weight, const void* bias, int C, int OC);
 // dinp = dout @ weight, dweight += dout^T @ inp, dbias += column sums of
@@ -174,6 +177,15 @@ void linear_forward(const Pass* p, int l, BlockLinear g, void* out, void* pre_ge
 // same bits as separate buffers.
 void linear_backward(const Pass* p, int l, BlockLinear g, void* dinp, void* dweight, void* dbias, const void* dout,
                      const void* inp, const void* weight, int C, int OC);
+// linear_backward for a layer whose input is a GELU's output: dinp becomes
+// the gradient of the GELU's input pre_gelu (N, C) and pre_dbias (C, may be
+// NULL) += its column sums, the bias gradient of the layer before the GELU,
+// fused into the dinp GEMM's epilogue where the backend can
+// (matmul_backward_dgelu); dinp_amax: of that gradient. dinp may be inp's
+// buffer, as in linear_backward.
+void linear_backward_gelu(const Pass* p, int l, BlockLinear g, void* dinp, void* dweight, void* dbias,
+                          const void* dout, const void* inp, const void* weight, const void* pre_gelu,
+                          void* pre_dbias, float* dinp_amax, int C, int OC);
 // The FP8 amax slot of linear (l, g)'s input, or of its output gradient dY:
 // what the op that writes that tensor measures into. NULL when (l, g) runs
 // in the model's dtype (or l is outside the model).

@@ -96,3 +96,22 @@ void linear_backward(const Pass* p, int l, BlockLinear g, void* dinp, void* dwei
         be->matmul_backward(be, dinp, dweight, dbias, dout, inp, weight, p->N, C, OC);
     }
 }
+
+// The weight and bias gradients first (they read inp, which dinp may
+// overwrite), then the GELU-gradient GEMM. Under FP8 the three ops run
+// apart: the FP8 GEMM writes no epilogue.
+void linear_backward_gelu(const Pass* p, int l, BlockLinear g, void* dinp, void* dweight, void* dbias,
+                          const void* dout, const void* inp, const void* weight, const void* pre_gelu,
+                          void* pre_dbias, float* dinp_amax, int C, int OC) {
+    Backend* be = p->be;
+    size_t n = (size_t)p->N * C;
+    if (fp8_gemm_on(p->m->fp8, l, (Fp8Gemm)g, p->N)) {
+        fp8_linear_backward(p->m->fp8, l, (Fp8Gemm)g, dinp, dweight, dbias, dout, inp, weight, p->N, C, OC);
+        be->gelu_backward(be, dinp, pre_gelu, dinp, n, dinp_amax);
+        // pre_dbias (C) += column sums of dinp (N, C)
+        if (pre_dbias) be->matmul_backward(be, NULL, NULL, pre_dbias, dinp, NULL, NULL, p->N, OC, C);
+        return;
+    }
+    be->matmul_backward(be, NULL, dweight, dbias, dout, inp, weight, p->N, C, OC);
+    be->matmul_backward_dgelu(be, dinp, pre_dbias, dout, pre_gelu, weight, p->N, C, OC, dinp_amax);
+}

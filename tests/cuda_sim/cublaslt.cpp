@@ -13,7 +13,8 @@
 // dimensions, type combinations, Hopper's FP8 rules (A transposed, B not,
 // leading dimensions and pointers 16-byte aligned; CUDA_SIM_CC=100 lifts
 // the TN rule as Blackwell does), the GELU aux leading
-// dimension, in-place C == D with different layouts, an algorithm used on
+// dimension, a bias (gradient) type other than cublasLt.h's (D's, BF16 for
+// FP8 GEMMs), an FP8 GELU aux output, in-place C == D with different layouts, an algorithm used on
 // pointers less aligned than the preference it was chosen for. Matrices that
 // reach outside their allocations stop the program, as the fault would on a
 // GPU. Not simulated: FP8 fast accumulation's reduced precision, block-scaled
@@ -350,6 +351,15 @@ cublasStatus_t check_problem(Problem* p) {
         return reject(CUBLAS_STATUS_INVALID_VALUE, "epilogue %u needs CUBLASLT_MATMUL_DESC_BIAS_POINTER", e);
     if ((bias_in || bgrad) && !type_size(bias_type(d, ta_t, td)))
         return reject(CUBLAS_STATUS_NOT_SUPPORTED, "bias data type %d", bias_type(d, ta_t, td));
+    // cublasLt.h: a bias (or bias gradient) has D's type, save IMMA and FP8 GEMMs whose D is FP32 or FP8
+    // (BF16 bias, or FP32 with an FP32 D); a BF16 GEMM's bias gradient cannot be FP32.
+    if ((bias_in || bgrad) && d->bias_type != -1) {
+        bool fp8_wide = is_fp8(ta_t) && (td == CUDA_R_32F || is_fp8(td));
+        bool ok = fp8_wide ? (d->bias_type == CUDA_R_16BF || d->bias_type == td) : d->bias_type == td;
+        if (!ok)
+            return reject(CUBLAS_STATUS_NOT_SUPPORTED, "bias data type %s with D %s (it must be D's type)",
+                          type_name(d->bias_type), type_name(td));
+    }
     if (epilogue_has_aux(e)) {
         if (!d->aux) return reject(CUBLAS_STATUS_INVALID_VALUE, "epilogue %u needs CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER", e);
         if (d->aux_ld < (int64_t)p->m || d->aux_ld % 8)

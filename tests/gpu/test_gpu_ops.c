@@ -11,6 +11,7 @@
 // TEST_SMALL=1 (the CPU execution harness, tests/cuda_sim/) keeps every shape
 // small; without it the shapes go up to GPT-2 sizes and T = 4096 (32768 for
 // the memory check). Each case prints its measured errors as "#" lines.
+#include "kernels/cuda_seam.h"
 #include "tests/gpu/gpu_test.h"
 
 static int small;
@@ -292,6 +293,31 @@ static void test_layernorm_backward(void) {
 
 // ---- matmul ----------------------------------------------------------------------------------------------------
 
+// The epilogue counts of kind k (cuda_seam.h) since `before`: fused and fallback GEMMs.
+static void epilogue_delta(const CudaEpilogueCounts* before, int k, long* fused, long* fallback) {
+    CudaEpilogueCounts now;
+    cuda_epilogue_counts(gpu, &now);
+    *fused = now.fused[k] - before->fused[k];
+    *fallback = now.fallback[k] - before->fallback[k];
+}
+
+// Under the harness, whose cuBLASLt takes every epilogue cuBLASLt documents,
+// a fusable shape (aux leading dimension a multiple of 8, aligned buffers)
+// must have taken the epilogue, and any other the fallback; on a GPU the
+// heuristic decides, and the case says which ran.
+static void expect_epilogue(const CudaEpilogueCounts* before, int k, int fusable, const char* what) {
+    long fused, fallback;
+    epilogue_delta(before, k, &fused, &fallback);
+    printf("#   %-44s %s: %ld fused, %ld fallback\n", what, dtype_name(gdt()), fused, fallback);
+#ifdef CUDA_SIM
+    CHECK(fused + fallback == 1 && fused == fusable, "%s: %ld fused and %ld fallback GEMMs, expected %s", what, fused,
+          fallback, fusable ? "the epilogue" : "the fallback");
+#else
+    CHECK(fused + fallback == 1, "%s: %ld fused and %ld fallback GEMMs, expected one", what, fused, fallback);
+    (void)fusable;
+#endif
+}
+
 static void matmul_case(int N, int C, int OC, int with_bias, int with_gelu) {
     float *inp = host_normal((size_t)N * C, 1.0f), *wt = host_normal((size_t)OC * C, 0.5f), *bias = host_normal(OC, 1.0f);
     float *r_inp = ref_from(inp, (size_t)N * C), *r_w = ref_from(wt, (size_t)OC * C), *r_b = ref_from(bias, OC);
@@ -299,12 +325,24 @@ static void matmul_case(int N, int C, int OC, int with_bias, int with_gelu) {
     ref->matmul_forward(ref, r_out, r_pre, r_inp, r_w, with_bias ? r_b : NULL, N, C, OC);
     void *g_inp = gpu_from(inp, (size_t)N * C), *g_w = gpu_from(wt, (size_t)OC * C), *g_b = gpu_from(bias, OC);
     void *g_out = gpu_nan((size_t)N * OC), *g_pre = with_gelu ? gpu_nan((size_t)N * OC) : NULL;
+    CudaEpilogueCounts before;
+    cuda_epilogue_counts(gpu, &before);
     gpu->matmul_forward(gpu, g_out, g_pre, g_inp, g_w, with_bias ? g_b : NULL, N, C, OC);
     char what[96];
     snprintf(what, sizeof what, "matmul out N=%d C=%d OC=%d%s%s", N, C, OC, with_bias ? " +bias" : "",
              with_gelu ? " +gelu" : "");
     EXPECT_DEVICE_CLOSE(g_out, r_out, (size_t)N * OC, tolerance(1), what);
-    if (with_gelu) EXPECT_DEVICE_CLOSE(g_pre, r_pre, (size_t)N * OC, tolerance(1), "matmul pre_gelu");
+    if (with_gelu) {
+        EXPECT_DEVICE_CLOSE(g_pre, r_pre, (size_t)N * OC, tolerance(1), "matmul pre_gelu");
+        expect_epilogue(&before, 0, OC % 8 == 0, "matmul GELU_AUX epilogue");
+        // The same inputs give the same bits (recompute of a kept layer re-runs this).
+        float* first = gpu_read(g_out, (size_t)N * OC);
+        gpu->matmul_forward(gpu, g_out, g_pre, g_inp, g_w, with_bias ? g_b : NULL, N, C, OC);
+        float* again = gpu_read(g_out, (size_t)N * OC);
+        CHECK(same_bits(first, again, (size_t)N * OC * sizeof(float)), "matmul +gelu: two calls differ");
+        free(first);
+        free(again);
+    }
     ref->free(ref, r_inp);
     ref->free(ref, r_w);
     ref->free(ref, r_b);
@@ -341,7 +379,10 @@ static void matmul_backward_case(int N, int C, int OC) {
     ref->matmul_backward(ref, r_dinp, r_dw, r_db, r_dout, r_inp, r_w, N, C, OC);
     void *g_inp = gpu_from(inp, (size_t)N * C), *g_w = gpu_from(wt, (size_t)OC * C), *g_dout = gpu_from(dout, (size_t)N * OC);
     void *g_dinp = gpu_nan((size_t)N * C), *g_dw = gpu_from(dw, (size_t)OC * C), *g_db = gpu_from(db, OC);
+    CudaEpilogueCounts counts;
+    cuda_epilogue_counts(gpu, &counts);
     gpu->matmul_backward(gpu, g_dinp, g_dw, g_db, g_dout, g_inp, g_w, N, C, OC);
+    expect_epilogue(&counts, 2, 1, "matmul dweight GEMM's BGRADB epilogue");
     char what[96];
     snprintf(what, sizeof what, "matmul dinp N=%d C=%d OC=%d", N, C, OC);
     EXPECT_DEVICE_CLOSE(g_dinp, r_dinp, (size_t)N * C, tolerance(1), what);
@@ -374,6 +415,60 @@ static void test_matmul_backward(void) {
         matmul_backward_case(4096, 768, 3072);
         matmul_backward_case(4096, 3072, 768);
     }
+}
+
+// The GELU-gradient GEMM: the reference is the CPU's three ops (GEMM, GELU
+// backward, bias gradient), which ops.h defines it by.
+static void matmul_dgelu_case(int N, int C, int OC, int with_bias) {
+    float *pre = host_normal((size_t)N * C, 2.0f), *wt = host_normal((size_t)OC * C, 0.5f);
+    float *dout = host_normal((size_t)N * OC, 1.0f), *db = host_normal(C, 1.0f);
+    float *r_pre = ref_from(pre, (size_t)N * C), *r_w = ref_from(wt, (size_t)OC * C), *r_dout = ref_from(dout, (size_t)N * OC);
+    float *r_dinp = ref_nan((size_t)N * C), *r_db = ref_from(db, C);
+    ref->matmul_backward(ref, r_dinp, NULL, NULL, r_dout, NULL, r_w, N, C, OC);
+    ref->gelu_backward(ref, r_dinp, r_pre, r_dinp, (size_t)N * C, NULL);
+    if (with_bias) ref->matmul_backward(ref, NULL, NULL, r_db, r_dinp, NULL, NULL, N, OC, C);
+    void *g_pre = gpu_from(pre, (size_t)N * C), *g_w = gpu_from(wt, (size_t)OC * C), *g_dout = gpu_from(dout, (size_t)N * OC);
+    void *g_dinp = gpu_nan((size_t)N * C), *g_db = gpu_from(db, C);
+    float zero = 0.0f, *g_amax = gpu_from_f32(&zero, 1);
+    CudaEpilogueCounts before;
+    cuda_epilogue_counts(gpu, &before);
+    gpu->matmul_backward_dgelu(gpu, g_dinp, with_bias ? g_db : NULL, g_dout, g_pre, g_w, N, C, OC, g_amax);
+    char what[96];
+    snprintf(what, sizeof what, "matmul dgelu N=%d C=%d OC=%d%s", N, C, OC, with_bias ? " +bgrad" : "");
+    expect_epilogue(&before, 1, C % 8 == 0, what);
+    EXPECT_DEVICE_CLOSE(g_dinp, r_dinp, (size_t)N * C, tolerance(1), what);
+    // dbias accumulates onto random values; without a bias it stays untouched.
+    snprintf(what, sizeof what, "matmul dgelu dbias (+=) N=%d C=%d", N, C);
+    if (with_bias) EXPECT_DEVICE_CLOSE(g_db, r_db, C, tolerance(2), what);
+    else EXPECT_DEVICE_CLOSE(g_db, db, C, 0.0, "matmul dgelu left dbias alone");
+    // amax of dinp as stored, against the largest |dinp| read back.
+    float* got = gpu_read(g_dinp, (size_t)N * C);
+    float* amax = gpu_read_f32(g_amax, 1);
+    float top = 0.0f;
+    for (size_t i = 0; i < (size_t)N * C; i++) top = fmaxf(top, fabsf(got[i]));
+    CHECK(amax[0] == top, "matmul dgelu amax %g, the largest |dinp| is %g", amax[0], top);
+    // The same inputs give the same bits.
+    gpu->matmul_backward_dgelu(gpu, g_dinp, NULL, g_dout, g_pre, g_w, N, C, OC, NULL);
+    float* again = gpu_read(g_dinp, (size_t)N * C);
+    CHECK(same_bits(got, again, (size_t)N * C * sizeof(float)), "matmul dgelu: two calls differ");
+    free(got);
+    free(again);
+    free(amax);
+    void* bufs[] = {g_pre, g_w, g_dout, g_dinp, g_db, g_amax};
+    for (int i = 0; i < 6; i++) gpu->free(gpu, bufs[i]);
+    REF_FREE(r_pre, r_w, r_dout, r_dinp, r_db);
+    free(pre);
+    free(wt);
+    free(dout);
+    free(db);
+}
+
+static void test_matmul_backward_dgelu(void) {
+    matmul_dgelu_case(37, 96, 24, 1);
+    matmul_dgelu_case(300, 64, 40, 1);  // several row chunks of the fallback's bias reduction
+    matmul_dgelu_case(33, 64, 32, 0);
+    if (gdt() == DTYPE_F32) matmul_dgelu_case(19, 13, 7, 1);  // aux leading dimension 13: the fallback
+    if (!small) matmul_dgelu_case(4096, 3072, 768, 1);
 }
 
 // ---- gelu ----------------------------------------------------------------------------------------------------------
@@ -714,6 +809,7 @@ static void cases(void) {
     RUN_DT(test_layernorm_backward);
     RUN_DT(test_matmul_forward);
     RUN_DT(test_matmul_backward);
+    RUN_DT(test_matmul_backward_dgelu);
     RUN_DT(test_gelu);
     RUN_DT(test_attention);
     RUN_DT(test_attention_memory);
