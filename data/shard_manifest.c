@@ -78,7 +78,7 @@ void shard_manifest_check(char* const* paths, int count, const char* flag) {
                   "remove it or prepare the folder again",
                   paths[i], flag, manifest_path);
         int64_t listed_bytes;
-        uint64_t listed_xxh3;
+        uint64_t listed_xxh3 = 0; // read only when "xxh3" is listed
         int has_bytes = json_get_i64(e, "bytes", &listed_bytes);
         const char* hex = json_get_string(e, "xxh3");
         if (json_get(e, "bytes") && !has_bytes)
