@@ -212,7 +212,9 @@ static void write_fp8(StrBuf* sb, const Manifest* man) {
 char* manifest_to_json(const Manifest* man) {
     StrBuf sb = {0};
     const GPTConfig* c = &man->model;
-    sb_printf(&sb, "{\n  \"format\": \"%s\",\n  \"version\": %d,\n", CKPT_FORMAT, man->version);
+    // This writer writes the current format (every version 2 member, and the
+    // seal), whatever version the manifest was read from.
+    sb_printf(&sb, "{\n  \"format\": \"%s\",\n  \"version\": %d,\n", CKPT_FORMAT, CKPT_VERSION);
     sb_printf(&sb, "  \"step\": %d,\n  \"adam_step\": %d,\n", man->step, man->adam_step);
     sb_printf(&sb, "  \"world\": %d,\n  \"layout_world\": %d,\n  \"zero_stage\": %d,\n", man->world,
               man->layout_world, man->zero_stage);
