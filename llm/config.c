@@ -21,6 +21,7 @@
 // with `typedef enum { ATTENTION_AUTO, ATTENTION_CUDNN, ATTENTION_NATIVE } AttentionChoice;`
 // in config.h and the field `AttentionChoice attention;` in TrainConfig.
 #include "llm/config.h"
+#include "llm/platform/launcher.h"
 
 #include <math.h>
 #include <stddef.h>
@@ -366,7 +367,7 @@ void config_print_help(FILE* f) {
             "Trains a GPT-2 or Llama 3 model. With no flags it trains a small model on the bundled\n"
             "King James Bible corpus (run `make data` once first) and prints samples.\n"
             "Flags take a value as `--flag value` or `--flag=value`; a 0|1 flag given alone means 1.\n"
-            "A flag given twice takes its last value, with a warning.\n"
+            "A flag given twice takes its last value, with a warning (from rank 0).\n"
             "[x] is the default; {range} the values a flag accepts.\n");
     for (int i = 0; i < NUM_FLAGS; i++) {
         const Flag* fl = &FLAGS[i];
@@ -495,7 +496,8 @@ void config_parse(TrainConfig* cfg, int argc, char** argv) {
             }
         }
         const Flag* f = find_flag(name);
-        if (f && given[f - FLAGS])
+        // Every rank parses the same command line: rank 0 alone says so.
+        if (f && given[f - FLAGS] && launcher_info().rank == 0)
             warn("--%s is given twice ('%s', then '%s'): the last wins", name, given[f - FLAGS], value);
         if (f) given[f - FLAGS] = value;
         if (!config_set(cfg, name, value, "")) fatal("unknown flag '--%s' (see --help)", name);

@@ -13,6 +13,8 @@
 #include "llm/checkpoint/signals.h"
 #include "llm/plan/planner.h"
 #include "llm/presets.h"
+#include "llm/platform/launcher.h"
+#include "llm/util/host_mem.h"
 #include "llm/util/rng.h"
 
 // ---------------------------------------------------------------------------
@@ -115,6 +117,51 @@ static void setup_fp8(Trainer* tr, const TrainConfig* cfg) {
     free(skip);
 }
 
+// On the CPU backend the model's whole state (parameters, gradients, master
+// weights, moments, activations) is host memory. Its size comes from flags
+// or a file (--vocab-size, --layers, --channels, an --init-from folder's
+// config.json), so the planner's bill for it (the functions the allocator
+// uses) is checked against the host's available memory before anything is
+// allocated, for every rank on this node: a shape that cannot fit fails in
+// one line naming where it came from, not after growing to the kernel's limit.
+static void check_host_memory(const Trainer* tr, const TrainConfig* cfg, const GPTConfig* mc,
+                              const RecomputePolicy* recompute, int head_chunks, int shard_world) {
+    PlanConfig pc;
+    memset(&pc, 0, sizeof pc);
+    pc.model = *mc;
+    pc.precision = tr->be->dtype == DTYPE_F32 ? PREC_FP32 : PREC_BF16;
+    pc.B = tr->B;
+    pc.T = tr->T;
+    pc.recompute = *recompute;
+    pc.head_chunks = head_chunks;
+    pc.zero_stage = cfg->zero_stage;
+    pc.zero3_prefetch = cfg->zero3_prefetch;
+    pc.world = shard_world;
+    pc.ranks_per_node = shard_world;
+    PlanDevice dev = plan_device_of_backend(tr->be);
+    MemoryBill bill = plan_bill(&pc, &dev);
+    LauncherInfo li = launcher_info();
+    int local = li.local_world > 1 ? li.local_world : 1;
+    int llama = mc->arch == ARCH_LLAMA;
+    char what[768];
+    int n;
+    if (cfg->init_from[0] && hf_is_folder(cfg->init_from))
+        n = snprintf(what, sizeof what, "--init-from %s/config.json's model (\"%s\" %d, \"%s\" %d, \"%s\" %d, \"vocab_size\" %d)",
+                     cfg->init_from, llama ? "hidden_size" : "n_embd", mc->channels,
+                     llama ? "intermediate_size" : "n_head", llama ? mc->mlp_hidden : mc->num_heads,
+                     llama ? "num_hidden_layers" : "n_layer", mc->num_layers, mc->vocab_size);
+    else if (cfg->init_from[0])
+        n = snprintf(what, sizeof what, "--init-from %s's model (its header: %d layers, %d channels, vocabulary %d)",
+                     cfg->init_from, mc->num_layers, mc->channels, mc->vocab_size);
+    else
+        n = snprintf(what, sizeof what, "the model of --layers %d --channels %d --vocab-size %d", mc->num_layers,
+                     mc->channels, mc->vocab_size);
+    if (n < 0 || n >= (int)sizeof what) n = (int)strlen(what);
+    snprintf(what + n, sizeof what - (size_t)n, " at --micro-batch %d --seq-len %d%s", tr->B, tr->T,
+             local > 1 ? " (times its ranks on this node)" : "");
+    host_memory_require((double)bill.total * local, what);
+}
+
 void trainer_setup(Trainer* tr, const TrainConfig* cfg, Backend* be, Comm* comm) {
     memset(tr, 0, sizeof *tr);
     tr->cfg = cfg;
@@ -159,6 +206,7 @@ void trainer_setup(Trainer* tr, const TrainConfig* cfg, Backend* be, Comm* comm)
     const CommGroupInfo* shard = &comm->group[COMM_SHARD];
     // The LM head in chunks of rows: --head-chunks, else the planner's choice.
     int head_chunks = cfg->head_chunks > 0 ? cfg->head_chunks : plan_head_chunks(&mc, tr->B, tr->T);
+    if (!strcmp(be->name, "cpu")) check_host_memory(tr, cfg, &mc, &recompute, head_chunks, shard->size);
     gpt_create_full(&tr->model, &mc, be, tr->B, tr->T, shard->size, shard->rank, cfg->zero_stage, &recompute,
                     cfg->zero3_prefetch + 1, head_chunks);
     // The ops' temporary device memory, once, so that no step allocates (the

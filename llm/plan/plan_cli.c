@@ -14,6 +14,7 @@
 #include "llm/fp8/fp8.h"
 #include "llm/parallel/comm.h"
 #include "llm/presets.h"
+#include "llm/util/host_mem.h"
 
 static const double GIB = 1073741824.0;
 
@@ -28,22 +29,6 @@ typedef struct {
 
 // ---------------------------------------------------------------------------
 // the environment
-
-static double host_available_memory(void) {
-    FILE* f = fopen("/proc/meminfo", "r");
-    if (f) {
-        char line[256];
-        long kb;
-        while (fgets(line, sizeof line, f)) {
-            if (sscanf(line, "MemAvailable: %ld kB", &kb) == 1) {
-                fclose(f);
-                return (double)kb * 1024.0;
-            }
-        }
-        fclose(f);
-    }
-    return (double)sysconf(_SC_AVPHYS_PAGES) * (double)sysconf(_SC_PAGESIZE);
-}
 
 static int env_positive(const char* name) {
     const char* v = getenv(name);
@@ -76,8 +61,8 @@ static int real_gpu(PlanDevice* d, char* note, size_t note_len) {
 
 static PlanDevice cpu_device(const TrainConfig* cfg, char* note, size_t note_len) {
     int threads = cfg->threads > 0 ? cfg->threads : omp_get_max_threads();
-    snprintf(note, note_len, "available host memory (/proc/meminfo), %d threads", threads);
-    return plan_device_cpu(host_available_memory(), threads);
+    snprintf(note, note_len, "available host memory (%s), %d threads", host_memory_source(), threads);
+    return plan_device_cpu(host_memory_available(), threads);
 }
 
 // The device --plan plans for: --gpu, else --device cpu, else the GPU
