@@ -7,7 +7,7 @@
 # a subfolder) survive; leftovers of killed writes are removed by the next
 # write; the same over the two-rename fallback (TRAIN_GPT_FOLDER_NO_EXCHANGE=1),
 # where a kill between the renames leaves the whole old folder beside the
-# missing one, which the next write restores. An in-place write ("." of a folder, as on a mount point) leaves the
+# missing one, which --init-from names and the next write restores. An in-place write ("." of a folder, as on a mount point) leaves the
 # new model or no loadable one. Output paths that cannot be written fail
 # before the first step.
 set -u
@@ -66,6 +66,12 @@ kill_sweep() {
       got=$(model_sums "$at")
       if [ "$got" = "$old" ] && [ "$(other_sums "$at")" = "$others" ]; then
         gaps=$((gaps + 1))
+        # A reader is told where the folder is.
+        if ! "${base[@]}" --steps 0 --init-from "$T/k/m" 2>&1 |
+          grep -q "^train_gpt: error: --init-from .*/k/m does not exist, but .*/k/m\.old-[0-9]* beside it holds the folder"; then
+          bad="--init-from of the missing folder (kill at operation $n) does not point at $at"
+          break
+        fi
         "${run[@]}" --seed 2 "$@" "$T/k/m" >"$T/k3.log" 2>&1
         if ! grep -q "warning: .*/k/m was missing .*: restored from .*/k/m.old-" "$T/k3.log" ||
           [ "$(model_sums "$T/k/m")" != "$new" ] || [ "$(find "$T/k" -mindepth 1 -maxdepth 1 -printf '%f ')" != "m " ]; then
@@ -100,7 +106,6 @@ kill_sweep() {
 }
 kill_sweep model_dir_kill_sweep --model-dir
 kill_sweep export_hf_kill_sweep --export-hf
-kill_sweep model_dir_hf_only_kill_sweep --model-format hf --model-dir
 # The same over the two-rename fallback (a file system without
 # renameat2(RENAME_EXCHANGE)): old or new, or the whole old folder beside a
 # missing one, which the next write restores.
@@ -108,6 +113,8 @@ kill_sweep model_dir_hf_only_kill_sweep --model-format hf --model-dir
 export TRAIN_GPT_FOLDER_NO_EXCHANGE=1
 kill_sweep model_dir_fallback_kill_sweep --model-dir
 unset TRAIN_GPT_FOLDER_NO_EXCHANGE
+# (Last: the folder it leaves is the one loaded below.)
+kill_sweep model_dir_hf_only_kill_sweep --model-format hf --model-dir
 
 # The new folder loads, and a GPT-2 --model-format hf folder written over a
 # "both" one keeps no old model.bin.

@@ -169,6 +169,31 @@ static void clean_siblings(const char* dir, const char* parent, const char* base
     free(prefix);
 }
 
+int atomic_dir_stranded(const char* dir, char* out, size_t outsize) {
+    char *clean, *parent, *base;
+    split(dir, &clean, &parent, &base);
+    struct stat st;
+    int found = 0;
+    DIR* d = lstat(clean, &st) != 0 && errno == ENOENT ? opendir(parent) : NULL;
+    if (d) {
+        char* prefix = (char*)xmalloc(strlen(base) + 2);
+        snprintf(prefix, strlen(base) + 2, "%s.", base);
+        struct dirent* de;
+        while (!found && (de = readdir(d)) != NULL) {
+            long pid = suffix_pid(de->d_name, prefix, "old-");
+            if (!pid || pid_alive(pid)) continue;
+            snprintf(out, outsize, "%s/%s", parent, de->d_name);
+            found = 1;
+        }
+        closedir(d);
+        free(prefix);
+    }
+    free(clean);
+    free(parent);
+    free(base);
+    return found;
+}
+
 // Removes the writer's FILE.tmp.PID of dead processes inside dir.
 static void clean_temporaries(const char* dir, const char* const* ours) {
     DIR* d = opendir(dir);
