@@ -115,6 +115,13 @@ static void setup_fp8(Trainer* tr, const TrainConfig* cfg) {
     free(skip);
 }
 
+DType trainer_grad_dtype(GradDtypeChoice choice, DType dtype, int accum, int ranks) {
+    if (choice == GRAD_DTYPE_FP32) return DTYPE_F32;
+    if (choice == GRAD_DTYPE_BF16) return DTYPE_BF16;
+    // auto: BF16 loses the small contributions of many micro-batches or ranks.
+    return dtype != DTYPE_F32 && (accum > 1 || ranks > 1) ? DTYPE_F32 : dtype;
+}
+
 void trainer_setup(Trainer* tr, const TrainConfig* cfg, Backend* be, Comm* comm) {
     memset(tr, 0, sizeof *tr);
     tr->cfg = cfg;
@@ -165,6 +172,7 @@ void trainer_setup(Trainer* tr, const TrainConfig* cfg, Backend* be, Comm* comm)
     // MLP's 4C is the widest linear layer with a bias).
     if (be->reserve_scratch) be->reserve_scratch(be, tr->B, tr->T, mc.channels, 4 * mc.channels, mc.num_heads,
                                                tr->model.config.num_kv_heads);
+    gpt_set_grad_dtype(&tr->model, trainer_grad_dtype(cfg->grad_dtype, tr->model.dtype, tr->accum, tr->world));
     zero_init(&tr->zero, &tr->model, comm);
     if (cfg->precision == PRECISION_FP8) setup_fp8(tr, cfg);
     if (cfg->init_from[0] && hf_is_folder(cfg->init_from)) hf_load_weights(&tr->model, cfg->init_from);

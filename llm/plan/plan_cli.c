@@ -178,6 +178,7 @@ static void build_request(const TrainConfig* cfg, int for_auto, PlanRequest* rq)
     pc->head_chunks = cfg->head_chunks;
     pc->zero_stage = cfg->zero_stage;
     pc->zero3_prefetch = cfg->zero3_prefetch;
+    pc->grad_bf16 = cfg->grad_dtype == GRAD_DTYPE_BF16;
     pc->hybrid = cfg->shard_scope == SHARD_SCOPE_NODE;
     pc->shard_group = cfg->shard_group;
     if (pc->shard_group > 0) {
@@ -228,7 +229,11 @@ void plan_print_bill(FILE* f, const PlanConfig* pc, const MemoryBill* b, const P
     if (z == 3) snprintf(how, sizeof how, "%s, shard + embeddings, final unit, %d layers", es, plan_param_layer_slots(pc));
     else snprintf(how, sizeof how, "%s, replicated", es);
     line(f, "parameters", how, (double)b->state.params, u);
-    snprintf(how, sizeof how, "%s, %s", es, z >= 2 ? "shard + embeddings, final unit, 2 layers" : "replicated");
+    // 16-bit runs accumulate in FP32 behind a scratch of one micro-step's units unless --grad-dtype bf16.
+    int grad_scratch = !fp32 && !pc->grad_bf16;
+    snprintf(how, sizeof how, "%s, %s%s", grad_scratch ? "fp32" : es,
+             z >= 2 ? "shard + embeddings, final unit, 2 layers" : "replicated",
+             grad_scratch ? ", + bf16 scratch of those units" : "");
     line(f, "gradients", how, (double)b->state.grads, u);
     if (fp32) snprintf(how, sizeof how, "none: the fp32 parameters are the master");
     else snprintf(how, sizeof how, "fp32, %s", z == 0 ? "replicated" : shard);

@@ -144,6 +144,7 @@ MemoryBill plan_bill(const PlanConfig* pc, const PlanDevice* dev) {
     // FP8 on the CPU: FP32 storage, FP8 GEMMs emulated.
     DType dt = pc->precision == PREC_FP32 || (pc->precision == PREC_FP8 && !dev->is_gpu) ? DTYPE_F32 : DTYPE_BF16;
     b.state = gpt_state_bytes_staged(c, dt, plan_shard_world(pc), pc->zero_stage, plan_param_layer_slots(pc));
+    b.state.grads = gpt_grad_bytes(c, dt, pc->grad_bf16 ? DTYPE_BF16 : DTYPE_F32, plan_shard_world(pc), pc->zero_stage);
     act_layout_build_chunked(&b.acts, c, pc->B, pc->T, dt, &pc->recompute, plan_resolved_head_chunks(pc));
     b.activations = b.acts.bytes;
     size_t BT = (size_t)pc->B * pc->T;
@@ -392,6 +393,7 @@ PlanConfig plan_config_of_model(const GPT* m) {
     pc.head_chunks = (int)ceil_div((size_t)m->B * m->T, (size_t)m->acts.head_rows);
     pc.zero_stage = m->zero_stage;
     pc.zero3_prefetch = m->param_layer_slots - 1;
+    pc.grad_bf16 = m->grad_round_bf16 || m->grad_dtype == DTYPE_BF16;
     pc.world = m->world;
     pc.ranks_per_node = m->world;
     return pc;

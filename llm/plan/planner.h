@@ -69,6 +69,8 @@ typedef struct {
     int fp8_history;          // FP8: amax history length (delayed scaling), 0 for current scaling
     int fp8_recipe;           // FP8: an Fp8Recipe; a block-scaled one keeps no FP8 weights or casts (0: per tensor)
     const uint8_t* fp8_skip;  // FP8: --fp8-skip per layer (llm/fp8/fp8.h), or NULL
+    int grad_bf16;            // --grad-dtype bf16: gradients billed in the run's dtype (else FP32 behind a
+                              // scratch in 16-bit runs: auto's choice whenever a step accumulates or has ranks)
 } PlanConfig;
 
 // The ranks the ZeRO shards are spread over.
