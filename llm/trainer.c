@@ -172,7 +172,12 @@ void trainer_setup(Trainer* tr, const TrainConfig* cfg, Backend* be, Comm* comm)
     // MLP's 4C is the widest linear layer with a bias).
     if (be->reserve_scratch) be->reserve_scratch(be, tr->B, tr->T, mc.channels, 4 * mc.channels, mc.num_heads,
                                                tr->model.config.num_kv_heads);
-    gpt_set_grad_dtype(&tr->model, trainer_grad_dtype(cfg->grad_dtype, tr->model.dtype, tr->accum, tr->world));
+    DType grad_dtype = trainer_grad_dtype(cfg->grad_dtype, tr->model.dtype, tr->accum, tr->world);
+    gpt_set_grad_dtype(&tr->model, grad_dtype);
+    if (tr->rank == 0 && (grad_dtype != tr->model.dtype || cfg->grad_dtype != GRAD_DTYPE_AUTO))
+        printf("gradients | accumulated and reduced in %s%s (--grad-dtype %s)\n", dtype_name(grad_dtype),
+               tr->model.grad_round_bf16 ? ", emulated in fp32 storage" : "",
+               config_enum_name("grad-dtype", cfg->grad_dtype));
     zero_init(&tr->zero, &tr->model, comm);
     if (cfg->precision == PRECISION_FP8) setup_fp8(tr, cfg);
     if (cfg->init_from[0] && hf_is_folder(cfg->init_from)) hf_load_weights(&tr->model, cfg->init_from);

@@ -75,7 +75,7 @@ static double* gd_reference(Backend* be, const GPTConfig* c, int micro, size_t* 
 // The relative L2 error (against ref, n values) of the gradient accumulated
 // over `micro` micro-steps through ZeRO at `stage` with gradients in `want`.
 static double gd_accumulated_error(Backend* be, Comm* comm, const GPTConfig* c, int stage, DType want, int micro,
-                                   const double* ref, size_t n) {
+                                   const double* expect, size_t n) {
     GPT m;
     gpt_create(&m, c, be, GD_B, GD_T, 1, 0, stage);
     gpt_init_random(&m, 11);
@@ -92,8 +92,8 @@ static double gd_accumulated_error(Backend* be, Comm* comm, const GPTConfig* c, 
     gd_read_grads(&m, got, n);  // one rank: the shard is the whole flat range
     double num = 0, den = 0;
     for (size_t i = 0; i < n; i++) {
-        num += (got[i] - ref[i]) * (got[i] - ref[i]);
-        den += ref[i] * ref[i];
+        num += (got[i] - expect[i]) * (got[i] - expect[i]);
+        den += expect[i] * expect[i];
     }
     free(got);
     zero_free(&z);
