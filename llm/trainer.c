@@ -162,6 +162,13 @@ static void check_host_memory(const Trainer* tr, const TrainConfig* cfg, const G
     host_memory_require((double)bill.total * local, what);
 }
 
+DType trainer_grad_dtype(GradDtypeChoice choice, DType dtype, int accum, int ranks) {
+    if (choice == GRAD_DTYPE_FP32) return DTYPE_F32;
+    if (choice == GRAD_DTYPE_BF16) return DTYPE_BF16;
+    // auto: BF16 loses the small contributions of many micro-batches or ranks.
+    return dtype != DTYPE_F32 && (accum > 1 || ranks > 1) ? DTYPE_F32 : dtype;
+}
+
 void trainer_setup(Trainer* tr, const TrainConfig* cfg, Backend* be, Comm* comm) {
     memset(tr, 0, sizeof *tr);
     tr->cfg = cfg;
@@ -213,6 +220,12 @@ void trainer_setup(Trainer* tr, const TrainConfig* cfg, Backend* be, Comm* comm)
     // MLP's 4C is the widest linear layer with a bias).
     if (be->reserve_scratch) be->reserve_scratch(be, tr->B, tr->T, mc.channels, 4 * mc.channels, mc.num_heads,
                                                tr->model.config.num_kv_heads);
+    DType grad_dtype = trainer_grad_dtype(cfg->grad_dtype, tr->model.dtype, tr->accum, tr->world);
+    gpt_set_grad_dtype(&tr->model, grad_dtype);
+    if (tr->rank == 0 && (grad_dtype != tr->model.dtype || cfg->grad_dtype != GRAD_DTYPE_AUTO))
+        printf("gradients | accumulated and reduced in %s%s (--grad-dtype %s)\n", dtype_name(grad_dtype),
+               tr->model.grad_round_bf16 ? ", emulated in fp32 storage" : "",
+               config_enum_name("grad-dtype", cfg->grad_dtype));
     zero_init(&tr->zero, &tr->model, comm);
     if (cfg->precision == PRECISION_FP8) setup_fp8(tr, cfg);
     if (cfg->init_from[0] && hf_is_folder(cfg->init_from)) hf_load_weights(&tr->model, cfg->init_from);

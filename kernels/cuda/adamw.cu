@@ -103,6 +103,7 @@ __global__ void adamw_bf16_kernel(bf16* params, float* master, const bf16* grads
 void cuda_adamw(Backend* be, void* params, float* master, const void* grads, float* m, float* v,
                 size_t n, const AdamWParams* p) {
     if (p->step < 1) fatal("adamw: step must be >= 1 (it is 1-based), got %d", p->step);
+    if (p->grads_f32 && be->dtype == DTYPE_BF16) fatal("internal: adamw reads FP32 gradients through adamw_tensors only");
     if (n == 0) return;
     AdamWCoefficients k = adamw_coefficients(p);
     unsigned grid = grid_for(n, 256, 4);
@@ -148,8 +149,9 @@ typedef struct {
     AdamWSlot t[ADAMW_TABLE];
 } AdamWTable;
 
-template <typename P>
-__device__ inline void adamw_unit(P* params, float* master, const P* grads, float* m, float* v, const AdamWSlot& s,
+// P: the parameters' type; G: the gradients' (P, or FP32 with --grad-dtype fp32).
+template <typename P, typename G>
+__device__ inline void adamw_unit(P* params, float* master, const G* grads, float* m, float* v, const AdamWSlot& s,
                                   size_t first, AdamWCoefficients k, uint32_t* top) {
     const bool bf = sizeof(P) == 2;
     size_t n = s.count - first < ADAMW_UNIT ? s.count - first : ADAMW_UNIT;
@@ -166,11 +168,11 @@ __device__ inline void adamw_unit(P* params, float* master, const P* grads, floa
         load_pack<float, 4>(mi + 4, m + ss + 4);
         load_pack<float, 4>(vi, v + ss);
         load_pack<float, 4>(vi + 4, v + ss + 4);
-        if (bf) {
-            load_pack<P, 8>(g, grads + gs);
+        if (sizeof(G) == 2) {
+            load_pack<G, 8>(g, grads + gs);
         } else {
-            load_pack<P, 4>(g, grads + gs);
-            load_pack<P, 4>(g + 4, grads + gs + 4);
+            load_pack<G, 4>(g, grads + gs);
+            load_pack<G, 4>(g + 4, grads + gs + 4);
         }
     } else {
         for (size_t e = 0; e < n; e++) {
@@ -219,8 +221,8 @@ __device__ inline void adamw_unit(P* params, float* master, const P* grads, floa
 
 // A grid-stride loop over the units of all tensors of the table; a thread
 // commits its amax whenever it moves to another tensor, and at the end.
-template <typename P>
-__global__ void adamw_tensors_kernel(P* params, float* master, const P* grads, float* m, float* v,
+template <typename P, typename G>
+__global__ void adamw_tensors_kernel(P* params, float* master, const G* grads, float* m, float* v,
                                      AdamWCoefficients k, const AdamWTable tab) {
     size_t units = tab.unit_end[tab.n - 1], stride = (size_t)gridDim.x * blockDim.x;
     int cur = -1;
@@ -238,7 +240,7 @@ __global__ void adamw_tensors_kernel(P* params, float* master, const P* grads, f
             top = 0;
         }
         size_t first = (u - (lo ? tab.unit_end[lo - 1] : 0)) * ADAMW_UNIT;
-        adamw_unit<P>(params, master, grads, m, v, tab.t[lo], first, k, &top);
+        adamw_unit<P, G>(params, master, grads, m, v, tab.t[lo], first, k, &top);
     }
     if (cur >= 0 && tab.t[cur].amax && top) atomicMax((unsigned int*)tab.t[cur].amax, top);
 }
@@ -274,11 +276,17 @@ void cuda_adamw_tensors(Backend* be, void* params, float* master, const void* gr
         }
         if (tab.n == 0) continue;
         unsigned grid = grid_for(units, 256, 1);
-        if (bf) {
-            LAUNCH(adamw_tensors_kernel<bf16>, grid, 256, 0, cuda_stream(be), (bf16*)params, master,
+        if (bf && p->grads_f32) {
+            auto kernel = adamw_tensors_kernel<bf16, float>;
+            LAUNCH(kernel, grid, 256, 0, cuda_stream(be), (bf16*)params, master,
+                   (const float*)grads, m, v, k, tab);
+        } else if (bf) {
+            auto kernel = adamw_tensors_kernel<bf16, bf16>;
+            LAUNCH(kernel, grid, 256, 0, cuda_stream(be), (bf16*)params, master,
                    (const bf16*)grads, m, v, k, tab);
         } else {
-            LAUNCH(adamw_tensors_kernel<float>, grid, 256, 0, cuda_stream(be), (float*)params, master,
+            auto kernel = adamw_tensors_kernel<float, float>;
+            LAUNCH(kernel, grid, 256, 0, cuda_stream(be), (float*)params, master,
                    (const float*)grads, m, v, k, tab);
         }
         CUDA_CHECK_LAUNCH();

@@ -163,6 +163,7 @@ static void build_request(const TrainConfig* cfg, int for_auto, PlanRequest* rq)
     pc->head_chunks = cfg->head_chunks;
     pc->zero_stage = cfg->zero_stage;
     pc->zero3_prefetch = cfg->zero3_prefetch;
+    pc->grad_bf16 = cfg->grad_dtype == GRAD_DTYPE_BF16 ? 2 : 0;
     pc->hybrid = cfg->shard_scope == SHARD_SCOPE_NODE;
     pc->shard_group = cfg->shard_group;
     if (pc->shard_group > 0) {
@@ -176,6 +177,7 @@ static void build_request(const TrainConfig* cfg, int for_auto, PlanRequest* rq)
     rq->fixed.micro_batch = config_is_set(cfg, "micro-batch");
     rq->fixed.recompute = config_is_set(cfg, "recompute") || config_is_set(cfg, "recompute-layers");
     rq->fixed.zero_stage = config_is_set(cfg, "zero");
+    rq->fixed.grad_dtype = config_is_set(cfg, "grad-dtype") && cfg->grad_dtype != GRAD_DTYPE_AUTO;
     rq->fixed.hybrid = config_is_set(cfg, "shard-scope") || cfg->shard_group > 0;
     if (config_is_set(cfg, "batch-tokens") && cfg->batch_tokens > 0) {
         long unit = (long)pc->T * pc->world * (rq->fixed.micro_batch ? pc->B : 1);
@@ -213,7 +215,11 @@ void plan_print_bill(FILE* f, const PlanConfig* pc, const MemoryBill* b, const P
     if (z == 3) snprintf(how, sizeof how, "%s, shard + embeddings, final unit, %d layers", es, plan_param_layer_slots(pc));
     else snprintf(how, sizeof how, "%s, replicated", es);
     line(f, "parameters", how, (double)b->state.params, u);
-    snprintf(how, sizeof how, "%s, %s", es, z >= 2 ? "shard + embeddings, final unit, 2 layers" : "replicated");
+    // 16-bit runs accumulate in FP32 behind a scratch of one micro-step's units unless --grad-dtype bf16.
+    int grad_scratch = !fp32 && pc->grad_bf16 == 0;
+    snprintf(how, sizeof how, "%s, %s%s", grad_scratch ? "fp32" : es,
+             z >= 2 ? "shard + embeddings, final unit, 2 layers" : "replicated",
+             grad_scratch ? ", + bf16 scratch of those units" : "");
     line(f, "gradients", how, (double)b->state.grads, u);
     if (fp32) snprintf(how, sizeof how, "none: the fp32 parameters are the master");
     else snprintf(how, sizeof how, "fp32, %s", z == 0 ? "replicated" : shard);
@@ -436,6 +442,8 @@ void plan_auto(TrainConfig* cfg) {
     cfg->recompute_layers = pc->recompute.mode == RECOMPUTE_FULL ? 0 : pc->recompute.full_layers;
     cfg->recompute = pc->recompute.mode;
     cfg->precision = pc->precision == PREC_FP8 ? PRECISION_FP8 : pc->precision == PREC_BF16 ? PRECISION_BF16 : PRECISION_FP32;
+    // FP32 gradients fit no plan: bf16 ones (--grad-dtype auto).
+    if (pc->grad_bf16 == 1 && pc->precision != PREC_FP32) cfg->grad_dtype = GRAD_DTYPE_BF16;
     print_choice(stdout, "auto      | planned:", &r, &rq);
     fflush(stdout);
 }

@@ -144,6 +144,8 @@ MemoryBill plan_bill(const PlanConfig* pc, const PlanDevice* dev) {
     // FP8 on the CPU: FP32 storage, FP8 GEMMs emulated.
     DType dt = pc->precision == PREC_FP32 || (pc->precision == PREC_FP8 && !dev->is_gpu) ? DTYPE_F32 : DTYPE_BF16;
     b.state = gpt_state_bytes_staged(c, dt, plan_shard_world(pc), pc->zero_stage, plan_param_layer_slots(pc));
+    DType grad_want = pc->grad_bf16 == 2 || (pc->grad_bf16 == 1 && dt != DTYPE_F32) ? DTYPE_BF16 : DTYPE_F32;
+    b.state.grads = gpt_grad_bytes(c, dt, grad_want, plan_shard_world(pc), pc->zero_stage);
     act_layout_build_chunked(&b.acts, c, pc->B, pc->T, dt, &pc->recompute, plan_resolved_head_chunks(pc));
     b.activations = b.acts.bytes;
     size_t BT = (size_t)pc->B * pc->T;
@@ -329,10 +331,18 @@ static PlanConfig least_memory(const PlanConfig* req, const PlanFixed* fx, const
     return best;
 }
 
-PlanResult plan_recommend(const PlanConfig* request, const PlanFixed* fixed, const PlanDevice* dev) {
+PlanResult plan_recommend(const PlanConfig* asked, const PlanFixed* fixed, const PlanDevice* dev) {
     PlanResult r;
     memset(&r, 0, sizeof r);
+    PlanConfig req = *asked;
+    const PlanConfig* request = &req;
     r.fits = search(request, fixed, dev, &r.config);
+    // --grad-dtype auto: FP32 gradients where some plan fits with them, else
+    // BF16 ones (2 bytes per parameter less, and no scratch).
+    if (!r.fits && !fixed->grad_dtype && !req.grad_bf16) {
+        req.grad_bf16 = 1;
+        r.fits = search(request, fixed, dev, &r.config);
+    }
     if (!r.fits) {
         r.config = least_memory(request, fixed, dev);
         // What would fit with nothing fixed but the precision.
@@ -392,6 +402,7 @@ PlanConfig plan_config_of_model(const GPT* m) {
     pc.head_chunks = (int)ceil_div((size_t)m->B * m->T, (size_t)m->acts.head_rows);
     pc.zero_stage = m->zero_stage;
     pc.zero3_prefetch = m->param_layer_slots - 1;
+    pc.grad_bf16 = m->grad_round_bf16 ? 2 : m->grad_dtype == DTYPE_BF16 ? 1 : 0;
     pc.world = m->world;
     pc.ranks_per_node = m->world;
     return pc;
