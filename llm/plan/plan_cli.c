@@ -194,6 +194,7 @@ static void build_request(const TrainConfig* cfg, int for_auto, PlanRequest* rq)
     rq->fixed.recompute = config_is_set(cfg, "recompute") || config_is_set(cfg, "recompute-layers");
     rq->fixed.zero_stage = config_is_set(cfg, "zero");
     rq->fixed.hybrid = config_is_set(cfg, "shard-scope") || cfg->shard_group > 0;
+    (void)plan_links_of(&rq->dev);  // a bad TRAIN_GPT_PLAN_*_GBS fails here, before any output
     if (config_is_set(cfg, "batch-tokens") && cfg->batch_tokens > 0) {
         long unit = (long)pc->T * pc->world * (rq->fixed.micro_batch ? pc->B : 1);
         if (cfg->batch_tokens % unit != 0)
