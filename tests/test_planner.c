@@ -440,6 +440,39 @@ static void cost_hand_checked(void) {
     default_links();
 }
 
+// A small Llama in FP8 on an H100: SwiGLU and RoPE bytes, no bias gradients,
+// the layer GEMMs at the FP8 rate except the one --fp8-skip names, the LM head
+// in BF16, the casts with Hopper's transposed weight copies.
+static void cost_llama_fp8(void) {
+    round_links("10");
+    PlanDevice h100 = gpu("h100");
+    GPTConfig c = {.max_seq_len = 64, .vocab_size = 500, .num_layers = 2, .num_heads = 4, .channels = 64,
+                   .arch = ARCH_LLAMA, .num_kv_heads = 2, .mlp_hidden = 96, .rope_theta = 10000.0f};
+    gpt_config_finish(&c);
+    PlanConfig pc = request(c, 64, 1);
+    pc.B = 3;
+    pc.precision = PREC_FP8;
+    uint8_t skip[2] = {1, 0};  // layer 0's qkv GEMM stays 16-bit
+    pc.fp8_skip = skip;
+    PlanCost k = plan_cost(&pc, &h100, 1);
+    double tok = 192, C = 64, H = 96, a = 2, Vp = 512, L = 2;
+    double wq = C * (4 + 2 * 2) * 16, wo = C * C, wf = C * 2 * H, wp = H * C;  // qkv: (NH + 2 NKV) x HS rows
+    CHECK(near(k.gemm_flops_fp8, tok * 6 * (L * (wq + wo + wf + wp) - wq)) &&
+              near(k.gemm_flops_bf16, tok * 6 * (wq + Vp * C)),
+          "fp8 %g bf16 %g GEMM FLOPs", k.gemm_flops_fp8, k.gemm_flops_bf16);
+    CHECK(near(k.t_gemm, k.gemm_flops_fp8 / (PLAN_GEMM_EFF_FP8 * 1979e12) + k.gemm_flops_bf16 / (PLAN_GEMM_EFF * 989e12)),
+          "GEMM time %g", k.t_gemm);
+    CHECK(near(k.mem_bytes[MB_ACT], tok * L * 8 * a * H) && near(k.mem_bytes[MB_ROPE], tok * L * 4 * a * (4 + 2) * 16) &&
+              k.mem_bytes[MB_BIAS_GRAD] == 0,
+          "swiglu %g rope %g bias %g", k.mem_bytes[MB_ACT], k.mem_bytes[MB_ROPE], k.mem_bytes[MB_BIAS_GRAD]);
+    // Casts: 7 FP8 GEMMs, each input and output gradient at 3 bytes per element,
+    // each weight read (2) and written with its transpose (1 + 1).
+    double io = (C + 128) + (C + C) + (C + 2 * H) + (H + C);
+    double want = tok * 3 * (L * io - (C + 128)) + 4 * (L * (wq + wo + wf + wp) - wq);
+    CHECK(near(k.mem_bytes[MB_CASTS], want), "casts %g, by hand %g", k.mem_bytes[MB_CASTS], want);
+    default_links();
+}
+
 // Exposure: a long sequence computes far longer than its gathers take, so
 // only the last unit's reduce-scatter of each micro-step is left; a slow
 // link makes the forward's gathers exceed its compute.
@@ -519,6 +552,7 @@ int main(void) {
     RUN(nothing_fits_says_what_would);
     RUN(llama_bill);
     RUN(cost_hand_checked);
+    RUN(cost_llama_fp8);
     RUN(cost_exposure);
     RUN(cost_choice_follows_network);
     return TESTS_DONE();
