@@ -10,6 +10,7 @@
 
 #include "kernels/cudnn_workspace.h"
 #include "llm/fp8/fp8.h"
+#include "llm/plan/cost.h"
 #include "llm/plan/mfu.h"
 
 const char* precision_name(Precision p) {
@@ -269,11 +270,40 @@ static int cheapest_recompute(PlanConfig* pc, const PlanFixed* fx, const PlanDev
     return 1;
 }
 
+// Seconds per token of pc's step under the time model (llm/plan/cost.h); 0
+// where the device has none (the CPU, an unknown GPU).
+static double seconds_per_token(const PlanConfig* pc, const PlanFixed* fx, const PlanDevice* dev) {
+    PlanCost k = plan_cost(pc, dev, plan_accum(pc, fx->batch_tokens));
+    return k.step > 0 ? k.step / (k.accum * (double)pc->B * pc->T) : 0;
+}
+
+// The sharding a stage may use: the request's when it is fixed or the world
+// is one node; else shard groups of a node, 2, 4, ... nodes and the world
+// (hybrid first: least traffic across nodes). Returns the count.
+#define MAX_SHARDINGS 24
+static int shardings(const PlanConfig* req, const PlanFixed* fx, int z, int hybrid[], int group[]) {
+    int spans_nodes = req->world > req->ranks_per_node && z > 0;
+    if (!spans_nodes || fx->hybrid) {
+        hybrid[0] = spans_nodes ? req->hybrid : 0;
+        group[0] = req->shard_group;
+        return 1;
+    }
+    int n = 0;
+    for (int g = req->ranks_per_node; g < req->world && n < MAX_SHARDINGS - 1; g *= 2) {
+        if (req->world % g != 0) continue;
+        hybrid[n] = g == req->ranks_per_node;
+        group[n++] = g == req->ranks_per_node ? 0 : g;
+    }
+    hybrid[n] = 0;
+    group[n++] = 0;
+    return n;
+}
+
 // The search of plan_recommend without the suggestions for when nothing fits.
 static int search(const PlanConfig* req, const PlanFixed* fx, const PlanDevice* dev, PlanConfig* out) {
     PlanConfig base = *req;
     if (!fx->precision) base.precision = plan_default_precision(&req->model, dev);
-    int min_b = fx->micro_batch ? req->B : 1;
+    int min_b = fx->micro_batch ? req->B : 1, L = req->model.num_layers;
     // ZeRO-1 moves the bytes of ZeRO-0 (a reduce-scatter and an all-gather
     // are one all-reduce) and keeps only a shard of the optimizer state, so
     // on more than one rank it comes first; ZeRO-2 and 3 communicate more.
@@ -284,22 +314,40 @@ static int search(const PlanConfig* req, const PlanFixed* fx, const PlanDevice* 
     for (int i = 0; i < 4; i++) {
         int z = order[i];
         if (fx->zero_stage && z != req->zero_stage) continue;
-        int spans_nodes = req->world > req->ranks_per_node && z > 0;
-        for (int h = spans_nodes ? 1 : 0; h >= 0; h--) {  // hybrid first: less traffic across nodes
-            if (fx->hybrid && h != req->hybrid && spans_nodes) continue;
+        // At the first stage where anything fits: of the shardings, and of the
+        // cheapest recompute that fits and full recompute, each at its largest
+        // micro-batch, the plan with the least time per token, by 1% or more (the first that
+        // fits where the device has no time model).
+        int hy[MAX_SHARDINGS], gr[MAX_SHARDINGS], found = 0;
+        int ns = shardings(req, fx, z, hy, gr);
+        double best = 0;
+        for (int s = 0; s < ns; s++) {
             PlanConfig pc = base;
             pc.zero_stage = z;
-            pc.hybrid = h;
+            pc.hybrid = hy[s];
+            pc.shard_group = gr[s];
             pc.B = min_b;
             if (!cheapest_recompute(&pc, fx, dev)) continue;
-            if (!fx->micro_batch) {
-                int b = plan_max_micro_batch(&pc, fx, dev);
-                if (b < 1) continue;  // only possible when B must divide the batch
-                pc.B = b;
+            RecomputePolicy policies[2] = {pc.recompute, recompute_policy(RECOMPUTE_FULL, L, L)};
+            int np = fx->recompute || pc.recompute.full_layers == L ? 1 : 2;
+            for (int p = 0; p < np; p++) {
+                PlanConfig c = pc;
+                c.recompute = policies[p];
+                if (!fx->micro_batch) {
+                    int b = plan_max_micro_batch(&c, fx, dev);
+                    if (b < 1) continue;  // only possible when B must divide the batch
+                    c.B = b;
+                }
+                double t = seconds_per_token(&c, fx, dev);
+                if (!found || (t > 0 && t < best * 0.99)) {  // 1% faster to be worth a larger group
+                    *out = c;
+                    best = t;
+                }
+                found = 1;
+                if (t <= 0) return 1;  // no time model: the first that fits
             }
-            *out = pc;
-            return 1;
         }
+        if (found) return 1;
     }
     return 0;
 }
