@@ -3,7 +3,8 @@
 #   make            build ./train_gpt (CUDA + CPU backends where nvcc exists, CPU-only otherwise)
 #   make run        install deps, build, prepare the bundled corpus, train the default model
 #   make test       build and run the whole test suite (ends with "N passed, N failed")
-#   make test-long  the sweeps too long for make test: every user-path combination on the simulated GPU
+#   make test-long  the sweeps too long for make test: every user-path combination on the simulated GPU,
+#                   the whole-model GPU tests in random order, every kill point and ZeRO stage (TRAIN_GPT_TEST_LONG=1)
 #   make bench      CPU benchmarks
 #   make data       tokenize the bundled corpus into data/kjv/
 #   make test-gpu   GPU test suite (reports itself skipped without a GPU)

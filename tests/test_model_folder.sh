@@ -53,7 +53,7 @@ kill_sweep() {
   others=$(other_sums "$T/$name.old")
   if [ "$old" = "$new" ] || [ -z "$old" ]; then fail "$name" "the old and new models do not differ: $old"; return; fi
   while [ $n -lt 400 ]; do
-    n=$((n + 1))
+    if [ $n -lt 3 ]; then n=$((n + 1)); else n=$((n + kill_step)); fi
     rm -rf "$T/k" && mkdir "$T/k" && cp -a "$T/$name.old" "$T/k/m"
     { TRAIN_GPT_FOLDER_FAULT=$n "${run[@]}" --seed 2 "$@" "$T/k/m" >"$T/k.log" 2>&1; } 2>/dev/null
     local rc=$? got
@@ -104,6 +104,11 @@ kill_sweep() {
     fail "$name" "no kill landed between the fallback's two renames ($n kill points)"
   else ok "$name"; echo "# $name: $n kill points, $olds left the old model, $news the new one, $gaps the old one beside"; fi
 }
+# make test kills at operations 1, 2, 3 and then every other one; make
+# test-long (TRAIN_GPT_TEST_LONG=1) at every one. The fallback's sweep is
+# always whole: one operation alone lies between its two renames.
+kill_step=2
+[ -n "${TRAIN_GPT_TEST_LONG:-}" ] && kill_step=1
 kill_sweep model_dir_kill_sweep --model-dir
 kill_sweep export_hf_kill_sweep --export-hf
 # The same over the two-rename fallback (a file system without
@@ -111,7 +116,9 @@ kill_sweep export_hf_kill_sweep --export-hf
 # missing one, which the next write restores.
 # (--model-dir writes both formats: every file of either kind is swept.)
 export TRAIN_GPT_FOLDER_NO_EXCHANGE=1
+long_step=$kill_step kill_step=1
 kill_sweep model_dir_fallback_kill_sweep --model-dir
+kill_step=$long_step
 unset TRAIN_GPT_FOLDER_NO_EXCHANGE
 # (Last: the folder it leaves is the one loaded below.)
 kill_sweep model_dir_hf_only_kill_sweep --model-format hf --model-dir
@@ -131,7 +138,7 @@ new=$(model_sums "$T/inplace.new")
 old=$(model_sums "$T/inplace.old")
 n=0 bad=""
 while [ $n -lt 400 ]; do
-  n=$((n + 1))
+  if [ $n -lt 3 ]; then n=$((n + 1)); else n=$((n + kill_step)); fi
   rm -rf "$T/ip" && cp -a "$T/inplace.old" "$T/ip"
   (cd "$T/ip" && { TRAIN_GPT_FOLDER_FAULT=$n "${run[@]}" --seed 2 --export-hf . >"$T/ip.log" 2>&1; } 2>/dev/null)
   rc=$?

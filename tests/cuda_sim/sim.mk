@@ -21,7 +21,11 @@ SIM_KERNEL_OBJS  := $(patsubst %.cu,$(SIM)/%.o,$(wildcard kernels/cuda/*.cu $(if
 SIM_SELF_TESTS   := $(patsubst tests/cuda_sim/%.cu,$(SIM)/bin/%,$(filter-out $(SIM_NO_NCCL),$(wildcard tests/cuda_sim/test_*.cu)))
 SIM_GPU_TESTS    := $(patsubst tests/gpu/%,$(SIM)/bin/gpu_%,$(basename $(filter-out $(SIM_NO_NCCL),$(wildcard tests/gpu/test_*.c tests/gpu/test_*.cu))))
 # The GPU tests run twice: in order, and with every block's threads in a random order.
-SIM_GPU_RANDOM   := $(SIM_GPU_TESTS:%=%.random)
+# The whole-model ones are compositions of kernels that the op tests already run
+# in a random order: their random runs are in make test-long, not in CI's time.
+SIM_GPU_WHOLE    := $(filter %/gpu_test_gpu_train %/gpu_test_gpu_grad_dtype,$(SIM_GPU_TESTS))
+SIM_GPU_RANDOM   := $(patsubst %,%.random,$(filter-out $(SIM_GPU_WHOLE),$(SIM_GPU_TESTS)))
+SIM_GPU_RANDOM_LONG := $(SIM_GPU_WHOLE:%=%.random)
 SIM_SCRIPTS      := $(filter-out $(SIM_NO_NCCL),tests/cuda_sim/test_sim_train_gpt.sh tests/cuda_sim/test_sim_zero_nccl.sh \
                                tests/cuda_sim/test_sim_checkpoint.sh)
 # First GPU contact (device choice, TRAIN_GPT_SYNC_CHECK, scratch, fallback note): issue 15.
@@ -103,7 +107,8 @@ SIM_TESTS += $(if $(SIM_ENABLED),$(if $(SIM_NCCL),tests/cuda_sim/test_sim_user_p
 
 # make test-long: the sweeps too long for make test (CI): every combination of the user paths.
 .PHONY: test-long
-test-long: $(if $(SIM_ENABLED),$(SIM)/train_gpt $(SIM_CUDNN_LIB)) data
+test-long: $(if $(SIM_ENABLED),$(SIM)/train_gpt $(SIM_CUDNN_LIB) $(SIM_GPU_RANDOM_LONG)) tests
 	@test -n "$(SIM_ENABLED)" || { echo "test-long: needs the CUDA headers (the harness)"; exit 1; }
-	@tests/run_tests.sh "USER_PATHS=all tests/cuda_sim/test_sim_user_paths.sh"
+	@TRAIN_GPT_TEST_LONG=1 tests/run_tests.sh "USER_PATHS=all tests/cuda_sim/test_sim_user_paths.sh" $(SIM_GPU_RANDOM_LONG) \
+		$(TEST_LONG_SCRIPTS)
 sim-tests: $(if $(SIM_ENABLED),$(SIM_CUDNN_LIB))
