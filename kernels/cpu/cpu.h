@@ -155,9 +155,9 @@ void cpu_cross_entropy(Backend* be, float* losses, void* logits, const int32_t* 
 void cpu_sum(Backend* be, float* out, const float* x, size_t n, int accumulate);
 void cpu_sum_squares(Backend* be, float* out, const void* x, size_t n, int accumulate);
 
-void cpu_adamw(Backend* be, void* params, float* master, const void* grads, float* m, float* v,
+void cpu_adamw(Backend* be, void* params, float* master, const void* grads, void* m, void* v,
                size_t n, const AdamWParams* p);
-void cpu_adamw_tensors(Backend* be, void* params, float* master, const void* grads, float* m, float* v,
+void cpu_adamw_tensors(Backend* be, void* params, float* master, const void* grads, void* m, void* v,
                        const AdamWTensor* t, int n, const AdamWParams* p);
 
 void cpu_amax(Backend* be, float* amax, const void* x, size_t n);

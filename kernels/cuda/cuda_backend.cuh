@@ -170,9 +170,9 @@ void cuda_reduce_partials_add(Backend* be, void* out, const float* partial, int 
 void cuda_sum(Backend* be, float* out, const float* x, size_t n, int accumulate);
 void cuda_sum_squares(Backend* be, float* out, const void* x, size_t n, int accumulate);
 
-void cuda_adamw(Backend* be, void* params, float* master, const void* grads, float* m, float* v,
+void cuda_adamw(Backend* be, void* params, float* master, const void* grads, void* m, void* v,
                 size_t n, const AdamWParams* p);
-void cuda_adamw_tensors(Backend* be, void* params, float* master, const void* grads, float* m, float* v,
+void cuda_adamw_tensors(Backend* be, void* params, float* master, const void* grads, void* m, void* v,
                         const AdamWTensor* t, int n, const AdamWParams* p);
 
 // FP8 (fp8.cu; the GEMMs in matmul.cu).
