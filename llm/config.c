@@ -86,6 +86,7 @@ static const Flag FLAGS[] = {
     {"beta1", F_DOUBLE, OFF(beta1), "0.9", "X", "AdamW beta1", NULL, "[0, 1)"},
     {"beta2", F_DOUBLE, OFF(beta2), "0.95", "X", "AdamW beta2", NULL, "[0, 1)"},
     {"eps", F_DOUBLE, OFF(eps), "1e-8", "X", "AdamW epsilon", NULL, "(0, inf)"},
+    {"adam-dtype", F_ENUM, OFF(adam_dtype), "fp32", NULL, "storage of AdamW's moments m and v: fp32, or bf16 (half the optimizer memory; loaded and updated in fp32, stored with stochastic rounding). Checkpoints record it; resuming with the other dtype converts the moments (bf16 to fp32 exactly, fp32 to bf16 rounded to nearest)", NULL, "fp32|bf16"},
     {"seed", F_LONG, OFF(seed), "1337", "N", "seed for initialisation, data order and sampling", NULL, NULL},
 
     {"val-every", F_INT, OFF(val_every), "100", "N", "validation loss every N steps (and at the end); 0 disables", "Evaluation and output", "[0, inf)"},
@@ -113,7 +114,7 @@ static const Flag FLAGS[] = {
     {"model-format", F_ENUM, OFF(model_format), "both", NULL, "what --model-dir holds: both: a Hugging Face folder (config.json, model.safetensors) and, for GPT-2, llm.c's model.bin; hf: the folder only (half of SageMaker's model.tar.gz); llmc: model.bin only (GPT-2)", NULL, "both|hf|llmc"},
 
     {"device", F_ENUM, OFF(device), "auto", NULL, "compute backend; auto: the GPU when one is present", "Runtime", "auto|cpu|cuda"},
-    {"precision", F_ENUM, OFF(precision), "auto", NULL, "fp32, bf16, fp8 or auto. fp8: the blocks' linear layers (qkv, attproj, fc, fcproj) run their GEMMs in FP8 (E4M3 forward, E5M2 gradients), the rest in bf16 (on the CPU: fp32 with the FP8 GEMMs emulated). auto: on GPUs bf16 under 6.5B parameters and fp8 from there (the 7B class) where the GPU has FP8; fp32 on the CPU. Master weights and optimizer state are always fp32", NULL, "fp32|bf16|fp8|auto"},
+    {"precision", F_ENUM, OFF(precision), "auto", NULL, "fp32, bf16, fp8 or auto. fp8: the blocks' linear layers (qkv, attproj, fc, fcproj) run their GEMMs in FP8 (E4M3 forward, E5M2 gradients), the rest in bf16 (on the CPU: fp32 with the FP8 GEMMs emulated). auto: on GPUs bf16 under 6.5B parameters and fp8 from there (the 7B class) where the GPU has FP8; fp32 on the CPU. Master weights are always fp32, AdamW's moments fp32 unless --adam-dtype bf16", NULL, "fp32|bf16|fp8|auto"},
     {"fp8-recipe", F_ENUM, OFF(fp8_recipe), "auto", NULL, "FP8 scaling. Per tensor: from its own amax (current), or from the max of an amax history, updated after each step (delayed, as TransformerEngine's DelayedScaling). Per block, all E4M3: blockwise (DeepSeek-V3: 1x128 activation and gradient blocks, 128x128 weight blocks, FP32 scales; GPUs of compute capability 9.0) or mxfp8 (1x32 blocks, power-of-two E8M0 scales rounded up; 10.x). auto: mxfp8 on 10.x, current elsewhere and on the CPU (which emulates every recipe); the choice is printed", NULL, "current|delayed|blockwise|mxfp8|auto"},
     {"fp8-amax-history", F_INT, OFF(fp8_amax_history), "1024", "N", "delayed scaling: steps in each tensor's amax history (1: the last step's amax)", NULL, "[1, inf)"},
     {"fp8-margin", F_INT, OFF(fp8_margin), "0", "M", "delayed scaling: scales are fp8 max / 2^M / amax, leaving room for growth", NULL, "[0, 31]"},

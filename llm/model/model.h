@@ -65,8 +65,9 @@ struct GPT {
     size_t grads_size;    // elements of grads
     size_t opt_size;      // elements of master / adam_m / adam_v on this rank
     float* master;        // (opt_size) FP32 master weights; NULL when dtype is FP32
-    float* adam_m;        // (opt_size) FP32
-    float* adam_v;        // (opt_size) FP32
+    void* adam_m;         // (opt_size) adam_dtype: AdamW's first moment
+    void* adam_v;         // (opt_size) adam_dtype: AdamW's second moment
+    DType adam_dtype;     // DTYPE_F32 (gpt_create's) or DTYPE_BF16 (gpt_set_adam_dtype)
 
     int B, T;             // the micro-batch the arena was sized for
     ActLayout acts;       // includes the recompute policy
@@ -101,6 +102,9 @@ void gpt_create_chunked(GPT* m, const GPTConfig* c, Backend* be, int B, int T, i
 void gpt_create_full(GPT* m, const GPTConfig* c, Backend* be, int B, int T, int world, int rank, int zero_stage,
                      const RecomputePolicy* recompute, int param_layer_slots, int head_chunks);
 void gpt_free(GPT* m);
+// Stores AdamW's moments as `dtype` (DTYPE_F32 or DTYPE_BF16, --adam-dtype):
+// reallocated, zero. Before the first optimizer step only.
+void gpt_set_adam_dtype(GPT* m, DType dtype);
 
 // Model-state bytes per rank for `world` ranks sharing the shards at a ZeRO
 // stage, without allocating (gpt_create allocates exactly these). With

@@ -48,6 +48,7 @@ void gpt_update(GPT* m, float lr, float beta1, float beta2, float eps, float wei
     p.grad_scale = grad_scale;
     p.step = m->adam_step;
     p.seed = seed;
+    p.moment_dtype = m->adam_dtype;
     be->adamw_tensors(be, m->params, m->master, m->grads, m->adam_m, m->adam_v, ts, nt, &p);
     free(ts);
 }

@@ -130,8 +130,9 @@ void gpt_create_full(GPT* m, const GPTConfig* c, Backend* be, int B, int T, int 
     m->params = be->alloc(be, m->params_size * es, "parameters");
     m->grads = be->alloc(be, m->grads_size * es, "gradients");
     if (m->dtype != DTYPE_F32) m->master = (float*)be->alloc(be, ns * sizeof(float), "master weights");
-    m->adam_m = (float*)be->alloc(be, ns * sizeof(float), "AdamW first moment");
-    m->adam_v = (float*)be->alloc(be, ns * sizeof(float), "AdamW second moment");
+    m->adam_dtype = DTYPE_F32;
+    m->adam_m = be->alloc(be, ns * sizeof(float), "AdamW first moment");
+    m->adam_v = be->alloc(be, ns * sizeof(float), "AdamW second moment");
     be->zero(be, m->params, m->params_size * es);
     be->zero(be, m->grads, m->grads_size * es);
     if (m->master) be->zero(be, m->master, ns * sizeof(float));
@@ -145,6 +146,22 @@ void gpt_create_full(GPT* m, const GPTConfig* c, Backend* be, int B, int T, int 
     be->zero(be, m->scalars, 4 * sizeof(float));
     const BlockDef* block = gpt_block(c);
     if (block->create_state) block->create_state(m);
+}
+
+void gpt_set_adam_dtype(GPT* m, DType dtype) {
+    if (dtype != DTYPE_F32 && dtype != DTYPE_BF16)
+        fatal("internal: AdamW moments must be fp32 or bf16, not %s", dtype_name(dtype));
+    if (dtype == m->adam_dtype) return;
+    if (m->adam_step) fatal("internal: the AdamW moments' dtype changes only before the first step");
+    Backend* be = m->be;
+    size_t bytes = m->opt_size * dtype_size(dtype);
+    be->free(be, m->adam_m);
+    be->free(be, m->adam_v);
+    m->adam_m = be->alloc(be, bytes, "AdamW first moment");
+    m->adam_v = be->alloc(be, bytes, "AdamW second moment");
+    be->zero(be, m->adam_m, bytes);
+    be->zero(be, m->adam_v, bytes);
+    m->adam_dtype = dtype;
 }
 
 void gpt_free(GPT* m) {
