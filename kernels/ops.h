@@ -55,15 +55,17 @@ typedef struct {
     float grad_scale;    // multiplies every gradient first (clipping, averaging)
     int step;            // 1-based, for bias correction
     uint64_t seed;       // stochastic rounding of 16-bit parameters: element i
-    uint64_t index_base; // draws from (seed, index_base + i), the flat index, so
-                         // the bits do not depend on how the range was split
+    uint64_t index_base; // draws from (seed, index_base + i), an element index (the
+                         // model's: the position in the unpadded parameter order,
+                         // the same at any world size), so the bits do not depend
+                         // on how the range was split into calls or ranks
     float* amax;         // NULL, or the amax (see above) of the parameters written
     DType moment_dtype;  // m and v: DTYPE_F32 (0, the default) or DTYPE_BF16. BF16
                          // moments are loaded, updated in FP32 and stored rounded
                          // stochastically with 16 bits each of the same draw
                          // rng_u64(seed, index_base + i) as the parameters (those take
                          // bits 48-63, m bits 0-15, v bits 16-31), so the rounding is a
-                         // pure function of (seed, flat index), the same on every backend
+                         // pure function of (seed, element index), the same on every backend
 } AdamWParams;
 
 // One tensor of an AdamW step over the flat buffers (Backend.adamw_tensors):

@@ -9,7 +9,7 @@
 //   to it (where round-to-nearest is off by many standard errors), and v with
 //   beta2 = 0.999 follows its float64 recurrence over many steps, where
 //   round-to-nearest stalls.
-// - The bits depend on (seed, flat index) only: a range split differently
+// - The bits depend on (seed, element index) only: a range split differently
 //   into calls, or updated through adamw_tensors, stores the same bits;
 //   another seed rounds some elements differently.
 #include <math.h>

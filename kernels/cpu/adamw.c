@@ -12,7 +12,7 @@
 //
 // BF16 moments (AdamWParams.moment_dtype): m and v are widened to FP32, updated
 // by the same operations, and stored rounded stochastically with bits 0-15 (m)
-// and 16-31 (v) of rng_u64(seed, flat index), the draw whose top 16 bits round
+// and 16-31 (v) of rng_u64(seed, element index), the draw whose top 16 bits round
 // BF16 parameters on the GPU (kernels/cuda/adamw.cu makes the same decisions).
 #include <math.h>
 #include <string.h>

@@ -13,7 +13,8 @@
 // random bits from rng_u64(seed, index_base + i) (llm/util/rng.h's generator)
 // below the BF16 mantissa and truncates, so it rounds up with probability
 // equal to its distance from the lower neighbour. The bits depend only on
-// (seed, flat index), not on how the range was split into calls or blocks.
+// (seed, element index: AdamWParams.index_base + i), not on how the range was
+// split into calls or blocks.
 //
 // BF16 moments (AdamWParams.moment_dtype, kernels templated on M): m and v are
 // widened to FP32, updated as above, and stored rounded stochastically with
