@@ -5,7 +5,7 @@
 # memory, a resume from its checkpoint repeats the run bit for bit, the
 # checkpoint records the moments' dtype and a resume with the other dtype
 # converts them; sharded over 2 ranks at ZeRO 1-3 it gives the bits of the
-# unsharded run (the rounding depends on the flat index only); it runs with
+# unsharded run, also when resumed from a 2-rank checkpoint on 1 rank (the rounding depends on the element index only); it runs with
 # FP8 and with the Llama architecture.
 set -u
 cd "$(dirname "$0")/.." || exit 1
@@ -105,6 +105,13 @@ for pair in "z2_w2 z2_w1" "z3_w2 z2_w1" "z1_w2 z0_w2"; do
      cmp -s "$T/$a.bin" "$T/$b.bin"; then ok "sharded_bf16_moments_${a}_is_${b}"
   else fail "sharded_bf16_moments_${a}_is_${b}" "max |diff| $(maxdiff "$T/$a.bin" "$T/$b.bin"): $(tail -n 2 "$T/$a.log")"; fi
 done
+
+# Resharded: the 2-rank ZeRO-3 run's step-4 checkpoint resumed on 1 rank at
+# ZeRO 2 ends with the bits of the 1-rank run (BF16 moments read from 2 shards).
+zrun 2 zc_w2 --zero 3 --checkpoint-dir "$T/zck" --checkpoint-every 4 --keep-last 0
+zrun 1 zc_w1 --zero 2 --checkpoint-dir "$T/zck2" --resume "$T/zck/step_00000004"
+if [ "$(resumed_from "$T/zc_w1.log")" = 4 ] && cmp -s "$T/zc_w1.bin" "$T/z2_w1.bin"; then ok resharded_bf16_moments
+else fail resharded_bf16_moments "max |diff| $(maxdiff "$T/zc_w1.bin" "$T/z2_w1.bin"): $(tail -n 2 "$T/zc_w1.log")"; fi
 
 # 5. With FP8 GEMMs and with the Llama architecture: learns like FP32 moments.
 for v in "fp8:--precision fp8" "llama:--arch llama"; do
