@@ -6,6 +6,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "llm/util/host_mem.h"
+
 #define EVAL_HEADER_INTS 256
 #define EXAMPLE_START 65535
 
@@ -32,6 +34,11 @@ void eval_file_load(EvalFile* e, const char* path, const char* flag, int vocab_s
     if ((uint64_t)h[2] * 6 > n)
         fatal("%s '%s': the header's example count %d needs at least %llu tokens, but the body holds %zu", flag, path,
               h[2], (unsigned long long)h[2] * 6, n);
+    // The examples' table and the tokens, before either is allocated: one
+    // line naming the file and its count rather than the allocator's failure.
+    char what[4200];
+    snprintf(what, sizeof what, "%s '%s' (its header's example count %d, %zu bytes of tokens)", flag, path, h[2], body);
+    host_memory_require((double)body + (double)h[2] * sizeof(EvalExample), what);
     e->data = (uint16_t*)xmalloc(body ? body : 2);
     xfread(e->data, body, f, path, "eval examples");
     fclose(f);

@@ -62,6 +62,7 @@
 #include "llm/arch/arch.h"
 #include "llm/fp8/fp8.h"
 #include "llm/model/model.h"
+#include "llm/plan/cost.h"
 #include "llm/plan/mfu.h"
 #include "llm/plan/planner.h"
 #include "llm/util/rng.h"
@@ -653,6 +654,32 @@ static void bench_norms(void) {
     }
 }
 
+// The planner's byte count of the memory-bound kernels per step (issue 28),
+// op by op from shapes, by the function --plan prints it with (plan_cost), for
+// the model and micro-batch bench_memory_ops times: the first GPU run shows
+// the planned bytes beside the measured kernels below.
+static void print_planned_bytes(GPTConfig g, int B, int T) {
+    struct cudaDeviceProp prop;
+    PlanDevice d;
+    plan_device_gpu(&d, "h100");  // the table's figures when the GPU is not one it knows
+    if (cudaGetDeviceProperties(&prop, 0) == cudaSuccess) plan_device_set_peaks_from_name(&d, prop.name);
+    PlanConfig pc;
+    memset(&pc, 0, sizeof pc);
+    pc.model = g;
+    pc.precision = PREC_BF16;
+    pc.B = B;
+    pc.T = T;
+    pc.world = pc.ranks_per_node = 1;
+    PlanCost k = plan_cost(&pc, &d, 1);
+    printf("planned bytes per step, memory-bound ops (llm/plan/cost.c), B x T = %d x %d, at 80%% of %s's %.0f GB/s:\n", B, T,
+           d.name, k.links.hbm / 1e9);
+    for (int op = 0; op < NUM_MB_OPS; op++)
+        if (k.mem_bytes[op] > 0)
+            printf("  %-17s %10.3f GB %9.3f ms\n", mem_op_name((MemOp)op), k.mem_bytes[op] / 1e9,
+                   k.mem_bytes[op] / (PLAN_HBM_EFF * k.links.hbm) * 1e3);
+    printf("  %-17s %10.3f ms\n", "= total", k.t_mem * 1e3);
+}
+
 static void bench_memory_ops(int B, int T, int C, int V) {
     MemCtx c;
     memset(&c, 0, sizeof c);
@@ -1057,6 +1084,7 @@ int main(int argc, char** argv) {
     if (!quick) bench_attention(1, 32768, 16, 128);
     bench_attention_gqa(1, 8192, 32, 8, 128);
     bench_copy();
+    print_planned_bytes(gpt2(12, 768, 12, 50257), 16, 1024);
     bench_memory_ops(16, 1024, 768, 50257);
     bench_norms();
     if (be->fp8_support != FP8_NONE) bench_fp8_casts();

@@ -66,6 +66,8 @@ typedef struct {
                          // rng_u64(seed, index_base + i) as the parameters (those take
                          // bits 48-63, m bits 0-15, v bits 16-31), so the rounding is a
                          // pure function of (seed, element index), the same on every backend
+    int grads_f32;       // grads are FP32 whatever the activation dtype (--grad-dtype fp32
+                         // in a BF16 run; adamw_tensors only)
 } AdamWParams;
 
 // One tensor of an AdamW step over the flat buffers (Backend.adamw_tensors):
@@ -263,6 +265,13 @@ struct Backend {
     void (*sum)(Backend* be, float* out, const float* x, size_t n, int accumulate);
     // *out (+)= sum of x[i]^2 over an activation-dtype buffer.
     void (*sum_squares)(Backend* be, float* out, const void* x, size_t n, int accumulate);
+    // The same over an FP32 buffer whatever the activation dtype (FP32 gradients of a BF16 run).
+    void (*sum_squares_f32)(Backend* be, float* out, const float* x, size_t n, int accumulate);
+    // acc[i] += x[i], i < n: one micro-step's gradients (activation dtype) added
+    // into an FP32 accumulator (--grad-dtype fp32). round_bf16: acc[i] =
+    // bf16(acc[i] + bf16(x[i])) instead, in round-to-nearest-even: a BF16
+    // accumulator emulated in FP32 storage (--grad-dtype bf16 on an FP32 run).
+    void (*accumulate_f32)(Backend* be, float* acc, const void* x, size_t n, int round_bf16);
 
     // ---- optimizer --------------------------------------------------------------------
     // AdamW on n elements. `master` holds the FP32 weights when params are

@@ -21,6 +21,7 @@
 // with `typedef enum { ATTENTION_AUTO, ATTENTION_CUDNN, ATTENTION_NATIVE } AttentionChoice;`
 // in config.h and the field `AttentionChoice attention;` in TrainConfig.
 #include "llm/config.h"
+#include "llm/platform/launcher.h"
 
 #include <math.h>
 #include <stddef.h>
@@ -115,6 +116,7 @@ static const Flag FLAGS[] = {
 
     {"device", F_ENUM, OFF(device), "auto", NULL, "compute backend; auto: the GPU when one is present", "Runtime", "auto|cpu|cuda"},
     {"precision", F_ENUM, OFF(precision), "auto", NULL, "fp32, bf16, fp8 or auto. fp8: the blocks' linear layers (qkv, attproj, fc, fcproj) run their GEMMs in FP8 (E4M3 forward, E5M2 gradients), the rest in bf16 (on the CPU: fp32 with the FP8 GEMMs emulated). auto: on GPUs bf16 under 6.5B parameters and fp8 from there (the 7B class) where the GPU has FP8; fp32 on the CPU. Master weights are always fp32, AdamW's moments fp32 unless --adam-dtype bf16", NULL, "fp32|bf16|fp8|auto"},
+    {"grad-dtype", F_ENUM, OFF(grad_dtype), "auto", NULL, "the dtype gradients are accumulated in across micro-steps and summed in across ranks (reduce-scatter, all-reduce), and that clipping, the grad norm and AdamW read. fp32: each micro-step's gradients are computed in the run's dtype into a scratch, then added into FP32 gradients (2 more bytes per parameter, plus a few units of scratch). bf16: in the BF16 gradients themselves (on an fp32 run, the CPU's too: an emulation that rounds every add to bf16). auto: fp32 in bf16 and fp8 runs whenever a step accumulates several micro-batches or sums over ranks, else the run's dtype", NULL, "auto|fp32|bf16"},
     {"fp8-recipe", F_ENUM, OFF(fp8_recipe), "auto", NULL, "FP8 scaling. Per tensor: from its own amax (current), or from the max of an amax history, updated after each step (delayed, as TransformerEngine's DelayedScaling). Per block, all E4M3: blockwise (DeepSeek-V3: 1x128 activation and gradient blocks, 128x128 weight blocks, FP32 scales; GPUs of compute capability 9.0) or mxfp8 (1x32 blocks, power-of-two E8M0 scales rounded up; 10.x). auto: mxfp8 on 10.x, current elsewhere and on the CPU (which emulates every recipe); the choice is printed", NULL, "current|delayed|blockwise|mxfp8|auto"},
     {"fp8-amax-history", F_INT, OFF(fp8_amax_history), "1024", "N", "delayed scaling: steps in each tensor's amax history (1: the last step's amax)", NULL, "[1, inf)"},
     {"fp8-margin", F_INT, OFF(fp8_margin), "0", "M", "delayed scaling: scales are fp8 max / 2^M / amax, leaving room for growth", NULL, "[0, 31]"},
@@ -125,7 +127,7 @@ static const Flag FLAGS[] = {
     {"recompute", F_ENUM, OFF(recompute), "none", NULL, "activation recompute: none; selective (recompute layernorm and GELU outputs in backward); full (keep only each layer's input, re-run its forward in backward)", "Memory and planning", "none|selective|full"},
     {"recompute-layers", F_INT, OFF(recompute_layers), "0", "N", "full recompute for the first N layers, the others as --recompute (none or selective)", NULL, "[0, 4096]"},
     {"head-chunks", F_INT, OFF(head_chunks), "0", "N", "run the LM head (its GEMM, softmax, cross-entropy and their gradients, fused) over the B*T rows in N chunks, so that only one chunk of logits exists at a time; chunks are whole multiples of 128 rows, so fewer run when the rows are few; the results are the same bits for any N on the CPU; 0: the planner picks (at most the MLP's (B,T,4C) scratch in logits, at least 1024 rows a chunk)", NULL, "[0, 1048576]"},
-    {"plan", F_BOOL, OFF(plan), "0", "", "print the memory bill and the recommended configuration for --gpu and --world-size, then exit: 0 when it fits, 2 when nothing fits (reads no data)", NULL, NULL},
+    {"plan", F_BOOL, OFF(plan), "0", "", "print the memory bill, the recommended configuration for --gpu and --world-size and its estimated step time (compute, memory-bound bytes per op, communication per collective and link, the exposed part; TRAIN_GPT_PLAN_HBM_GBS, _NVLINK_GBS, _NET_GBS override the GPU's bandwidths in GB/s), then exit: 0 when it fits, 2 when nothing fits (reads no data)", NULL, NULL},
     {"auto", F_BOOL, OFF(auto_plan), "0", "", "train with the planner's recommendation (micro-batch, recompute, precision, ZeRO stage); explicitly set flags win", NULL, NULL},
     {"gpu", F_STRING, OFF(gpu), "", "NAME", "GPU for --plan: h100, h200, b200 or a100 (default: the GPU present, else this CPU)", NULL, NULL},
     {"gpu-mem", F_DOUBLE, OFF(gpu_mem), "0", "GiB", "memory per device for --plan/--auto in GiB (2^30 bytes), instead of --gpu's or the device's free memory", NULL, "[0, inf)"},
@@ -367,7 +369,7 @@ void config_print_help(FILE* f) {
             "Trains a GPT-2 or Llama 3 model. With no flags it trains a small model on the bundled\n"
             "King James Bible corpus (run `make data` once first) and prints samples.\n"
             "Flags take a value as `--flag value` or `--flag=value`; a 0|1 flag given alone means 1.\n"
-            "A flag given twice takes its last value, with a warning.\n"
+            "A flag given twice takes its last value, with a warning (from rank 0).\n"
             "[x] is the default; {range} the values a flag accepts.\n");
     for (int i = 0; i < NUM_FLAGS; i++) {
         const Flag* fl = &FLAGS[i];
@@ -496,7 +498,8 @@ void config_parse(TrainConfig* cfg, int argc, char** argv) {
             }
         }
         const Flag* f = find_flag(name);
-        if (f && given[f - FLAGS])
+        // Every rank parses the same command line: rank 0 alone says so.
+        if (f && given[f - FLAGS] && launcher_info().rank == 0)
             warn("--%s is given twice ('%s', then '%s'): the last wins", name, given[f - FLAGS], value);
         if (f) given[f - FLAGS] = value;
         if (!config_set(cfg, name, value, "")) fatal("unknown flag '--%s' (see --help)", name);

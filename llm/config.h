@@ -19,6 +19,7 @@ EXTERN_C_BEGIN
 // so each enum below lists its values in the table's order.
 typedef enum { DEVICE_AUTO = 0, DEVICE_CPU, DEVICE_CUDA } DeviceChoice;                  // --device
 typedef enum { PRECISION_FP32 = 0, PRECISION_BF16, PRECISION_FP8, PRECISION_AUTO } PrecisionChoice;  // --precision
+typedef enum { GRAD_DTYPE_AUTO = 0, GRAD_DTYPE_FP32, GRAD_DTYPE_BF16 } GradDtypeChoice;  // --grad-dtype
 typedef enum { ON_DIVERGENCE_STOP = 0, ON_DIVERGENCE_ROLLBACK } DivergenceAction;        // --on-divergence
 typedef enum { SHARD_SCOPE_WORLD = 0, SHARD_SCOPE_NODE } ShardScope;                     // --shard-scope
 typedef enum { EXPORT_FP32 = 0, EXPORT_BF16 } ExportDtype;                               // --export-dtype
@@ -85,6 +86,7 @@ typedef struct {
     DeviceChoice device;
     AttentionChoice attention;  // CUDA attention (llm/platform/device.h)
     PrecisionChoice precision;  // auto is resolved before the backend opens (llm/precision.h)
+    GradDtypeChoice grad_dtype; // gradient accumulation and reduction (trainer_grad_dtype)
     int fp8_recipe;       // an Fp8Recipe (llm/fp8/fp8.h)
     int fp8_amax_history; // delayed scaling: history length
     int fp8_margin;       // delayed scaling: scales leave 2^margin headroom

@@ -53,12 +53,13 @@ int guard_inject_nan_at(Guard* g, int step) {
 void guard_poison_gradient(GPT* m) {
     // ZeRO-2/3 note: with sharded gradients this element belongs to rank 0's
     // chunk of unit 0, so it enters the global norm exactly once.
-    if (m->dtype == DTYPE_F32) {
+    if (m->grad_dtype == DTYPE_F32) {
         float nan_f32 = NAN;
         m->be->to_device(m->be, m->grads, &nan_f32, sizeof nan_f32);
     } else {
-        uint16_t nan_16 = m->dtype == DTYPE_BF16 ? 0x7FC0 : 0;
-        if (m->dtype != DTYPE_BF16) fatal("TRAIN_GPT_INJECT_NAN: no NaN pattern for %s gradients", dtype_name(m->dtype));
+        uint16_t nan_16 = m->grad_dtype == DTYPE_BF16 ? 0x7FC0 : 0;
+        if (m->grad_dtype != DTYPE_BF16)
+            fatal("TRAIN_GPT_INJECT_NAN: no NaN pattern for %s gradients", dtype_name(m->grad_dtype));
         m->be->to_device(m->be, m->grads, &nan_16, sizeof nan_16);
     }
 }

@@ -7,6 +7,7 @@
 #include "llm/arch/arch.h"
 #include "llm/checkpoint/llmc_io.h"
 #include "llm/hf/hf.h"
+#include "llm/util/atomic_dir.h"
 
 // The presets themselves belong to their architectures (llm/arch/gpt2.c,
 // llama.c); arch_find_preset finds one by name in any of them.
@@ -62,6 +63,11 @@ GPTConfig model_config_from_flags(const TrainConfig* cfg, int vocab_from_tokeniz
         reject_if_set(cfg, "channels", why);
         reject_if_set(cfg, "heads", why);
         reject_if_set(cfg, "max-seq-len", why);
+        char stranded[4200];
+        if (atomic_dir_stranded(cfg->init_from, stranded, sizeof stranded))
+            fatal("--init-from %s does not exist, but %s beside it holds the folder before a write that was killed "
+                  "between its two renames (llm/hf/README.md): rename it back, or run that write again",
+                  cfg->init_from, stranded);
         if (hf_is_folder(cfg->init_from)) {
             // A Hugging Face folder names its architecture; flags may only agree.
             hf_read_config(cfg->init_from, &c);

@@ -13,6 +13,8 @@
 #include "llm/checkpoint/signals.h"
 #include "llm/plan/planner.h"
 #include "llm/presets.h"
+#include "llm/platform/launcher.h"
+#include "llm/util/host_mem.h"
 #include "llm/util/rng.h"
 
 // ---------------------------------------------------------------------------
@@ -115,6 +117,59 @@ static void setup_fp8(Trainer* tr, const TrainConfig* cfg) {
     free(skip);
 }
 
+// On the CPU backend the model's whole state (parameters, gradients, master
+// weights, moments, activations) is host memory. Its size comes from flags
+// or a file (--vocab-size, --layers, --channels, an --init-from folder's
+// config.json), so the planner's bill for it (the functions the allocator
+// uses) is checked against the host's available memory before anything is
+// allocated, for every rank on this node: a shape that cannot fit fails in
+// one line naming where it came from, not after growing to the kernel's limit.
+static void check_host_memory(const Trainer* tr, const TrainConfig* cfg, const GPTConfig* mc,
+                              const RecomputePolicy* recompute, int head_chunks, int shard_world) {
+    PlanConfig pc;
+    memset(&pc, 0, sizeof pc);
+    pc.model = *mc;
+    pc.precision = tr->be->dtype == DTYPE_F32 ? PREC_FP32 : PREC_BF16;
+    pc.B = tr->B;
+    pc.T = tr->T;
+    pc.recompute = *recompute;
+    pc.head_chunks = head_chunks;
+    pc.zero_stage = cfg->zero_stage;
+    pc.zero3_prefetch = cfg->zero3_prefetch;
+    pc.adam_dtype = cfg->adam_dtype == ADAM_DTYPE_BF16 ? DTYPE_BF16 : DTYPE_F32;
+    pc.world = shard_world;
+    pc.ranks_per_node = shard_world;
+    PlanDevice dev = plan_device_of_backend(tr->be);
+    MemoryBill bill = plan_bill(&pc, &dev);
+    LauncherInfo li = launcher_info();
+    int local = li.local_world > 1 ? li.local_world : 1;
+    int llama = mc->arch == ARCH_LLAMA;
+    char what[768];
+    int n;
+    if (cfg->init_from[0] && hf_is_folder(cfg->init_from))
+        n = snprintf(what, sizeof what, "--init-from %s/config.json's model (\"%s\" %d, \"%s\" %d, \"%s\" %d, \"vocab_size\" %d)",
+                     cfg->init_from, llama ? "hidden_size" : "n_embd", mc->channels,
+                     llama ? "intermediate_size" : "n_head", llama ? mc->mlp_hidden : mc->num_heads,
+                     llama ? "num_hidden_layers" : "n_layer", mc->num_layers, mc->vocab_size);
+    else if (cfg->init_from[0])
+        n = snprintf(what, sizeof what, "--init-from %s's model (its header: %d layers, %d channels, vocabulary %d)",
+                     cfg->init_from, mc->num_layers, mc->channels, mc->vocab_size);
+    else
+        n = snprintf(what, sizeof what, "the model of --layers %d --channels %d --vocab-size %d", mc->num_layers,
+                     mc->channels, mc->vocab_size);
+    if (n < 0 || n >= (int)sizeof what) n = (int)strlen(what);
+    snprintf(what + n, sizeof what - (size_t)n, " at --micro-batch %d --seq-len %d%s", tr->B, tr->T,
+             local > 1 ? " (times its ranks on this node)" : "");
+    host_memory_require((double)bill.total * local, what);
+}
+
+DType trainer_grad_dtype(GradDtypeChoice choice, DType dtype, int accum, int ranks) {
+    if (choice == GRAD_DTYPE_FP32) return DTYPE_F32;
+    if (choice == GRAD_DTYPE_BF16) return DTYPE_BF16;
+    // auto: BF16 loses the small contributions of many micro-batches or ranks.
+    return dtype != DTYPE_F32 && (accum > 1 || ranks > 1) ? DTYPE_F32 : dtype;
+}
+
 void trainer_setup(Trainer* tr, const TrainConfig* cfg, Backend* be, Comm* comm) {
     memset(tr, 0, sizeof *tr);
     tr->cfg = cfg;
@@ -159,12 +214,19 @@ void trainer_setup(Trainer* tr, const TrainConfig* cfg, Backend* be, Comm* comm)
     const CommGroupInfo* shard = &comm->group[COMM_SHARD];
     // The LM head in chunks of rows: --head-chunks, else the planner's choice.
     int head_chunks = cfg->head_chunks > 0 ? cfg->head_chunks : plan_head_chunks(&mc, tr->B, tr->T);
+    if (!strcmp(be->name, "cpu")) check_host_memory(tr, cfg, &mc, &recompute, head_chunks, shard->size);
     gpt_create_full(&tr->model, &mc, be, tr->B, tr->T, shard->size, shard->rank, cfg->zero_stage, &recompute,
                     cfg->zero3_prefetch + 1, head_chunks, cfg->adam_dtype == ADAM_DTYPE_BF16 ? DTYPE_BF16 : DTYPE_F32);
     // The ops' temporary device memory, once, so that no step allocates (the
     // MLP's 4C is the widest linear layer with a bias).
     if (be->reserve_scratch) be->reserve_scratch(be, tr->B, tr->T, mc.channels, 4 * mc.channels, mc.num_heads,
                                                tr->model.config.num_kv_heads);
+    DType grad_dtype = trainer_grad_dtype(cfg->grad_dtype, tr->model.dtype, tr->accum, tr->world);
+    gpt_set_grad_dtype(&tr->model, grad_dtype);
+    if (tr->rank == 0 && (grad_dtype != tr->model.dtype || cfg->grad_dtype != GRAD_DTYPE_AUTO))
+        printf("gradients | accumulated and reduced in %s%s (--grad-dtype %s)\n", dtype_name(grad_dtype),
+               tr->model.grad_round_bf16 ? ", emulated in fp32 storage" : "",
+               config_enum_name("grad-dtype", cfg->grad_dtype));
     zero_init(&tr->zero, &tr->model, comm);
     if (cfg->precision == PRECISION_FP8) setup_fp8(tr, cfg);
     if (cfg->init_from[0] && hf_is_folder(cfg->init_from)) hf_load_weights(&tr->model, cfg->init_from);

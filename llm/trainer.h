@@ -54,6 +54,10 @@ typedef struct {
 // Opens data and tokenizer, sets up the ranks' sharding, builds and
 // initialises the model, checks the batch geometry. Fatal, naming the flag,
 // on any inconsistency. Collective: every rank calls it.
+// --grad-dtype resolved for a run computing in `dtype` with `accum`
+// micro-steps per step over `ranks` ranks (auto: FP32 for a 16-bit run
+// that accumulates or sums over ranks, else dtype).
+DType trainer_grad_dtype(GradDtypeChoice choice, DType dtype, int accum, int ranks);
 void trainer_setup(Trainer* tr, const TrainConfig* cfg, Backend* be, Comm* comm);
 void trainer_free(Trainer* tr);
 // Writes the final weights in llm.c's format from rank 0 (collective: the

@@ -287,9 +287,14 @@ static void* save_rank(void* arg) {
         man.world = world;
         for (int i = 0; i < 2 * world; i++)
             if (all[i].shard >= -1) manifest_add_file(&man, &all[i]);
+        // The flags of such a run: its stage, and its shard groups (the
+        // manifest's checks hold them against world and layout_world).
         TrainConfig cfg;
-        char* argv[] = {(char*)"test"};
-        config_parse(&cfg, 1, argv);
+        char stage[16], group[16];
+        snprintf(stage, sizeof stage, "%d", j->stage);
+        snprintf(group, sizeof group, "%d", shards < world ? shards : 0);
+        char* argv[] = {(char*)"test", (char*)"--zero", stage, (char*)"--shard-group", group};
+        config_parse(&cfg, 5, argv);
         manifest_set_config(&man, &cfg);
         config_free(&cfg);
         char* json = manifest_to_json(&man);
@@ -633,6 +638,10 @@ static void manifest_rejects_inconsistent(void) {
         {"\"zero_stage\": 1", "\"zero_stage\": 7", "'zero_stage' 7 is not a ZeRO stage"},
         {"\"world\": 2", "\"world\": 3", "'layout_world' 2 (shards) does not divide 'world' 3"},
         {"\"precision\": \"fp32\"", "\"precision\": \"bf16\"", "'precision' bf16, but 'sections' has no \"params\""},
+        // Contradictions with the run's own flags (issue 29).
+        {"\"zero_stage\": 1", "\"zero_stage\": 2", "'zero_stage' 2, but the run's 'config.zero' is 1"},
+        {"\"world\": 2", "\"world\": 4", "'layout_world' 2 (shards), but 'config.shard-scope' world cuts the model over all 'world' 4 ranks"},
+        {"\"shard-group\": 0", "\"shard-group\": 1", "'layout_world' 2 (shards), but 'world' 2 ranks in groups of 'config.shard-group' 1 make 1 shards"},
     };
     for (size_t k = 0; k < sizeof edits / sizeof edits[0]; k++) {
         const char* at = strstr(good, edits[k].from);
@@ -727,8 +736,8 @@ static void reshard_from_hybrid_sharding(void) {
 // same --spike-window, the newest losses with a smaller one.
 static void manifest_guard_state(void) {
     TrainConfig cfg;
-    char* argv[] = {(char*)"test", (char*)"--spike-window", (char*)"4"};
-    config_parse(&cfg, 3, argv);
+    char* argv[] = {(char*)"test", (char*)"--spike-window", (char*)"4", (char*)"--zero", (char*)"0"};  // (the model's stage)
+    config_parse(&cfg, 5, argv);
     Guard g;
     guard_init(&g, &cfg);
     double losses[] = {5.25, 4.125, 0.1 + 0.2, 3.0 / 7.0, 2.5, 1e-300};  // six into a ring of 4

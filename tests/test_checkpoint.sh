@@ -3,7 +3,8 @@
 # bit for bit, a crash at any stage of a save or a full disk never leaves a
 # checkpoint that a restart would take, damaged checkpoints are detected and
 # skipped, SIGTERM/SIGINT end a run with a checkpoint, background saves write
-# the same bytes, old checkpoints are pruned, final weights reach --model-dir.
+# the same bytes, old checkpoints are pruned, final weights reach --model-dir,
+# a sealed manifest contradicting its run's own flags is refused.
 set -u
 cd "$(dirname "$0")/.." || exit 1
 # shellcheck source=tests/lib.sh
@@ -328,5 +329,19 @@ if cmp -s "$T/model/model.bin" "$T/m_export.bin" && cmp -s "$T/sm_model/model.bi
 else
   fail model_dir_final_weights "model.bin in --model-dir / SM_MODEL_DIR differs from --export"
 fi
+
+# 12. A sealed manifest that contradicts its run's own flags (issue 29): a
+# world of 2 with one shard under --shard-scope world, a 'zero_stage' other
+# than the run's --zero. Refused naming the manifest and the field.
+for edit in 'world|s/"world": 1,/"world": 2,/' 'zero|s/"zero_stage": 1,/"zero_stage": 0,/'; do
+  name=${edit%%|*}
+  rm -rf "$T/contra_$name" && cp -r "$T/base/step_00000010" "$T/contra_$name"
+  sed -i "${edit#*|}" "$T/contra_$name/manifest.json"
+  reseal_manifest "$T/contra_$name/manifest.json"
+done
+expect_error manifest_world_2_one_shard "contra_world/manifest\.json.*'layout_world' 1 \(shards\), but 'config\.shard-scope' world cuts the model over all 'world' 2 ranks" \
+  "$TG" "${d1[@]}" --steps 20 --checkpoint-dir "$T/contra_ck" --resume "$T/contra_world"
+expect_error manifest_zero_stage_vs_flags "contra_zero/manifest\.json.*'zero_stage' 0, but the run's 'config\.zero' is 1" \
+  "$TG" "${d1[@]}" --steps 20 --checkpoint-dir "$T/contra_ck" --resume "$T/contra_zero"
 
 finish

@@ -6,7 +6,9 @@
 # LlamaConfig's default 1e-6; a safetensors header that is not valid UTF-8 is
 # refused as the safetensors library refuses it; sizes read from a file (a config's
 # intermediate_size, an eval file's example count) are checked against the
-# file before allocating; a flag given twice warns and the last wins.
+# file before allocating, and sizes from files or flags (the model's planned
+# state, an eval file's examples) against the host's memory; a flag given
+# twice warns (on rank 0 only under mpirun) and the last wins.
 set -u
 cd "$(dirname "$0")/.." || exit 1
 # shellcheck source=tests/lib.sh
@@ -106,4 +108,44 @@ expect_error eval_count_beyond_file "lie\.eval': the header's example count 2147
 if grep -q "^train_gpt: warning: --steps is given twice ('1', then '2'): the last wins" "$T/twice.log" &&
   [ "$(grep -c '^step ' "$T/twice.log")" = 2 ]; then ok flag_twice_warns_last_wins
 else fail flag_twice_warns_last_wins "$(grep -E 'warning|^step' "$T/twice.log" | head -n 3)"; fi
+# 6. Host memory before allocating (llm/util/host_mem.c): the model's planned
+# state on the CPU backend and an eval file's examples are checked against
+# the available memory (TRAIN_GPT_HOST_MEMORY stands for a small machine)
+# before they are allocated, in one line naming the flag or the file and key.
+# The bytes it needs are the planner's, which a run that fits reports.
+"${base[@]}" "${tiny[@]}" --layers 1 >"$T/fits.log" 2>&1
+planned=$(sed -nE 's/^memory .*\| planned ([0-9]+) bytes.*/\1/p' "$T/fits.log")
+expect_error host_memory_model_bill "^train_gpt: error: the model of --layers 1 --channels 32 --vocab-size 64 at --micro-batch 1 --seq-len 16 needs ${planned:-PLANNED} bytes \(0\.00 GiB\) of host memory, but only 100000 bytes \(0\.00 GiB\) are available \(TRAIN_GPT_HOST_MEMORY\)" \
+  env TRAIN_GPT_HOST_MEMORY=100000 "${base[@]}" "${tiny[@]}" --layers 1
+# A --vocab-size that would take ~5 GB is refused before it is allocated:
+# under a 2 GB address-space limit an allocation would fail first, with the
+# allocator's message instead of this one.
+(ulimit -v 2000000 && TRAIN_GPT_HOST_MEMORY=1G exec "${base[@]}" --channels 32 --heads 2 --layers 1 --vocab-size 10000000) >"$T/vocab.log" 2>&1
+rc=$?
+if [ $rc -eq 1 ] && grep -qE "^train_gpt: error: the model of --layers 1 --channels 32 --vocab-size 10000000 .* needs [0-9]{10} bytes \([0-9.]+ GiB\) of host memory, but only 1073741824 bytes \(1\.00 GiB\) are available" "$T/vocab.log"; then
+  ok host_memory_vocab_size_before_allocating
+else fail host_memory_vocab_size_before_allocating "rc $rc: $(grep -E 'error|^step' "$T/vocab.log" | head -n 2)"; fi
+expect_error host_memory_bad_override "^train_gpt: error: TRAIN_GPT_HOST_MEMORY='lots' is not a number of bytes" \
+  env TRAIN_GPT_HOST_MEMORY=lots "${base[@]}" "${tiny[@]}" --layers 1
+# From a config.json: the error names the file and its keys.
+expect_error host_memory_hf_config "^train_gpt: error: --init-from .*/l1/config.json's model \(\"hidden_size\" 32, \"intermediate_size\" 48, \"num_hidden_layers\" 1, \"vocab_size\" 64\) at --micro-batch 1 --seq-len 16 needs [0-9]+ bytes .* only 100000 bytes" \
+  env TRAIN_GPT_HOST_MEMORY=100000 "${base[@]}" --init-from "$T/l1"
+# An eval file's example count: 100000 examples of 6 tokens need 6 MB of
+# tables and tokens, more than a 4 MB machine, refused before reading them.
+"$PY" - "$T/many.eval" <<'PY'
+import sys, numpy as np
+h = np.zeros(256, dtype=np.int32); h[0], h[1], h[2] = 20240522, 1, 100000
+open(sys.argv[1], "wb").write(h.tobytes() + np.zeros(600000, dtype=np.uint16).tobytes())
+PY
+expect_error host_memory_eval_count "^train_gpt: error: --eval-data '.*/many\.eval' \(its header's example count 100000, 1200000 bytes of tokens\) needs [0-9]+ bytes .* only 4194304 bytes \(0\.00 GiB\) are available" \
+  env TRAIN_GPT_HOST_MEMORY=4M "${base[@]}" "${tiny[@]}" --layers 1 --eval-data "$T/many.eval"
+
+# 7. Under mpirun every rank parses the flags: the flag-twice warning is rank 0's alone.
+if command -v mpirun >/dev/null && ldd "$TG" 2>/dev/null | grep -q libmpi; then
+  mpirun --allow-run-as-root --oversubscribe --bind-to none --mca btl_vader_single_copy_mechanism none -np 2 \
+    "${base[@]}" "${tiny[@]}" --layers 1 --steps 1 --steps 2 >"$T/twice2.log" 2>&1
+  n=$(grep -c "warning: --steps is given twice ('1', then '2')" "$T/twice2.log")
+  if [ "$n" = 1 ] && grep -qE '^step +2/2' "$T/twice2.log"; then ok flag_twice_warns_on_rank_0_only
+  else fail flag_twice_warns_on_rank_0_only "$n warnings: $(grep -E 'warning|error' "$T/twice2.log" | head -n 3)"; fi
+fi
 exit $((failures > 0))

@@ -5,7 +5,9 @@
 # whose model files are exactly the old ones or exactly the new ones (sha256
 # of each), never a mix and never none; the folder's other files (a README,
 # a subfolder) survive; leftovers of killed writes are removed by the next
-# write. An in-place write ("." of a folder, as on a mount point) leaves the
+# write; the same over the two-rename fallback (TRAIN_GPT_FOLDER_NO_EXCHANGE=1),
+# where a kill between the renames leaves the whole old folder beside the
+# missing one, which --init-from names and the next write restores. An in-place write ("." of a folder, as on a mount point) leaves the
 # new model or no loadable one. Output paths that cannot be written fail
 # before the first step.
 set -u
@@ -45,7 +47,7 @@ kill_sweep() {
   echo "a tokenizer or a README the user put here" >"$T/$name.old/README.txt"
   mkdir -p "$T/$name.old/keep" && echo "notes" >"$T/$name.old/keep/notes.txt"
   : >"$T/$name.old/model.safetensors.tmp.2147483646"  # left by a killed writer of an older program
-  local old new others n=0 olds=0 news=0 bad=""
+  local old new others n=0 olds=0 news=0 gaps=0 bad=""
   old=$(model_sums "$T/$name.old")
   new=$(model_sums "$T/$name.new")
   others=$(other_sums "$T/$name.old")
@@ -56,9 +58,32 @@ kill_sweep() {
     { TRAIN_GPT_FOLDER_FAULT=$n "${run[@]}" --seed 2 "$@" "$T/k/m" >"$T/k.log" 2>&1; } 2>/dev/null
     local rc=$? got
     got=$(model_sums "$T/k/m")
+    local at=$T/k/m
+    if [ -n "${TRAIN_GPT_FOLDER_NO_EXCHANGE:-}" ] && [ ! -e "$T/k/m" ]; then
+      # The fallback killed between its two renames: the old folder, whole,
+      # waits as m.old-PID, and the next write puts it back first.
+      at=$(find "$T/k" -mindepth 1 -maxdepth 1 -name 'm.old-*' | head -n 1)
+      got=$(model_sums "$at")
+      if [ "$got" = "$old" ] && [ "$(other_sums "$at")" = "$others" ]; then
+        gaps=$((gaps + 1))
+        # A reader is told where the folder is.
+        if ! "${base[@]}" --steps 0 --init-from "$T/k/m" 2>&1 |
+          grep -q "^train_gpt: error: --init-from .*/k/m does not exist, but .*/k/m\.old-[0-9]* beside it holds the folder"; then
+          bad="--init-from of the missing folder (kill at operation $n) does not point at $at"
+          break
+        fi
+        "${run[@]}" --seed 2 "$@" "$T/k/m" >"$T/k3.log" 2>&1
+        if ! grep -q "warning: .*/k/m was missing .*: restored from .*/k/m.old-" "$T/k3.log" ||
+          [ "$(model_sums "$T/k/m")" != "$new" ] || [ "$(find "$T/k" -mindepth 1 -maxdepth 1 -printf '%f ')" != "m " ]; then
+          bad="the write after a kill at operation $n (between the renames) did not restore and replace: $(grep -E 'warning|error' "$T/k3.log" | head -n 2)"
+          break
+        fi
+        continue
+      fi
+    fi
     if [ "$got" = "$old" ]; then olds=$((olds + 1)); elif [ "$got" = "$new" ]; then news=$((news + 1));
     else bad="kill at operation $n (rc $rc) left: $(echo "$got" | tr '\n' ' ')"; break; fi
-    if [ "$(other_sums "$T/k/m")" != "$others" ]; then bad="kill at operation $n lost the folder's other files"; break; fi
+    if [ "$(other_sums "$at")" != "$others" ]; then bad="kill at operation $n lost the folder's other files"; break; fi
     [ $rc -eq 0 ] && break
     [ $rc -eq 137 ] || { bad="operation $n: exit status $rc: $(tail -n 2 "$T/k.log")"; break; }
     # Half-way through: the next write finishes and cleans up after the killed one.
@@ -75,10 +100,20 @@ kill_sweep() {
   if [ -n "$bad" ]; then fail "$name" "$bad"
   elif [ "$rc" -ne 0 ] || [ $olds -lt 3 ] || [ $news -lt 1 ]; then
     fail "$name" "the sweep did not end in a finished write (rc $rc, $olds old, $news new states of $n)"
-  else ok "$name"; echo "# $name: $n kill points, $olds left the old model, $news the new one"; fi
+  elif [ -n "${TRAIN_GPT_FOLDER_NO_EXCHANGE:-}" ] && [ $gaps -lt 1 ]; then
+    fail "$name" "no kill landed between the fallback's two renames ($n kill points)"
+  else ok "$name"; echo "# $name: $n kill points, $olds left the old model, $news the new one, $gaps the old one beside"; fi
 }
 kill_sweep model_dir_kill_sweep --model-dir
 kill_sweep export_hf_kill_sweep --export-hf
+# The same over the two-rename fallback (a file system without
+# renameat2(RENAME_EXCHANGE)): old or new, or the whole old folder beside a
+# missing one, which the next write restores.
+# (--model-dir writes both formats: every file of either kind is swept.)
+export TRAIN_GPT_FOLDER_NO_EXCHANGE=1
+kill_sweep model_dir_fallback_kill_sweep --model-dir
+unset TRAIN_GPT_FOLDER_NO_EXCHANGE
+# (Last: the folder it leaves is the one loaded below.)
 kill_sweep model_dir_hf_only_kill_sweep --model-format hf --model-dir
 
 # The new folder loads, and a GPT-2 --model-format hf folder written over a

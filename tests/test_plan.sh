@@ -72,6 +72,22 @@ expect_error plan_bad_world "--world-size must be positive" "$TG" --plan --world
 expect_error plan_bad_zero "--zero 5 is not one of 0, 1, 2, 3" "$TG" --plan --zero 5
 expect_error plan_cpu_bf16 "--precision bf16: the CPU backend computes in fp32" "$TG" --plan --device cpu --precision bf16
 expect_error plan_a100_fp8 "--precision fp8: the A100 has no FP8" "$TG" --plan --gpu a100 --precision fp8
+expect_error plan_bad_net_env "TRAIN_GPT_PLAN_NET_GBS=fast: expected a bandwidth in GB/s" \
+  env TRAIN_GPT_PLAN_NET_GBS=fast "$TG" --plan --gpu b200
+
+# 4b. The step-time model (llm/plan/README.md): gpt-64B on 16 nodes of B200
+# shards over groups of 32 ranks without full recompute and prints the byte
+# and communication tables; on a 1 GB/s network it keeps node shards.
+st=(--plan --model gpt-64B --seq-len 8192 --gpu b200 --world-size 128 --batch-tokens 4194304 --tokenizer '')
+"$TG" "${st[@]}" >"$T/st.txt" 2>&1
+TRAIN_GPT_PLAN_NET_GBS=1 "$TG" "${st[@]}" >"$T/st_slow.txt" 2>&1
+if grep -q '^summary .* full_layers=0 .* shard_ranks=32$' "$T/st.txt" && grep -Eq '^  adamw +[0-9.]+ +[0-9.]+$' "$T/st.txt" &&
+   grep -Eq '^  all-gather +network +[0-9.]+ +[0-9.]+$' "$T/st.txt" && grep -q '^step time  | [0-9.]* ms = 4 x ' "$T/st.txt" &&
+   grep -q '^summary .* hybrid=1 .* shard_ranks=8$' "$T/st_slow.txt"; then
+  ok plan_step_time_chooses_shard_group
+else
+  fail plan_step_time_chooses_shard_group "$(grep -hE '^(summary|step time)' "$T/st.txt" "$T/st_slow.txt")"
+fi
 expect_error plan_batch_tokens "--batch-tokens 1000 is not a multiple of seq-len x ranks = 256" "$TG" --plan --batch-tokens 1000
 expect_error auto_with_gpu "--gpu names a GPU for --plan" "$TG" --auto --device cpu --gpu h100
 expect_error auto_with_world "--world-size is for --plan" "$TG" --auto --device cpu --world-size 8

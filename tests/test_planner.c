@@ -4,10 +4,13 @@
 // allocated bytes exactly, for several shapes, every recompute policy and
 // ZeRO stages 0 and 1; the state formulas are checked against numbers worked
 // out by hand; the recommendations against cases checked by hand.
+#include <math.h>
 #include <omp.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "llm/arch/arch.h"
+#include "llm/plan/cost.h"
 #include "llm/plan/planner.h"
 #include "llm/util/rng.h"
 #include "tests/testlib.h"
@@ -232,9 +235,12 @@ static void recommendations_hand_checked(void) {
     rq = request(shape(32, 4096, 32, 50257, 4096), 4096, 8);
     r = plan_recommend(&rq, &free_all, &h100);
     CHECK(r.fits && r.config.zero_stage == 1, "7B/4K/H100: fits %d ZeRO-%d", r.fits, r.config.zero_stage);
-    // The same on 2 nodes shards inside each node (hybrid).
+    // The same on 2 nodes shards inside each node (hybrid) when the network
+    // is slow (the choice by step time: cost_choice_follows_network).
+    setenv("TRAIN_GPT_PLAN_NET_GBS", "1", 1);
     rq = request(shape(32, 4096, 32, 50257, 4096), 4096, 16);
     r = plan_recommend(&rq, &free_all, &h100);
+    unsetenv("TRAIN_GPT_PLAN_NET_GBS");
     CHECK(r.fits && r.config.zero_stage == 1 && r.config.hybrid && plan_shard_world(&r.config) == 8,
           "7B/4K on 16 H100: fits %d ZeRO-%d hybrid %d", r.fits, r.config.zero_stage, r.config.hybrid);
 
@@ -386,6 +392,180 @@ static void llama_bill(void) {
     CHECK_CLOSE(sp.recompute_flops, 32 * (2 * gemm + 4.0 * 4096 * 2048), 0, 1e-12, "Llama recompute flops");
 }
 
+
+// ---------------------------------------------------------------------------
+// the step-time model (llm/plan/cost.h)
+
+static int near(double x, double want) { return fabs(x - want) <= 1e-9 * fabs(want) + 1e-12; }
+
+// Round bandwidths so that the hand computation is short: HBM 1000 GB/s,
+// NVLink 100, network 10 per GPU.
+static void round_links(const char* net) {
+    setenv("TRAIN_GPT_PLAN_HBM_GBS", "1000", 1);
+    setenv("TRAIN_GPT_PLAN_NVLINK_GBS", "100", 1);
+    setenv("TRAIN_GPT_PLAN_NET_GBS", net, 1);
+}
+static void default_links(void) {
+    unsetenv("TRAIN_GPT_PLAN_HBM_GBS");
+    unsetenv("TRAIN_GPT_PLAN_NVLINK_GBS");
+    unsetenv("TRAIN_GPT_PLAN_NET_GBS");
+}
+
+// A GPT-2 shape of 4 layers, C = 64, V = 256 at B x T = 2 x 32, BF16,
+// ZeRO-3 over one node of 4, 3 micro-steps: every figure worked out by hand.
+static void cost_hand_checked(void) {
+    round_links("10");
+    PlanDevice b200 = gpu("b200");
+    PlanConfig pc = request(shape(4, 64, 4, 256, 32), 32, 4);
+    pc.precision = PREC_BF16;
+    pc.B = 2;
+    pc.zero_stage = 3;
+    PlanCost k = plan_cost(&pc, &b200, 3);
+    double tok = 64, C = 64, L = 4, Vp = 256, H = 256, a = 2;
+    // Parameters: wte 256x64, wpe 32x64, per layer 2 norms (4C), qkv 3C^2+3C, attproj C^2+C,
+    // fc 4C^2+4C, fcproj 4C^2+C, final norm 2C.
+    double layer = 4 * C + 3 * C * C + 3 * C + C * C + C + 4 * C * C + 4 * C + 4 * C * C + C;
+    double P = Vp * C + 32 * C + L * layer + 2 * C;
+    CHECK(near(P, (double)gpt_num_params(&pc.model)), "parameters %.0f, by hand %.0f", (double)gpt_num_params(&pc.model), P);
+    CHECK(near(k.gemm_flops_bf16, tok * (6 * L * 12 * C * C + 6 * Vp * C)) && k.gemm_flops_fp8 == 0,
+          "GEMM FLOPs %g", k.gemm_flops_bf16);
+    CHECK(near(k.attn_flops, tok * L * 12 * C * 32 / 2), "attention FLOPs %g", k.attn_flops);
+    CHECK(near(k.t_gemm, k.gemm_flops_bf16 / (PLAN_GEMM_EFF * 2250e12)) &&
+              near(k.t_attn, k.attn_flops / (PLAN_ATTN_EFF * 2250e12)),
+          "compute times %g %g", k.t_gemm, k.t_attn);
+    // Bytes per step (3 micro-steps of 64 tokens): norms 9 x 6aC, GELU 4 x 5aH,
+    // residuals 4 x 6aC, bias grads 4 x a(3C + C + H + C), loss 3aVp.
+    CHECK(near(k.mem_bytes[MB_NORMS], 3 * tok * 9 * 6 * a * C), "norms %g", k.mem_bytes[MB_NORMS]);
+    CHECK(near(k.mem_bytes[MB_ACT], 3 * tok * L * 5 * a * H), "gelu %g", k.mem_bytes[MB_ACT]);
+    CHECK(near(k.mem_bytes[MB_RESIDUAL], 3 * tok * L * 6 * a * C), "residual %g", k.mem_bytes[MB_RESIDUAL]);
+    CHECK(near(k.mem_bytes[MB_BIAS_GRAD], 3 * tok * L * a * (5 * C + H)), "bias grads %g", k.mem_bytes[MB_BIAS_GRAD]);
+    CHECK(near(k.mem_bytes[MB_LOSS], 3 * tok * 3 * a * Vp), "loss %g", k.mem_bytes[MB_LOSS]);
+    CHECK(k.mem_bytes[MB_ROPE] == 0 && k.mem_bytes[MB_CASTS] == 0 && k.mem_bytes[MB_RECOMPUTE] == 0, "bf16 gpt-2 extras");
+    // The optimizer over a quarter: 30 bytes per element; 2 accumulations of 3 x 2 bytes.
+    CHECK(near(k.mem_bytes[MB_ADAMW], P / 4 * 30) && near(k.mem_bytes[MB_GRAD_ACCUM], 2 * 3 * a * P / 4),
+          "adamw %g accum %g", k.mem_bytes[MB_ADAMW], k.mem_bytes[MB_GRAD_ACCUM]);
+    double t_mem = 0;
+    for (int op = 0; op < NUM_MB_OPS; op++) t_mem += k.mem_bytes[op] / (PLAN_HBM_EFF * 1000e9);
+    CHECK(near(k.t_mem, t_mem), "memory time %g, by hand %g", k.t_mem, t_mem);
+    // ZeRO-3 on NVLink: per micro-step the 2 non-layer units and 2L - 4 layers
+    // gathered, everything reduce-scattered, each at 3/4 of the bytes.
+    double other = (P - L * layer) * a, lay = layer * a;
+    double ag = 3 * (other + (2 * L - 4) * lay) * 0.75, rs = 3 * P * a * 0.75;
+    CHECK(near(k.comm_bytes[COLL_ALL_GATHER][LINK_NVLINK], ag) && near(k.comm_bytes[COLL_REDUCE_SCATTER][LINK_NVLINK], rs),
+          "gather %g (by hand %g), reduce-scatter %g (%g)", k.comm_bytes[COLL_ALL_GATHER][LINK_NVLINK], ag,
+          k.comm_bytes[COLL_REDUCE_SCATTER][LINK_NVLINK], rs);
+    CHECK(near(k.comm_time[COLL_ALL_GATHER][LINK_NVLINK], ag / (PLAN_LINK_EFF * 100e9)), "gather time");
+    CHECK(k.comm_bytes[COLL_ALL_REDUCE][LINK_NVLINK] == 0 && k.comm_bytes[COLL_ALL_GATHER][LINK_NETWORK] == 0,
+          "one node: no all-reduce, no network");
+    CHECK(near(k.step, 3 * k.t_micro + k.t_optimizer + k.exposed) && near(k.tokens_per_s_gpu, 3 * tok / k.step),
+          "step %g", k.step);
+    default_links();
+}
+
+// A small Llama in FP8 on an H100: SwiGLU and RoPE bytes, no bias gradients,
+// the layer GEMMs at the FP8 rate except the one --fp8-skip names, the LM head
+// in BF16, the casts with Hopper's transposed weight copies.
+static void cost_llama_fp8(void) {
+    round_links("10");
+    PlanDevice h100 = gpu("h100");
+    GPTConfig c = {.max_seq_len = 64, .vocab_size = 500, .num_layers = 2, .num_heads = 4, .channels = 64,
+                   .arch = ARCH_LLAMA, .num_kv_heads = 2, .mlp_hidden = 96, .rope_theta = 10000.0f};
+    gpt_config_finish(&c);
+    PlanConfig pc = request(c, 64, 1);
+    pc.B = 3;
+    pc.precision = PREC_FP8;
+    uint8_t skip[2] = {1, 0};  // layer 0's qkv GEMM stays 16-bit
+    pc.fp8_skip = skip;
+    PlanCost k = plan_cost(&pc, &h100, 1);
+    double tok = 192, C = 64, H = 96, a = 2, Vp = 512, L = 2;
+    double wq = C * (4 + 2 * 2) * 16, wo = C * C, wf = C * 2 * H, wp = H * C;  // qkv: (NH + 2 NKV) x HS rows
+    CHECK(near(k.gemm_flops_fp8, tok * 6 * (L * (wq + wo + wf + wp) - wq)) &&
+              near(k.gemm_flops_bf16, tok * 6 * (wq + Vp * C)),
+          "fp8 %g bf16 %g GEMM FLOPs", k.gemm_flops_fp8, k.gemm_flops_bf16);
+    CHECK(near(k.t_gemm, k.gemm_flops_fp8 / (PLAN_GEMM_EFF_FP8 * 1979e12) + k.gemm_flops_bf16 / (PLAN_GEMM_EFF * 989e12)),
+          "GEMM time %g", k.t_gemm);
+    CHECK(near(k.mem_bytes[MB_ACT], tok * L * 8 * a * H) && near(k.mem_bytes[MB_ROPE], tok * L * 4 * a * (4 + 2) * 16) &&
+              k.mem_bytes[MB_BIAS_GRAD] == 0,
+          "swiglu %g rope %g bias %g", k.mem_bytes[MB_ACT], k.mem_bytes[MB_ROPE], k.mem_bytes[MB_BIAS_GRAD]);
+    // Casts: 7 FP8 GEMMs, each input and output gradient at 3 bytes per element,
+    // each weight read (2) and written with its transpose (1 + 1).
+    double io = (C + 128) + (C + C) + (C + 2 * H) + (H + C);
+    double want = tok * 3 * (L * io - (C + 128)) + 4 * (L * (wq + wo + wf + wp) - wq);
+    CHECK(near(k.mem_bytes[MB_CASTS], want), "casts %g, by hand %g", k.mem_bytes[MB_CASTS], want);
+    default_links();
+}
+
+// Exposure: a long sequence computes far longer than its gathers take, so
+// only the last unit's reduce-scatter of each micro-step is left; a slow
+// link makes the forward's gathers exceed its compute.
+static void cost_exposure(void) {
+    PlanDevice b200 = gpu("b200");
+    PlanConfig pc = request(shape(8, 512, 8, 1024, 8192), 8192, 8);
+    pc.precision = PREC_BF16;
+    pc.zero_stage = 3;
+    pc.B = 8;
+    round_links("10");
+    PlanCost k = plan_cost(&pc, &b200, 2);
+    double rs_per_micro = k.comm_time[COLL_REDUCE_SCATTER][LINK_NVLINK] / 2;
+    double bwd_busy = k.comm_time[COLL_ALL_GATHER][LINK_NVLINK] / 2 + rs_per_micro;  // bounds what the backward carries
+    CHECK(k.t_micro / 3 > 5 * k.comm_time[COLL_ALL_GATHER][LINK_NVLINK], "compute %g s does not dominate %g s",
+          k.t_micro, k.comm_time[COLL_ALL_GATHER][LINK_NVLINK]);
+    CHECK(k.exposed > 0 && k.exposed <= 2 * bwd_busy / 10 + 1e-15,
+          "compute dominates: exposed %g s is more than the last units' tails %g", k.exposed, 2 * bwd_busy / 10);
+    // The same at NVLink 0.01 GB/s: the gathers take far longer than the compute.
+    setenv("TRAIN_GPT_PLAN_NVLINK_GBS", "0.01", 1);
+    PlanCost slow = plan_cost(&pc, &b200, 2);
+    double busy = 0;
+    for (int c = 0; c < NUM_COLL; c++) busy += slow.comm_time[c][LINK_NVLINK];
+    CHECK(slow.exposed > 0.9 * (busy - 2 * slow.t_micro) && slow.exposed > 100 * k.exposed,
+          "communication dominates: exposed %g s of %g s busy, compute %g s", slow.exposed, busy, 2 * slow.t_micro);
+    // One rank: nothing to communicate.
+    pc.world = pc.ranks_per_node = 1;
+    PlanCost one = plan_cost(&pc, &b200, 2);
+    CHECK(one.exposed == 0 && one.comm_bytes[COLL_REDUCE_SCATTER][LINK_NVLINK] == 0, "one rank exposes %g", one.exposed);
+    default_links();
+    // The CPU has no time model.
+    PlanDevice cpu = plan_device_cpu(64 * GIB, 2);
+    CHECK(plan_cost(&pc, &cpu, 1).step == 0, "a CPU step time");
+}
+
+// The choice of shard group follows the network: gpt-64B-like 80 layers of
+// 8192 on 4 nodes of B200 at ZeRO-3 shards per node on a slow network and
+// over more ranks on a fast one (less memory, so less recompute); an
+// explicit sharding is kept whatever the network.
+static void cost_choice_follows_network(void) {
+    PlanDevice b200 = gpu("b200");
+    GPTConfig c = shape(80, 8192, 64, 50257, 8192);
+    PlanConfig rq = request(c, 8192, 32);
+    rq.precision = PREC_FP8;
+    rq.zero_stage = 3;
+    PlanFixed fx;
+    memset(&fx, 0, sizeof fx);
+    fx.precision = fx.zero_stage = 1;
+    fx.batch_tokens = 32L * 8192 * 4;
+    setenv("TRAIN_GPT_PLAN_NET_GBS", "0.5", 1);
+    PlanResult slow = plan_recommend(&rq, &fx, &b200);
+    setenv("TRAIN_GPT_PLAN_NET_GBS", "100", 1);
+    PlanResult fast = plan_recommend(&rq, &fx, &b200);
+    CHECK(slow.fits && slow.config.hybrid && plan_shard_world(&slow.config) == 8, "slow network: shard ranks %d",
+          plan_shard_world(&slow.config));
+    CHECK(fast.fits && plan_shard_world(&fast.config) > 8 &&
+              fast.config.recompute.full_layers < slow.config.recompute.full_layers,
+          "fast network: shard ranks %d, full layers %d (slow: %d)", plan_shard_world(&fast.config),
+          fast.config.recompute.full_layers, slow.config.recompute.full_layers);
+    // Each is the faster under its own network.
+    PlanCost fs = plan_cost(&fast.config, &b200, 4), ss = plan_cost(&slow.config, &b200, 4);
+    CHECK(fs.step < ss.step, "fast network: %g s chosen over %g s", fs.step, ss.step);
+    // Explicit flags: --shard-group 16 and the recompute policy are kept.
+    fx.hybrid = fx.recompute = 1;
+    rq.shard_group = 16;
+    rq.recompute = recompute_policy(RECOMPUTE_FULL, 80, 80);
+    PlanResult kept = plan_recommend(&rq, &fx, &b200);
+    CHECK(kept.fits && plan_shard_world(&kept.config) == 16 && kept.config.recompute.mode == RECOMPUTE_FULL,
+          "explicit: shard ranks %d, recompute %d", plan_shard_world(&kept.config), kept.config.recompute.mode);
+    default_links();
+}
+
 int main(void) {
     RUN(state_bytes_hand_checked);
     RUN(planned_equals_allocated);
@@ -393,5 +573,9 @@ int main(void) {
     RUN(recommendations_hand_checked);
     RUN(nothing_fits_says_what_would);
     RUN(llama_bill);
+    RUN(cost_hand_checked);
+    RUN(cost_llama_fp8);
+    RUN(cost_exposure);
+    RUN(cost_choice_follows_network);
     return TESTS_DONE();
 }

@@ -42,7 +42,7 @@ test-fp8-exhaustive: $(BUILD)/tests/test_fp8_format
 
 # The data and checkpoint readers again, under AddressSanitizer and UBSan.
 ASAN_FLAGS := -O1 -g -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=all
-ASAN_SRCS  := $(wildcard data/*.c) llm/util/util.c llm/util/json_read.c
+ASAN_SRCS  := $(wildcard data/*.c) llm/util/util.c llm/util/json_read.c llm/util/host_mem.c
 $(BUILD)/asan/test_data: tests/test_data.c $(ASAN_SRCS) tests/testlib.h
 	@mkdir -p $(dir $@)
 	$(CC) -std=c11 -fopenmp -D_GNU_SOURCE -I. $(WARN) $(ASAN_FLAGS) -DUNDER_ASAN -o $@ $< $(ASAN_SRCS) -lzstd -lpcre2-8 -lxxhash -lm

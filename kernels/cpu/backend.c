@@ -159,6 +159,8 @@ Backend* cpu_backend_create(DType dtype, int num_threads) {
     be->cross_entropy = cpu_cross_entropy;
     be->sum = cpu_sum;
     be->sum_squares = cpu_sum_squares;
+    be->sum_squares_f32 = cpu_sum_squares_f32;
+    be->accumulate_f32 = cpu_accumulate_f32;
     be->adamw = cpu_adamw;
     be->adamw_tensors = cpu_adamw_tensors;
     be->fp8_support = FP8_ANY_LAYOUT;

@@ -154,6 +154,8 @@ void cpu_cross_entropy(Backend* be, float* losses, void* logits, const int32_t* 
 
 void cpu_sum(Backend* be, float* out, const float* x, size_t n, int accumulate);
 void cpu_sum_squares(Backend* be, float* out, const void* x, size_t n, int accumulate);
+void cpu_sum_squares_f32(Backend* be, float* out, const float* x, size_t n, int accumulate);
+void cpu_accumulate_f32(Backend* be, float* acc, const void* x, size_t n, int round_bf16);
 
 void cpu_adamw(Backend* be, void* params, float* master, const void* grads, void* m, void* v,
                size_t n, const AdamWParams* p);

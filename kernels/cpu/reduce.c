@@ -1,9 +1,10 @@
 // reduce.c: whole-buffer sums (the loss sum, the squared gradient norm) on
-// the CPU. Deterministic whatever the thread count: the input is cut into
+// the CPU, and the gradient accumulator's add (accumulate_f32). Deterministic whatever the thread count: the input is cut into
 // fixed chunks of CPU_REDUCE_CHUNK elements, each summed in double on its own,
 // and the partial sums are added in chunk order by one thread.
 #include <stdlib.h>
 
+#include "kernels/bf16.h"
 #include "kernels/cpu/cpu.h"
 
 static double chunk_sum(const float* x, size_t n, int squares) {
@@ -44,4 +45,24 @@ void cpu_sum(Backend* be, float* out, const float* x, size_t n, int accumulate) 
 
 void cpu_sum_squares(Backend* be, float* out, const void* x, size_t n, int accumulate) {
     store_result(out, chunked_sum((const float*)x, n, 1), accumulate);
+}
+
+void cpu_sum_squares_f32(Backend* be, float* out, const float* x, size_t n, int accumulate) {
+    cpu_sum_squares(be, out, x, n, accumulate);
+}
+
+// A BF16 gradient buffer under beta = 1 GEMMs rounds the micro-step's
+// contribution and the sum: the emulation rounds both.
+static float round_bf16(float x) { return bf16_to_f32(f32_to_bf16(x)); }
+
+void cpu_accumulate_f32(Backend* be, float* acc, const void* x_, size_t n, int round) {
+    (void)be;
+    const float* x = (const float*)x_;
+    if (round) {
+#pragma omp parallel for schedule(static) if (n > CPU_PARALLEL_MIN)
+        for (size_t i = 0; i < n; i++) acc[i] = round_bf16(acc[i] + round_bf16(x[i]));
+    } else {
+#pragma omp parallel for schedule(static) if (n > CPU_PARALLEL_MIN)
+        for (size_t i = 0; i < n; i++) acc[i] += x[i];
+    }
 }

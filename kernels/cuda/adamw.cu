@@ -150,6 +150,7 @@ static void check_moment_dtype(const AdamWParams* p) {
 void cuda_adamw(Backend* be, void* params, float* master, const void* grads, void* m, void* v,
                 size_t n, const AdamWParams* p) {
     if (p->step < 1) fatal("adamw: step must be >= 1 (it is 1-based), got %d", p->step);
+    if (p->grads_f32 && be->dtype == DTYPE_BF16) fatal("internal: adamw reads FP32 gradients through adamw_tensors only");
     check_moment_dtype(p);
     if (n == 0) return;
     AdamWCoefficients k = adamw_coefficients(p);
@@ -202,8 +203,9 @@ __device__ inline void store_unit(T* p, const float in[ADAMW_UNIT]) {
     }
 }
 
-template <typename P, typename M>
-__device__ inline void adamw_unit(P* params, float* master, const P* grads, M* m, M* v, const AdamWSlot& s,
+// P: the parameters' type; G: the gradients' (P, or FP32 with --grad-dtype fp32); M: the moments'.
+template <typename P, typename G, typename M>
+__device__ inline void adamw_unit(P* params, float* master, const G* grads, M* m, M* v, const AdamWSlot& s,
                                   size_t first, AdamWCoefficients k, uint32_t* top) {
     const bool bf = sizeof(P) == 2, bf_moments = sizeof(M) == 2;
     size_t n = s.count - first < ADAMW_UNIT ? s.count - first : ADAMW_UNIT;
@@ -217,7 +219,7 @@ __device__ inline void adamw_unit(P* params, float* master, const P* grads, M* m
         load_unit<float>(w, w_src);
         load_unit<M>(mi, m + ss);
         load_unit<M>(vi, v + ss);
-        load_unit<P>(g, grads + gs);
+        load_unit<G>(g, grads + gs);
     } else {
         for (size_t e = 0; e < n; e++) {
             w[e] = w_src[e];
@@ -257,8 +259,8 @@ __device__ inline void adamw_unit(P* params, float* master, const P* grads, M* m
 
 // A grid-stride loop over the units of all tensors of the table; a thread
 // commits its amax whenever it moves to another tensor, and at the end.
-template <typename P, typename M>
-__global__ void adamw_tensors_kernel(P* params, float* master, const P* grads, M* m, M* v, AdamWCoefficients k,
+template <typename P, typename G, typename M>
+__global__ void adamw_tensors_kernel(P* params, float* master, const G* grads, M* m, M* v, AdamWCoefficients k,
                                      const AdamWTable tab) {
     size_t units = tab.unit_end[tab.n - 1], stride = (size_t)gridDim.x * blockDim.x;
     int cur = -1;
@@ -276,19 +278,27 @@ __global__ void adamw_tensors_kernel(P* params, float* master, const P* grads, M
             top = 0;
         }
         size_t first = (u - (lo ? tab.unit_end[lo - 1] : 0)) * ADAMW_UNIT;
-        adamw_unit<P, M>(params, master, grads, m, v, tab.t[lo], first, k, &top);
+        adamw_unit<P, G, M>(params, master, grads, m, v, tab.t[lo], first, k, &top);
     }
     if (cur >= 0 && tab.t[cur].amax && top) atomicMax((unsigned int*)tab.t[cur].amax, top);
 }
 
-// One launch of adamw_tensors_kernel<P, M> (a function pointer, as LAUNCH's
-// macro argument cannot hold the template's comma).
-template <typename P, typename M>
+// One launch of adamw_tensors_kernel<P, G, M> (a function pointer, as LAUNCH's
+// macro argument cannot hold the template's commas).
+template <typename P, typename G, typename M>
 static void launch_tensors(Backend* be, unsigned grid, void* params, float* master, const void* grads, void* m,
                            void* v, const AdamWCoefficients& k, const AdamWTable& tab) {
-    void (*adamw_tensors)(P*, float*, const P*, M*, M*, AdamWCoefficients, const AdamWTable) =
-        adamw_tensors_kernel<P, M>;
-    LAUNCH(adamw_tensors, grid, 256, 0, cuda_stream(be), (P*)params, master, (const P*)grads, (M*)m, (M*)v, k, tab);
+    void (*adamw_tensors)(P*, float*, const G*, M*, M*, AdamWCoefficients, const AdamWTable) =
+        adamw_tensors_kernel<P, G, M>;
+    LAUNCH(adamw_tensors, grid, 256, 0, cuda_stream(be), (P*)params, master, (const G*)grads, (M*)m, (M*)v, k, tab);
+}
+
+template <typename M>
+static void launch_tensors_for(Backend* be, bool bf, bool grads_f32, unsigned grid, void* params, float* master,
+                               const void* grads, void* m, void* v, const AdamWCoefficients& k, const AdamWTable& tab) {
+    if (bf && grads_f32) launch_tensors<bf16, float, M>(be, grid, params, master, grads, m, v, k, tab);
+    else if (bf) launch_tensors<bf16, bf16, M>(be, grid, params, master, grads, m, v, k, tab);
+    else launch_tensors<float, float, M>(be, grid, params, master, grads, m, v, k, tab);
 }
 
 void cuda_adamw_tensors(Backend* be, void* params, float* master, const void* grads, void* m, void* v,
@@ -324,10 +334,8 @@ void cuda_adamw_tensors(Backend* be, void* params, float* master, const void* gr
         }
         if (tab.n == 0) continue;
         unsigned grid = grid_for(units, 256, 1);
-        if (bf && bf_moments) launch_tensors<bf16, bf16>(be, grid, params, master, grads, m, v, k, tab);
-        else if (bf) launch_tensors<bf16, float>(be, grid, params, master, grads, m, v, k, tab);
-        else if (bf_moments) launch_tensors<float, bf16>(be, grid, params, master, grads, m, v, k, tab);
-        else launch_tensors<float, float>(be, grid, params, master, grads, m, v, k, tab);
+        if (bf_moments) launch_tensors_for<bf16>(be, bf, p->grads_f32, grid, params, master, grads, m, v, k, tab);
+        else launch_tensors_for<float>(be, bf, p->grads_f32, grid, params, master, grads, m, v, k, tab);
         CUDA_CHECK_LAUNCH();
     }
 }

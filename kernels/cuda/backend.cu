@@ -257,6 +257,8 @@ extern "C" Backend* cuda_backend_create(DType dtype) {
     be->cross_entropy = cuda_cross_entropy;
     be->sum = cuda_sum;
     be->sum_squares = cuda_sum_squares;
+    be->sum_squares_f32 = cuda_sum_squares_f32;
+    be->accumulate_f32 = cuda_accumulate_f32;
     be->adamw = cuda_adamw;
     be->adamw_tensors = cuda_adamw_tensors;
     be->fp8_support = cuda_fp8_support_for(prop.major, prop.minor);

@@ -169,6 +169,8 @@ void cuda_cross_entropy(Backend* be, float* losses, void* logits, const int32_t*
 void cuda_reduce_partials_add(Backend* be, void* out, const float* partial, int blocks, size_t stride, int C);
 void cuda_sum(Backend* be, float* out, const float* x, size_t n, int accumulate);
 void cuda_sum_squares(Backend* be, float* out, const void* x, size_t n, int accumulate);
+void cuda_sum_squares_f32(Backend* be, float* out, const float* x, size_t n, int accumulate);
+void cuda_accumulate_f32(Backend* be, float* acc, const void* x, size_t n, int round_bf16);
 
 void cuda_adamw(Backend* be, void* params, float* master, const void* grads, void* m, void* v,
                 size_t n, const AdamWParams* p);

@@ -149,6 +149,8 @@ void cuda_op_watch_install(Backend* be) {
     WATCH(cross_entropy, "N V Vp");
     WATCH(sum, "n accumulate");
     WATCH(sum_squares, "n accumulate");
+    WATCH(sum_squares_f32, "n accumulate");
+    WATCH(accumulate_f32, "n round_bf16");
     WATCH(adamw, "n");
     WATCH(adamw_tensors, "n");
     WATCH(amax, "n");

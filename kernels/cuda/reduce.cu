@@ -89,6 +89,31 @@ void cuda_sum_squares(Backend* be, float* out, const void* x, size_t n, int accu
     else sum_typed<float, true>(be, out, (const float*)x, n, accumulate);
 }
 
+void cuda_sum_squares_f32(Backend* be, float* out, const float* x, size_t n, int accumulate) {
+    sum_typed<float, true>(be, out, x, n, accumulate);
+}
+
+// acc[i] += x[i] (--grad-dtype fp32), or the BF16 accumulator emulated in
+// FP32 storage: acc[i] = bf16(acc[i] + bf16(x[i])), round to nearest even.
+template <typename T>
+__global__ void accumulate_f32_kernel(float* acc, const T* x, size_t n, int round) {
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
+        float v = to_float(x[i]);
+        acc[i] = round ? __bfloat162float(__float2bfloat16(acc[i] + __bfloat162float(__float2bfloat16(v))))
+                       : acc[i] + v;
+    }
+}
+
+void cuda_accumulate_f32(Backend* be, float* acc, const void* x, size_t n, int round_bf16) {
+    if (n == 0) return;
+    unsigned grid = grid_for(n, 256, 1);
+    if (be->dtype == DTYPE_BF16)
+        LAUNCH(accumulate_f32_kernel<bf16>, grid, 256, 0, cuda_stream(be), acc, (const bf16*)x, n, round_bf16);
+    else
+        LAUNCH(accumulate_f32_kernel<float>, grid, 256, 0, cuda_stream(be), acc, (const float*)x, n, round_bf16);
+    CUDA_CHECK_LAUNCH();
+}
+
 // ---- column sums -----------------------------------------------------------------------------------------
 
 // Block (32, 32): threadIdx.x picks one of 32 columns, threadIdx.y one of 32

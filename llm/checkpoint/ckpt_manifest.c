@@ -660,6 +660,38 @@ static int check_layout(Problem* p, Manifest* man) {
 // holding a member that only version 2 (which seals) writes is a version 2
 // manifest edited and stripped of its seal. And the run a manifest
 // describes must be one a program could have run.
+// The run's own flags ('config') fix its ZeRO stage and how many shards its
+// world was cut into; a manifest whose fields disagree with them (a world of
+// 2 with one shard under --shard-scope world) describes no run that was.
+// Flags an older program did not record are not checked.
+static const char* flag_of(const Manifest* man, const char* name) {
+    for (int i = 0; i < man->num_flags; i++)
+        if (!strcmp(man->flag_names[i], name)) return man->flag_values[i];
+    return NULL;
+}
+
+static int check_run_flags(Problem* p, const Manifest* man) {
+    const char* zero = flag_of(man, "zero");
+    const char* group = flag_of(man, "shard-group");
+    const char* scope = flag_of(man, "shard-scope");
+    long z, g = 0;
+    if (zero && parse_long(zero, &z) && z != man->zero_stage)
+        return problem(p, "'zero_stage' %d, but the run's 'config.zero' is %ld", man->zero_stage, z);
+    if (group && !parse_long(group, &g)) return problem(p, "'config.shard-group' '%s' is not a number", group);
+    if (g > 0) {
+        long want = g < man->world ? g : man->world;
+        if (man->layout_world != want)
+            return problem(p, "'layout_world' %d (shards), but 'world' %d ranks in groups of 'config.shard-group' %ld "
+                              "make %ld shards",
+                           man->layout_world, man->world, g, want);
+    } else if (scope && !strcmp(scope, "world") && man->layout_world != man->world) {
+        return problem(p, "'layout_world' %d (shards), but 'config.shard-scope' world cuts the model over all "
+                          "'world' %d ranks",
+                       man->layout_world, man->world);
+    }
+    return 1;
+}
+
 static int check_run(Problem* p, const JsonValue* root, const Manifest* man) {
     if (man->version < 2) {
         static const char* const v2_data[] = {"epoch", "window_in_epoch"};
@@ -680,6 +712,7 @@ static int check_run(Problem* p, const JsonValue* root, const Manifest* man) {
         return problem(p, "'zero_stage' %d is not a ZeRO stage (0 to 3)", man->zero_stage);
     if (man->world % man->layout_world != 0)
         return problem(p, "'layout_world' %d (shards) does not divide 'world' %d (ranks)", man->layout_world, man->world);
+    if (!check_run_flags(p, man)) return 0;
     // 16-bit parameters are saved as they are (a "params" section of the
     // precision's type); FP32 ones are the masters.
     int params = manifest_section(man, "params");

@@ -52,7 +52,16 @@ struct GPT {
     size_t num_params;    // unpadded count
 
     void* params;         // (params_size) dtype: the flat parameters, or (ZeRO-3) shard + staging
-    void* grads;          // (grads_size) dtype: the flat gradients, or (ZeRO-2/3) shard + staging
+    void* grads;          // (grads_size) grad_dtype: the flat gradients, or (ZeRO-2/3) shard + staging
+    // --grad-dtype (gpt_set_grad_dtype): grad_dtype is what grads hold, what the
+    // collectives sum and AdamW reads: dtype, or FP32 in a BF16 run. When they
+    // differ, or grad_round_bf16 emulates a BF16 accumulator on an FP32 run,
+    // each micro-step's unit gradients go first to grad_scratch (dtype;
+    // E + F + 2*Lmax elements, slots as gpt_staging's) and ZeRO's hooks add them
+    // into grads (Backend.accumulate_f32) when the unit's backward is done.
+    DType grad_dtype;
+    int grad_round_bf16;
+    void* grad_scratch;
     // Data parallelism. With zero_stage 0 every rank holds the whole
     // optimizer state; from stage 1 on, rank r holds chunk r of every unit,
     // concatenated in unit order (opt_size = total / world elements): its
@@ -135,6 +144,20 @@ typedef enum { STAGING_EMBED, STAGING_FINAL, STAGING_LAYER_A, STAGING_LAYER_B } 
 #define GPT_MAX_LAYER_SLOTS 3
 #define NUM_STAGING (STAGING_LAYER_A + GPT_MAX_LAYER_SLOTS)
 void* gpt_staging(const GPT* m, void* sharded, StagingSlot slot);
+// A slot of m->grad_scratch (gradient slots: embeddings, final, two layers).
+void* gpt_grad_scratch(const GPT* m, StagingSlot slot);
+
+// --grad-dtype: the dtype gradients are accumulated in across micro-steps
+// and summed in across ranks. `want` = m->dtype: the backward kernels
+// accumulate straight into m->grads (the default of gpt_create); FP32 in a
+// BF16 run: FP32 gradients behind a BF16 scratch; BF16 in an FP32 run: FP32
+// storage rounded to BF16 at every add (an emulation, for the CPU reference).
+// Call before the ZeRO hooks are installed; reallocates m->grads (zeroed).
+void gpt_set_grad_dtype(GPT* m, DType want);
+// Bytes of the gradients (accumulator and scratch) for `want` (as gpt_set_grad_dtype).
+size_t gpt_grad_bytes(const GPTConfig* c, DType dtype, DType want, int world, int zero_stage);
+// *out (+)= the squared L2 norm of n gradients (m->grad_dtype) at x.
+void gpt_grad_sum_squares(GPT* m, float* out, const void* x, size_t n, int accumulate);
 // Whether m->grads / m->params hold only this rank's shard (plus staging).
 static inline int gpt_grads_sharded(const GPT* m) { return m->zero_stage >= 2; }
 static inline int gpt_params_sharded(const GPT* m) { return m->zero_stage >= 3; }
@@ -200,7 +223,7 @@ static inline int gpt_final_unit(const GPT* m) { return m->config.num_layers + 1
 // Pointer to tensor (k, layer) given the base of the unit that holds it
 // (a slice of a flat buffer, or a gathered copy of the unit).
 void* gpt_tensor_in_unit(const GPT* m, void* unit_base, ParamKind k, int layer);
-// Base of unit u inside a flat buffer of the model's dtype.
+// Base of unit u inside a flat buffer of the model's dtype (of grad_dtype for m->grads).
 void* gpt_unit_slice(const GPT* m, void* flat, int u);
 // Base of activation kind k in the arena.
 void* gpt_act(const GPT* m, ActKind k);

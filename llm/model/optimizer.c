@@ -8,7 +8,12 @@
 #include "llm/model/internal.h"
 
 void gpt_grad_norm_squared(GPT* m, size_t lo, size_t hi) {
-    m->be->sum_squares(m->be, &m->scalars[1], (char*)m->grads + lo * dtype_size(m->dtype), hi - lo, 0);
+    gpt_grad_sum_squares(m, &m->scalars[1], (char*)m->grads + lo * dtype_size(m->grad_dtype), hi - lo, 0);
+}
+
+void gpt_grad_sum_squares(GPT* m, float* out, const void* x, size_t n, int accumulate) {
+    if (m->grad_dtype == m->dtype) m->be->sum_squares(m->be, out, x, n, accumulate);
+    else m->be->sum_squares_f32(m->be, out, (const float*)x, n, accumulate);
 }
 
 void gpt_update(GPT* m, float lr, float beta1, float beta2, float eps, float weight_decay,
@@ -54,6 +59,7 @@ void gpt_update(GPT* m, float lr, float beta1, float beta2, float eps, float wei
     p.step = m->adam_step;
     p.seed = seed;
     p.moment_dtype = m->adam_dtype;
+    p.grads_f32 = m->grad_dtype != m->dtype;
     be->adamw_tensors(be, m->params, m->master, m->grads, m->adam_m, m->adam_v, ts, nt, &p);
     free(ts);
 }

@@ -10,7 +10,7 @@
 #include "llm/util/rng.h"
 
 void* gpt_unit_slice(const GPT* m, void* flat, int u) {
-    return (char*)flat + m->layout.unit_begin[u] * dtype_size(m->dtype);
+    return (char*)flat + m->layout.unit_begin[u] * dtype_size(flat == m->grads ? m->grad_dtype : m->dtype);
 }
 
 void* gpt_tensor_in_unit(const GPT* m, void* unit_base, ParamKind k, int layer) {

@@ -83,7 +83,7 @@ void gpt_forward(GPT* m, const int32_t* inputs, const int32_t* targets, int B, i
     fp8_end_forward(m->fp8);
 }
 
-void gpt_zero_grads(GPT* m) { m->be->zero(m->be, m->grads, m->grads_size * dtype_size(m->dtype)); }
+void gpt_zero_grads(GPT* m) { m->be->zero(m->be, m->grads, m->grads_size * dtype_size(m->grad_dtype)); }
 
 void gpt_backward(GPT* m, const int32_t* inputs, int B, int T) {
     const BlockDef* block = gpt_block(&m->config);

@@ -68,7 +68,62 @@ void* gpt_staging(const GPT* m, void* sharded, StagingSlot slot) {
     if (slot > STAGING_EMBED) off += unit_size(pl, 0);
     if (slot > STAGING_FINAL) off += unit_size(pl, pl->num_units - 1);
     if (slot > STAGING_LAYER_A) off += (size_t)(slot - STAGING_LAYER_A) * max_layer_unit(pl);
-    return (char*)sharded + off * dtype_size(m->dtype);
+    return (char*)sharded + off * dtype_size(sharded == m->grads ? m->grad_dtype : m->dtype);
+}
+
+// Elements of the gradient scratch: the embeddings', the final unit's and two layer slots.
+static size_t scratch_size(const ParamLayout* pl) {
+    return unit_size(pl, 0) + unit_size(pl, pl->num_units - 1) + (size_t)GPT_GRAD_LAYER_SLOTS * max_layer_unit(pl);
+}
+
+void* gpt_grad_scratch(const GPT* m, StagingSlot slot) {
+    const ParamLayout* pl = &m->layout;
+    if (!m->grad_scratch || (int)slot < 0 || (int)slot >= STAGING_LAYER_A + GPT_GRAD_LAYER_SLOTS)
+        fatal("internal: gradient scratch slot %d", (int)slot);
+    size_t off = 0;
+    if (slot > STAGING_EMBED) off += unit_size(pl, 0);
+    if (slot > STAGING_FINAL) off += unit_size(pl, pl->num_units - 1);
+    if (slot > STAGING_LAYER_A) off += (size_t)(slot - STAGING_LAYER_A) * max_layer_unit(pl);
+    return (char*)m->grad_scratch + off * dtype_size(m->dtype);
+}
+
+// Gradients of a `dtype` run accumulated as `want`: where they are stored,
+// and whether a scratch in dtype sits in front of them.
+static DType grad_storage(DType dtype, DType want, int* scratch) {
+    *scratch = want != dtype;
+    return want == DTYPE_F32 || dtype == DTYPE_F32 ? DTYPE_F32 : dtype;
+}
+
+size_t gpt_grad_bytes(const GPTConfig* c, DType dtype, DType want, int world, int zero_stage) {
+    ParamLayout pl;
+    param_layout_build(&pl, c, world);
+    size_t params, grads, opt;
+    state_sizes(&pl, zero_stage, GPT_GRAD_LAYER_SLOTS, &params, &grads, &opt);
+    int scratch;
+    size_t bytes = grads * dtype_size(grad_storage(dtype, want, &scratch));
+    if (scratch) bytes += scratch_size(&pl) * dtype_size(dtype);
+    param_layout_free(&pl);
+    return bytes;
+}
+
+void gpt_set_grad_dtype(GPT* m, DType want) {
+    if (want != DTYPE_F32 && want != DTYPE_BF16) fatal("internal: gradients in %s", dtype_name(want));
+    if (m->hooks) fatal("internal: gpt_set_grad_dtype after the ZeRO hooks are installed");
+    Backend* be = m->be;
+    int scratch;
+    DType storage = grad_storage(m->dtype, want, &scratch);
+    be->free(be, m->grads);
+    if (m->grad_scratch) be->free(be, m->grad_scratch);
+    m->grad_scratch = NULL;
+    m->grad_dtype = storage;
+    m->grad_round_bf16 = want == DTYPE_BF16 && m->dtype == DTYPE_F32;
+    m->grads = be->alloc(be, m->grads_size * dtype_size(storage), "gradients");
+    be->zero(be, m->grads, m->grads_size * dtype_size(storage));
+    if (scratch) {
+        size_t bytes = scratch_size(&m->layout) * dtype_size(m->dtype);
+        m->grad_scratch = be->alloc(be, bytes, "gradient scratch (one micro-step)");
+        be->zero(be, m->grad_scratch, bytes);
+    }
 }
 
 size_t gpt_owned_piece(const GPT* m, int u, size_t* lo, size_t* state_offset) {
@@ -113,6 +168,7 @@ void gpt_create_full(GPT* m, const GPTConfig* c, Backend* be, int B, int T, int 
     m->config = *c;
     m->be = be;
     m->dtype = be->dtype;
+    m->grad_dtype = be->dtype;
     m->B = B;
     m->T = T;
     if (T > c->max_seq_len)
@@ -157,6 +213,7 @@ void gpt_free(GPT* m) {
     if (m->fp8) gpt_disable_fp8(m);
     be->free(be, m->params);
     be->free(be, m->grads);
+    if (m->grad_scratch) be->free(be, m->grad_scratch);
     if (m->master) be->free(be, m->master);
     be->free(be, m->adam_m);
     be->free(be, m->adam_v);

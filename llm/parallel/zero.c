@@ -14,13 +14,15 @@
 enum { EV_PARAMS = 0, EV_GRADS = NUM_STAGING };
 
 static size_t es_of(const GPT* m) { return dtype_size(m->dtype); }
+// Gradients are accumulated and communicated in m->grad_dtype (--grad-dtype).
+static size_t ges_of(const GPT* m) { return dtype_size(m->grad_dtype); }
 
 // This rank's chunk of unit u's gradients, where its reduced sum lands: in
 // the shard (stages 2, 3) or in the flat buffer (stages 0, 1).
 static void* grad_chunk(const GPT* m, int u) {
     const ParamLayout* pl = &m->layout;
-    if (gpt_grads_sharded(m)) return (char*)m->grads + pl->unit_begin[u] / (size_t)m->world * es_of(m);
-    return (char*)gpt_unit_slice(m, m->grads, u) + (size_t)m->rank * unit_chunk(pl, u) * es_of(m);
+    if (gpt_grads_sharded(m)) return (char*)m->grads + pl->unit_begin[u] / (size_t)m->world * ges_of(m);
+    return (char*)gpt_unit_slice(m, m->grads, u) + (size_t)m->rank * unit_chunk(pl, u) * ges_of(m);
 }
 
 // ---------------------------------------------------------------------------
@@ -168,36 +170,73 @@ static int grad_slot_for(const GPT* m, int u) {
     return STAGING_LAYER_A + (u & 1);
 }
 
-static void* hook_unit_grads(void* ctx, GPT* m, int u) {
-    Zero* z = (Zero*)ctx;
+// Where unit u's gradients accumulate: its slice of the flat gradients
+// (stages 0, 1) or a staging slot (stages 2, 3), zeroed on its first use in
+// the micro-step.
+static void* grad_target(Zero* z, GPT* m, int u) {
     if (!gpt_grads_sharded(m)) return gpt_unit_slice(m, m->grads, u);
     int s = grad_slot_for(m, u);
     void* buf = gpt_staging(m, m->grads, (StagingSlot)s);
     if (z->grad_unit[s] != u) {
         // The slot's last reduce-scatter must have read it before it is zeroed.
         comm_compute_wait(z->comm, EV_GRADS + s);
-        m->be->zero(m->be, buf, unit_size(&m->layout, u) * es_of(m));
+        m->be->zero(m->be, buf, unit_size(&m->layout, u) * ges_of(m));
         z->grad_unit[s] = u;
+    }
+    return buf;
+}
+
+// The backward kernels write unit u's gradients here: into the target
+// itself, or (--grad-dtype differing from the compute dtype) into a scratch
+// slot in the compute dtype that hook_unit_backward_done adds into the target.
+static void* hook_unit_grads(void* ctx, GPT* m, int u) {
+    Zero* z = (Zero*)ctx;
+    if (!m->grad_scratch) return grad_target(z, m, u);
+    int s = grad_slot_for(m, u);
+    void* buf = gpt_grad_scratch(m, (StagingSlot)s);
+    if (z->scratch_unit[s] != u) {
+        m->be->zero(m->be, buf, unit_size(&m->layout, u) * es_of(m));
+        z->scratch_unit[s] = u;
     }
     return buf;
 }
 
 static void hook_unit_backward_done(void* ctx, GPT* m, int u) {
     Zero* z = (Zero*)ctx;
+    if (m->grad_scratch) {
+        // This micro-step's gradients of u, added into the accumulator in its dtype.
+        int s = grad_slot_for(m, u);
+        if (z->scratch_unit[s] != u) fatal("internal: unit %d's backward is done but its gradients are not in scratch", u);
+        m->be->accumulate_f32(m->be, (float*)grad_target(z, m, u), gpt_grad_scratch(m, (StagingSlot)s),
+                              unit_size(&m->layout, u), m->grad_round_bf16);
+        z->scratch_unit[s] = -1;
+    }
     if (!z->communicate) return;
     Comm* c = z->comm;
     size_t chunk = unit_chunk(&m->layout, u);
     int replicas = c->group[COMM_REPLICA].size > 1 && z->last_micro;
     comm_wait_compute(c);  // the unit's gradients are complete
     if (z->stage == 0) {
-        comm_all_reduce(c, COMM_WORLD, gpt_unit_slice(m, m->grads, u), unit_size(&m->layout, u), m->dtype);
+        comm_all_reduce(c, COMM_WORLD, gpt_unit_slice(m, m->grads, u), unit_size(&m->layout, u), m->grad_dtype);
     } else if (z->stage == 1) {
-        comm_reduce_scatter(c, COMM_SHARD, gpt_unit_slice(m, m->grads, u), chunk, m->dtype, NULL);
-        if (replicas) comm_all_reduce(c, COMM_REPLICA, grad_chunk(m, u), chunk, m->dtype);
+        comm_reduce_scatter(c, COMM_SHARD, gpt_unit_slice(m, m->grads, u), chunk, m->grad_dtype, NULL);
+        if (replicas) comm_all_reduce(c, COMM_REPLICA, grad_chunk(m, u), chunk, m->grad_dtype);
     } else {
         int s = grad_slot_for(m, u);
-        comm_reduce_scatter(c, COMM_SHARD, gpt_staging(m, m->grads, (StagingSlot)s), chunk, m->dtype, grad_chunk(m, u));
-        if (replicas) comm_all_reduce(c, COMM_REPLICA, grad_chunk(m, u), chunk, m->dtype);
+        void* staged = gpt_staging(m, m->grads, (StagingSlot)s);
+        if (m->grad_round_bf16) {
+            // The emulated BF16 shard: the group's sum (in FP32) lands in this
+            // rank's chunk of the slot, then is added into the shard rounded.
+            comm_reduce_scatter(c, COMM_SHARD, staged, chunk, m->grad_dtype, NULL);
+            comm_record(c, EV_GRADS + s);
+            comm_compute_wait(c, EV_GRADS + s);
+            m->be->accumulate_f32(m->be, (float*)grad_chunk(m, u),
+                                  (char*)staged + (size_t)c->group[COMM_SHARD].rank * chunk * ges_of(m), chunk, 1);
+            comm_wait_compute(c);
+        } else {
+            comm_reduce_scatter(c, COMM_SHARD, staged, chunk, m->grad_dtype, grad_chunk(m, u));
+        }
+        if (replicas) comm_all_reduce(c, COMM_REPLICA, grad_chunk(m, u), chunk, m->grad_dtype);
         comm_record(c, EV_GRADS + s);
         z->grad_unit[s] = -1;
     }
@@ -227,6 +266,7 @@ void zero_init(Zero* z, GPT* m, Comm* comm) {
     for (int s = 0; s < NUM_STAGING; s++) {
         z->param_unit[s] = -1;
         z->grad_unit[s] = -1;
+        z->scratch_unit[s] = -1;
     }
     z->hooks.ctx = z;
     z->hooks.unit_params = hook_unit_params;
@@ -244,7 +284,7 @@ void zero_free(Zero* z) {
 
 void zero_begin_step(Zero* z) {
     gpt_zero_grads(z->m);
-    for (int s = 0; s < NUM_STAGING; s++) z->grad_unit[s] = -1;
+    for (int s = 0; s < NUM_STAGING; s++) z->grad_unit[s] = z->scratch_unit[s] = -1;
 }
 
 void zero_begin_micro_step(Zero* z, int micro, int accum) {
@@ -259,7 +299,7 @@ void zero_step_totals(Zero* z, double* loss_sum, double* grad_norm_sq) {
     comm_compute_wait_all(z->comm);
     // The squared norm of the chunks this rank reduced (chunk r of every
     // unit), unit by unit, the same way at every stage.
-    for (int u = 0; u < pl->num_units; u++) be->sum_squares(be, &m->scalars[1], grad_chunk(m, u), unit_chunk(pl, u), u > 0);
+    for (int u = 0; u < pl->num_units; u++) gpt_grad_sum_squares(m, &m->scalars[1], grad_chunk(m, u), unit_chunk(pl, u), u > 0);
     float scalars[2];
     be->to_host(be, scalars, m->scalars, sizeof scalars);
     *loss_sum = scalars[0];

@@ -59,6 +59,7 @@ typedef struct {
     int order_has_backward;         // ... it holds a backward use
     int pos;                        // position of the latest use in order (-1: unknown)
     int grad_unit[NUM_STAGING];     // ZeRO-2/3: unit accumulating in each slot (-1: none)
+    int scratch_unit[NUM_STAGING];  // --grad-dtype: unit whose micro-step gradients are in each scratch slot
 } Zero;
 
 // Installs the hooks on a model created with gpt_create(..., shard world,

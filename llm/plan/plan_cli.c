@@ -11,9 +11,12 @@
 #include "kernels/cuda_seam.h"
 #include "llm/arch/arch.h"
 #include "llm/platform/device.h"
+#include "llm/plan/cost.h"
+#include "llm/plan/mfu.h"
 #include "llm/fp8/fp8.h"
 #include "llm/parallel/comm.h"
 #include "llm/presets.h"
+#include "llm/util/host_mem.h"
 
 static const double GIB = 1073741824.0;
 
@@ -28,22 +31,6 @@ typedef struct {
 
 // ---------------------------------------------------------------------------
 // the environment
-
-static double host_available_memory(void) {
-    FILE* f = fopen("/proc/meminfo", "r");
-    if (f) {
-        char line[256];
-        long kb;
-        while (fgets(line, sizeof line, f)) {
-            if (sscanf(line, "MemAvailable: %ld kB", &kb) == 1) {
-                fclose(f);
-                return (double)kb * 1024.0;
-            }
-        }
-        fclose(f);
-    }
-    return (double)sysconf(_SC_AVPHYS_PAGES) * (double)sysconf(_SC_PAGESIZE);
-}
 
 static int env_positive(const char* name) {
     const char* v = getenv(name);
@@ -76,8 +63,8 @@ static int real_gpu(PlanDevice* d, char* note, size_t note_len) {
 
 static PlanDevice cpu_device(const TrainConfig* cfg, char* note, size_t note_len) {
     int threads = cfg->threads > 0 ? cfg->threads : omp_get_max_threads();
-    snprintf(note, note_len, "available host memory (/proc/meminfo), %d threads", threads);
-    return plan_device_cpu(host_available_memory(), threads);
+    snprintf(note, note_len, "available host memory (%s), %d threads", host_memory_source(), threads);
+    return plan_device_cpu(host_memory_available(), threads);
 }
 
 // The device --plan plans for: --gpu, else --device cpu, else the GPU
@@ -179,6 +166,7 @@ static void build_request(const TrainConfig* cfg, int for_auto, PlanRequest* rq)
     pc->adam_dtype = cfg->adam_dtype == ADAM_DTYPE_BF16 ? DTYPE_BF16 : DTYPE_F32;
     pc->zero_stage = cfg->zero_stage;
     pc->zero3_prefetch = cfg->zero3_prefetch;
+    pc->grad_bf16 = cfg->grad_dtype == GRAD_DTYPE_BF16 ? 2 : 0;
     pc->hybrid = cfg->shard_scope == SHARD_SCOPE_NODE;
     pc->shard_group = cfg->shard_group;
     if (pc->shard_group > 0) {
@@ -192,7 +180,9 @@ static void build_request(const TrainConfig* cfg, int for_auto, PlanRequest* rq)
     rq->fixed.micro_batch = config_is_set(cfg, "micro-batch");
     rq->fixed.recompute = config_is_set(cfg, "recompute") || config_is_set(cfg, "recompute-layers");
     rq->fixed.zero_stage = config_is_set(cfg, "zero");
+    rq->fixed.grad_dtype = config_is_set(cfg, "grad-dtype") && cfg->grad_dtype != GRAD_DTYPE_AUTO;
     rq->fixed.hybrid = config_is_set(cfg, "shard-scope") || cfg->shard_group > 0;
+    (void)plan_links_of(&rq->dev);  // a bad TRAIN_GPT_PLAN_*_GBS fails here, before any output
     if (config_is_set(cfg, "batch-tokens") && cfg->batch_tokens > 0) {
         long unit = (long)pc->T * pc->world * (rq->fixed.micro_batch ? pc->B : 1);
         if (cfg->batch_tokens % unit != 0)
@@ -229,7 +219,11 @@ void plan_print_bill(FILE* f, const PlanConfig* pc, const MemoryBill* b, const P
     if (z == 3) snprintf(how, sizeof how, "%s, shard + embeddings, final unit, %d layers", es, plan_param_layer_slots(pc));
     else snprintf(how, sizeof how, "%s, replicated", es);
     line(f, "parameters", how, (double)b->state.params, u);
-    snprintf(how, sizeof how, "%s, %s", es, z >= 2 ? "shard + embeddings, final unit, 2 layers" : "replicated");
+    // 16-bit runs accumulate in FP32 behind a scratch of one micro-step's units unless --grad-dtype bf16.
+    int grad_scratch = !fp32 && pc->grad_bf16 == 0;
+    snprintf(how, sizeof how, "%s, %s%s", grad_scratch ? "fp32" : es,
+             z >= 2 ? "shard + embeddings, final unit, 2 layers" : "replicated",
+             grad_scratch ? ", + bf16 scratch of those units" : "");
     line(f, "gradients", how, (double)b->state.grads, u);
     if (fp32) snprintf(how, sizeof how, "none: the fp32 parameters are the master");
     else snprintf(how, sizeof how, "fp32, %s", z == 0 ? "replicated" : shard);
@@ -354,6 +348,53 @@ static void print_speed(FILE* f, const PlanResult* r, const PlanDevice* d) {
                 100.0 * PLAN_ASSUMED_MFU * s->model_flops / (s->model_flops + s->recompute_flops));
 }
 
+// The step-time model (llm/plan/cost.h): compute by precision, the
+// memory-bound kernels' bytes op by op (issue 28's byte count per step), the
+// collectives per kind and link, and what the schedule leaves exposed.
+static void print_cost(FILE* f, const PlanResult* r, const PlanRequest* rq) {
+    const PlanConfig* pc = &r->config;
+    PlanCost k = plan_cost(pc, &rq->dev, plan_accum(pc, rq->fixed.batch_tokens));
+    if (k.step <= 0) {
+        fprintf(f, "step time  | no estimate: %s\n",
+                rq->dev.is_gpu ? "this GPU's peaks and bandwidths are not known (--gpu names one)"
+                               : "the CPU backend is a reference, not a target");
+        return;
+    }
+    double ms = 1e3;
+    fprintf(f, "step time  | estimate (llm/plan/README.md, \"The step-time model\"): %d micro-step%s of %d x %d per step%s; "
+               "HBM %.0f GB/s, NVLink %.0f GB/s, network %.1f GB/s per GPU\n",
+            k.accum, k.accum == 1 ? "" : "s", pc->B, pc->T, rq->fixed.batch_tokens > 0 ? "" : " (--batch-tokens sets more)",
+            k.links.hbm / 1e9, k.links.nvlink / 1e9, k.links.network / 1e9);
+    fprintf(f, "step time  | per micro-step: GEMMs %.2f ms (%.1f TFLOP bf16 at %.0f%% of peak + %.1f TFLOP fp8 at %.0f%%), "
+               "attention %.2f ms (%.1f TFLOP causal, bf16 at %.0f%%), memory-bound %.2f ms\n",
+            k.t_gemm * ms, k.gemm_flops_bf16 / 1e12, PLAN_GEMM_EFF * 100, k.gemm_flops_fp8 / 1e12, PLAN_GEMM_EFF_FP8 * 100, k.t_attn * ms,
+            k.attn_flops / 1e12, PLAN_ATTN_EFF * 100, (k.t_micro - k.t_gemm - k.t_attn) * ms);
+    fprintf(f, "memory-bound bytes per step (op, GB, ms at %.0f%% of HBM):\n", PLAN_HBM_EFF * 100);
+    double total = 0;
+    for (int op = 0; op < NUM_MB_OPS; op++) {
+        if (k.mem_bytes[op] <= 0) continue;
+        total += k.mem_bytes[op];
+        fprintf(f, "  %-17s %12.3f %10.3f\n", mem_op_name((MemOp)op), k.mem_bytes[op] / 1e9,
+                k.mem_bytes[op] / (PLAN_HBM_EFF * k.links.hbm) * ms);
+    }
+    fprintf(f, "  %-17s %12.3f %10.3f\n", "= total", total / 1e9, k.t_mem * ms);
+    fprintf(f, "communication per step and GPU (collective, link, GB sent, busy ms at %.0f%% of the link):\n",
+            PLAN_LINK_EFF * 100);
+    int any = 0;
+    for (int c = 0; c < NUM_COLL; c++)
+        for (int l = 0; l < NUM_LINKS; l++) {
+            if (k.comm_bytes[c][l] <= 0) continue;
+            any = 1;
+            fprintf(f, "  %-15s %-8s %12.3f %10.3f\n", coll_name((CollKind)c), link_name((LinkKind)l),
+                    k.comm_bytes[c][l] / 1e9, k.comm_time[c][l] * ms);
+        }
+    if (!any) fprintf(f, "  none: one rank\n");
+    fprintf(f, "step time  | %.1f ms = %d x %.2f ms compute + %.2f ms optimizer + %.2f ms exposed communication -> "
+               "%.0f tok/s per GPU, %.0f model TFLOP/s per GPU (%.0f%% MFU)\n",
+            k.step * ms, k.accum, k.t_micro * ms, k.t_optimizer * ms, k.exposed * ms, k.tokens_per_s_gpu,
+            k.tokens_per_s_gpu * flops_per_token(&pc->model, pc->T) / 1e12, k.mfu * 100);
+}
+
 // Largest micro-batch per policy at the recommendation's other settings.
 static void print_alternatives(FILE* f, const PlanResult* r, const PlanRequest* rq) {
     PlanConfig pc = r->config;
@@ -372,14 +413,15 @@ static void print_alternatives(FILE* f, const PlanResult* r, const PlanRequest* 
 
 static void print_summary(FILE* f, const PlanResult* r, const PlanRequest* rq) {
     const PlanConfig* pc = &r->config;
+    PlanCost k = plan_cost(pc, &rq->dev, plan_accum(pc, rq->fixed.batch_tokens));
     fprintf(f,
             "summary   | fits=%d model=%s params=%.4g seq=%d device=%s world=%d precision=%s zero=%d hybrid=%d "
             "recompute=%s full_layers=%d micro_batch=%d planned_gib=%.2f memory_gib=%.2f tok_s_gpu=%.0f "
-            "hours_per_btok=%.3f gpu_hours_per_btok=%.2f fits_with_world=%d fits_with_seq=%d shard_ranks=%d\n",
+            "hours_per_btok=%.3f gpu_hours_per_btok=%.2f step_ms=%.1f est_tok_s_gpu=%.0f exposed_ms=%.2f fits_with_world=%d fits_with_seq=%d shard_ranks=%d\n",
             r->fits, rq->model_name, (double)gpt_num_params(&pc->model), pc->T, rq->dev.name, pc->world,
             precision_name(pc->precision), pc->zero_stage, pc->hybrid, recompute_mode_name(pc->recompute.mode),
             pc->recompute.full_layers, pc->B, (double)r->bill.total / GIB, rq->dev.memory / GIB, r->speed.tokens_per_s_gpu,
-            r->speed.hours_per_billion, r->speed.gpu_hours_per_billion, r->fits_with_world, r->fits_with_seq_len,
+            r->speed.hours_per_billion, r->speed.gpu_hours_per_billion, k.step * 1e3, k.tokens_per_s_gpu, k.exposed * 1e3, r->fits_with_world, r->fits_with_seq_len,
             plan_shard_world(pc));
 }
 
@@ -430,6 +472,7 @@ int plan_command(const TrainConfig* cfg) {
     plan_print_bill(f, &r.config, &r.bill, &rq.dev);
     if (r.fits) print_alternatives(f, &r, &rq);
     print_speed(f, &r, &rq.dev);
+    print_cost(f, &r, &rq);
     print_summary(f, &r, &rq);
     fflush(f);
     return r.fits ? 0 : PLAN_EXIT_NOTHING_FITS;
@@ -449,9 +492,12 @@ void plan_auto(TrainConfig* cfg) {
     cfg->micro_batch = pc->B;
     cfg->zero_stage = pc->zero_stage;
     if (pc->hybrid) cfg->shard_scope = SHARD_SCOPE_NODE;
+    if (pc->shard_group > 0) cfg->shard_group = pc->shard_group;
     cfg->recompute_layers = pc->recompute.mode == RECOMPUTE_FULL ? 0 : pc->recompute.full_layers;
     cfg->recompute = pc->recompute.mode;
     cfg->precision = pc->precision == PREC_FP8 ? PRECISION_FP8 : pc->precision == PREC_BF16 ? PRECISION_BF16 : PRECISION_FP32;
+    // FP32 gradients fit no plan: bf16 ones (--grad-dtype auto).
+    if (pc->grad_bf16 == 1 && pc->precision != PREC_FP32) cfg->grad_dtype = GRAD_DTYPE_BF16;
     print_choice(stdout, "auto      | planned:", &r, &rq);
     fflush(stdout);
 }

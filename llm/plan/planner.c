@@ -10,6 +10,7 @@
 
 #include "kernels/cudnn_workspace.h"
 #include "llm/fp8/fp8.h"
+#include "llm/plan/cost.h"
 #include "llm/plan/mfu.h"
 
 const char* precision_name(Precision p) {
@@ -145,6 +146,8 @@ MemoryBill plan_bill(const PlanConfig* pc, const PlanDevice* dev) {
     DType dt = pc->precision == PREC_FP32 || (pc->precision == PREC_FP8 && !dev->is_gpu) ? DTYPE_F32 : DTYPE_BF16;
     b.state = gpt_state_bytes_staged(c, dt, plan_shard_world(pc), pc->zero_stage, plan_param_layer_slots(pc));
     if (pc->adam_dtype == DTYPE_BF16) b.state.adam /= 2;  // gpt_state_bytes counts FP32 moments
+    DType grad_want = pc->grad_bf16 == 2 || (pc->grad_bf16 == 1 && dt != DTYPE_F32) ? DTYPE_BF16 : DTYPE_F32;
+    b.state.grads = gpt_grad_bytes(c, dt, grad_want, plan_shard_world(pc), pc->zero_stage);
     act_layout_build_chunked(&b.acts, c, pc->B, pc->T, dt, &pc->recompute, plan_resolved_head_chunks(pc));
     b.activations = b.acts.bytes;
     size_t BT = (size_t)pc->B * pc->T;
@@ -268,11 +271,40 @@ static int cheapest_recompute(PlanConfig* pc, const PlanFixed* fx, const PlanDev
     return 1;
 }
 
+// Seconds per token of pc's step under the time model (llm/plan/cost.h); 0
+// where the device has none (the CPU, an unknown GPU).
+static double seconds_per_token(const PlanConfig* pc, const PlanFixed* fx, const PlanDevice* dev) {
+    PlanCost k = plan_cost(pc, dev, plan_accum(pc, fx->batch_tokens));
+    return k.step > 0 ? k.step / (k.accum * (double)pc->B * pc->T) : 0;
+}
+
+// The sharding a stage may use: the request's when it is fixed or the world
+// is one node; else shard groups of a node, 2, 4, ... nodes and the world
+// (hybrid first: least traffic across nodes). Returns the count.
+#define MAX_SHARDINGS 24
+static int shardings(const PlanConfig* req, const PlanFixed* fx, int z, int hybrid[], int group[]) {
+    int spans_nodes = req->world > req->ranks_per_node && z > 0;
+    if (!spans_nodes || fx->hybrid) {
+        hybrid[0] = spans_nodes ? req->hybrid : 0;
+        group[0] = req->shard_group;
+        return 1;
+    }
+    int n = 0;
+    for (int g = req->ranks_per_node; g < req->world && n < MAX_SHARDINGS - 1; g *= 2) {
+        if (req->world % g != 0) continue;
+        hybrid[n] = g == req->ranks_per_node;
+        group[n++] = g == req->ranks_per_node ? 0 : g;
+    }
+    hybrid[n] = 0;
+    group[n++] = 0;
+    return n;
+}
+
 // The search of plan_recommend without the suggestions for when nothing fits.
 static int search(const PlanConfig* req, const PlanFixed* fx, const PlanDevice* dev, PlanConfig* out) {
     PlanConfig base = *req;
     if (!fx->precision) base.precision = plan_default_precision(&req->model, dev);
-    int min_b = fx->micro_batch ? req->B : 1;
+    int min_b = fx->micro_batch ? req->B : 1, L = req->model.num_layers;
     // ZeRO-1 moves the bytes of ZeRO-0 (a reduce-scatter and an all-gather
     // are one all-reduce) and keeps only a shard of the optimizer state, so
     // on more than one rank it comes first; ZeRO-2 and 3 communicate more.
@@ -283,22 +315,40 @@ static int search(const PlanConfig* req, const PlanFixed* fx, const PlanDevice* 
     for (int i = 0; i < 4; i++) {
         int z = order[i];
         if (fx->zero_stage && z != req->zero_stage) continue;
-        int spans_nodes = req->world > req->ranks_per_node && z > 0;
-        for (int h = spans_nodes ? 1 : 0; h >= 0; h--) {  // hybrid first: less traffic across nodes
-            if (fx->hybrid && h != req->hybrid && spans_nodes) continue;
+        // At the first stage where anything fits: of the shardings, and of the
+        // cheapest recompute that fits and full recompute, each at its largest
+        // micro-batch, the plan with the least time per token, by 1% or more (the first that
+        // fits where the device has no time model).
+        int hy[MAX_SHARDINGS], gr[MAX_SHARDINGS], found = 0;
+        int ns = shardings(req, fx, z, hy, gr);
+        double best = 0;
+        for (int s = 0; s < ns; s++) {
             PlanConfig pc = base;
             pc.zero_stage = z;
-            pc.hybrid = h;
+            pc.hybrid = hy[s];
+            pc.shard_group = gr[s];
             pc.B = min_b;
             if (!cheapest_recompute(&pc, fx, dev)) continue;
-            if (!fx->micro_batch) {
-                int b = plan_max_micro_batch(&pc, fx, dev);
-                if (b < 1) continue;  // only possible when B must divide the batch
-                pc.B = b;
+            RecomputePolicy policies[2] = {pc.recompute, recompute_policy(RECOMPUTE_FULL, L, L)};
+            int np = fx->recompute || pc.recompute.full_layers == L ? 1 : 2;
+            for (int p = 0; p < np; p++) {
+                PlanConfig c = pc;
+                c.recompute = policies[p];
+                if (!fx->micro_batch) {
+                    int b = plan_max_micro_batch(&c, fx, dev);
+                    if (b < 1) continue;  // only possible when B must divide the batch
+                    c.B = b;
+                }
+                double t = seconds_per_token(&c, fx, dev);
+                if (!found || (t > 0 && t < best * 0.99)) {  // 1% faster to be worth a larger group
+                    *out = c;
+                    best = t;
+                }
+                found = 1;
+                if (t <= 0) return 1;  // no time model: the first that fits
             }
-            *out = pc;
-            return 1;
         }
+        if (found) return 1;
     }
     return 0;
 }
@@ -330,10 +380,18 @@ static PlanConfig least_memory(const PlanConfig* req, const PlanFixed* fx, const
     return best;
 }
 
-PlanResult plan_recommend(const PlanConfig* request, const PlanFixed* fixed, const PlanDevice* dev) {
+PlanResult plan_recommend(const PlanConfig* asked, const PlanFixed* fixed, const PlanDevice* dev) {
     PlanResult r;
     memset(&r, 0, sizeof r);
+    PlanConfig req = *asked;
+    const PlanConfig* request = &req;
     r.fits = search(request, fixed, dev, &r.config);
+    // --grad-dtype auto: FP32 gradients where some plan fits with them, else
+    // BF16 ones (2 bytes per parameter less, and no scratch).
+    if (!r.fits && !fixed->grad_dtype && !req.grad_bf16) {
+        req.grad_bf16 = 1;
+        r.fits = search(request, fixed, dev, &r.config);
+    }
     if (!r.fits) {
         r.config = least_memory(request, fixed, dev);
         // What would fit with nothing fixed but the precision.
@@ -394,6 +452,7 @@ PlanConfig plan_config_of_model(const GPT* m) {
     pc.head_chunks = (int)ceil_div((size_t)m->B * m->T, (size_t)m->acts.head_rows);
     pc.zero_stage = m->zero_stage;
     pc.zero3_prefetch = m->param_layer_slots - 1;
+    pc.grad_bf16 = m->grad_round_bf16 ? 2 : m->grad_dtype == DTYPE_BF16 ? 1 : 0;
     pc.world = m->world;
     pc.ranks_per_node = m->world;
     return pc;

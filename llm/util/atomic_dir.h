@@ -61,6 +61,11 @@ int atomic_dir_probe(const char* dir, char* err, size_t errsize);
 // not a directory.
 int atomic_file_probe(const char* path, char* err, size_t errsize);
 
+// For readers: when `dir` is missing but a DIR.old-PID of a dead writer lies
+// beside it (a kill between the two renames of the fallback swap), its path
+// in out and 1; else 0.
+int atomic_dir_stranded(const char* dir, char* out, size_t outsize);
+
 // The fault hook (TRAIN_GPT_FOLDER_FAULT); a no-op outside folder writes.
 void atomic_dir_fault_point(void);
 

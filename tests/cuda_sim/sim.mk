@@ -30,6 +30,8 @@ SIM_SCRIPTS      += tests/cuda_sim/test_sim_gpu_run.sh
 SIM_SCRIPTS      += tests/cuda_sim/test_sim_llama.sh
 # FP8 recipes by compute capability (issue 27).
 SIM_SCRIPTS      += tests/cuda_sim/test_sim_fp8_recipe.sh
+# --grad-dtype fp32 in BF16 runs, 2 ranks over the harness's NCCL, against the CPU (issue 25).
+SIM_SCRIPTS      += $(if $(SIM_NCCL),tests/cuda_sim/test_sim_grad_dtype.sh)
 SIM_TESTS        := $(if $(SIM_ENABLED),$(SIM_SELF_TESTS) $(SIM_GPU_TESTS) $(SIM_GPU_RANDOM) $(SIM_SCRIPTS),)
 SIM_LINK_LIBS    := $(SIM)/libkernels.a $(SIM)/libcudasim.a $(BUILD)/libtrain.a
 # The harness's symbols that the fake cuDNN (dlopen'ed) looks up in the program.

@@ -3,7 +3,8 @@
 // GPU (one launch, 128-bit path for aligned tensors) and on the CPU: FP32
 // parameters with and without master weights, BF16 parameters with stochastic
 // rounding, per-tensor weight decay and FP8 amaxes, sizes that are not
-// multiples of the vector width, offsets aligned and not, two steps.
+// multiples of the vector width, offsets aligned and not, two steps; BF16
+// parameters with FP32 gradients (--grad-dtype fp32) as with BF16 ones.
 #include "tests/gpu/gpu_test.h"
 
 #define NT 9
@@ -161,10 +162,42 @@ static void check_case(Backend* be, int aligned, int with_master) {
     free(g);
 }
 
+// --grad-dtype fp32 in a BF16 run: adamw_tensors reading FP32 gradients
+// (AdamWParams.grads_f32) gives the bits it gives for the same values as BF16
+// gradients (they are bf16-representable), on both load paths.
+static void check_fp32_grads(int aligned) {
+    Layout L = make_layout(aligned);
+    float* w = host_normal(L.n_params, 0.5f);
+    float* g = host_normal(L.n_params, 0.01f);
+    for (size_t i = 0; i < L.n_params; i++) g[i] = as_stored(g[i]);
+    Buffers x = upload(gpu, w, g, &L, 1, 1), y = upload(gpu, w, g, &L, 1, 1);
+    gpu->free(gpu, y.grads);
+    y.grads = gpu_from_f32(g, L.n_params);
+    run(gpu, &x, &L, 1);
+    AdamWTensor t[NT];
+    for (int i = 0; i < NT; i++) {
+        t[i] = L.t[i];
+        t[i].amax = i % 3 ? y.amax + i : NULL;
+    }
+    for (int step = 1; step <= 2; step++) {
+        AdamWParams p = params_for(step);
+        p.grads_f32 = 1;
+        gpu->adamw_tensors(gpu, y.params, y.master, y.grads, y.m, y.v, t, NT, &p);
+    }
+    char what[96];
+    snprintf(what, sizeof what, "gpu bf16 with fp32 gradients, %s offsets", aligned ? "aligned" : "unaligned");
+    compare(gpu, &x, &y, &L, w, what);
+    release(gpu, &x);
+    release(gpu, &y);
+    free(w);
+    free(g);
+}
+
 static void test_adamw_tensors_matches_per_tensor_calls(void) {
     for (int aligned = 0; aligned < 2; aligned++) {
         if (gdt() == DTYPE_BF16) {
             check_case(gpu, aligned, 1);
+            check_fp32_grads(aligned);
         } else {
             check_case(gpu, aligned, 0);
             check_case(gpu, aligned, 1);
