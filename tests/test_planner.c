@@ -237,9 +237,13 @@ static void recommendations_hand_checked(void) {
     CHECK(r.fits && r.config.zero_stage == 1, "7B/4K/H100: fits %d ZeRO-%d", r.fits, r.config.zero_stage);
     // The same on 2 nodes shards inside each node (hybrid) when the network
     // is slow (the choice by step time: cost_choice_follows_network).
+    // BF16 gradients (--grad-dtype bf16): FP32 ones leave ZeRO-1 no room here.
     setenv("TRAIN_GPT_PLAN_NET_GBS", "1", 1);
     rq = request(shape(32, 4096, 32, 50257, 4096), 4096, 16);
-    r = plan_recommend(&rq, &free_all, &h100);
+    rq.grad_bf16 = 1;
+    PlanFixed fixed_grads = free_all;
+    fixed_grads.grad_dtype = 1;
+    r = plan_recommend(&rq, &fixed_grads, &h100);
     unsetenv("TRAIN_GPT_PLAN_NET_GBS");
     CHECK(r.fits && r.config.zero_stage == 1 && r.config.hybrid && plan_shard_world(&r.config) == 8,
           "7B/4K on 16 H100: fits %d ZeRO-%d hybrid %d", r.fits, r.config.zero_stage, r.config.hybrid);
@@ -539,9 +543,10 @@ static void cost_choice_follows_network(void) {
     PlanConfig rq = request(c, 8192, 32);
     rq.precision = PREC_FP8;
     rq.zero_stage = 3;
+    rq.grad_bf16 = 1;  // --grad-dtype bf16: with FP32 gradients node shards do not fit at all
     PlanFixed fx;
     memset(&fx, 0, sizeof fx);
-    fx.precision = fx.zero_stage = 1;
+    fx.precision = fx.zero_stage = fx.grad_dtype = 1;
     fx.batch_tokens = 32L * 8192 * 4;
     setenv("TRAIN_GPT_PLAN_NET_GBS", "0.5", 1);
     PlanResult slow = plan_recommend(&rq, &fx, &b200);

@@ -1,4 +1,5 @@
 #!/usr/bin/python3
+# run_tests: background (most of its time is pip waiting on PyPI; tests/run_tests.sh)
 """test_sagemaker_sdk.py: scripts/sagemaker/launch.py against the real
 SageMaker Python SDKs from PyPI, v3 (ModelTrainer) and v2 (Estimator), each
 in a venv under build/ (installed once), with no network: botocore's Stubber
