@@ -7,7 +7,7 @@
 // its memory bandwidth (from the device's memory clock and bus width) and
 // as a fraction of a device-to-device copy measured in the same run; AdamW
 // over GPT-2 124M's 148 tensors one call each and in one adamw_tensors
-// launch; the FP8 amax and casts of a BF16 activation; the layernorm and
+// launch, with FP32 and with BF16 moments; the FP8 amax and casts of a BF16 activation; the layernorm and
 // RMSNorm backward (one launch each) at C = 768 and 4096, checked against the
 // CPU backend and for repeatability before they are timed; the MLP's GELU
 // with cuBLASLt's epilogues (fc GEMM + GELU_AUX_BIAS, fcproj's input
@@ -464,7 +464,7 @@ static void op_enc_bwd(void* p) {
 }
 static void op_adamw(void* p) {
     MemCtx* c = (MemCtx*)p;
-    AdamWParams a = {1e-4f, 0.9f, 0.95f, 1e-8f, 0.1f, 1.0f, 1, 7, 0, NULL};
+    AdamWParams a = {1e-4f, 0.9f, 0.95f, 1e-8f, 0.1f, 1.0f, 1, 7, 0, NULL, DTYPE_F32};
     be->adamw(be, c->a, c->master, c->b, c->m, c->v, c->n, &a);
 }
 static void op_norm(void* p) {
@@ -500,14 +500,20 @@ static void op_adamw_per_tensor(void* p) {
     MemCtx* c = (MemCtx*)p;
     for (int i = 0; i < G124_TENSORS; i++) {
         const AdamWTensor* t = &g124_tensors[i];
-        AdamWParams a = {1e-4f, 0.9f, 0.95f, 1e-8f, t->weight_decay, 1.0f, 1, 7, t->index_base, NULL};
+        AdamWParams a = {1e-4f, 0.9f, 0.95f, 1e-8f, t->weight_decay, 1.0f, 1, 7, t->index_base, NULL, DTYPE_F32};
         be->adamw(be, (char*)c->a + t->param * 2, c->master + t->state, (char*)c->b + t->grad * 2, c->m + t->state,
                   c->v + t->state, t->count, &a);
     }
 }
 static void op_adamw_tensors(void* p) {
     MemCtx* c = (MemCtx*)p;
-    AdamWParams a = {1e-4f, 0.9f, 0.95f, 1e-8f, 0.0f, 1.0f, 1, 7, 0, NULL};
+    AdamWParams a = {1e-4f, 0.9f, 0.95f, 1e-8f, 0.0f, 1.0f, 1, 7, 0, NULL, DTYPE_F32};
+    be->adamw_tensors(be, c->a, c->master, c->b, c->m, c->v, g124_tensors, G124_TENSORS, &a);
+}
+// The same with BF16 moments (--adam-dtype bf16): the FP32 m and v buffers hold them in their first half.
+static void op_adamw_tensors_bf16_moments(void* p) {
+    MemCtx* c = (MemCtx*)p;
+    AdamWParams a = {1e-4f, 0.9f, 0.95f, 1e-8f, 0.0f, 1.0f, 1, 7, 0, NULL, DTYPE_BF16};
     be->adamw_tensors(be, c->a, c->master, c->b, c->m, c->v, g124_tensors, G124_TENSORS, &a);
 }
 
@@ -741,6 +747,10 @@ static void bench_memory_ops(int B, int T, int C, int V) {
         report_bytes("adamw per tensor", shape, per, n124 * (2.0 + 2 + 3 * 8));
         report_bytes("adamw_tensors (1 launch)", shape, one, n124 * (2.0 + 2 + 3 * 8));
         printf("adamw_tensors / per-tensor calls: %.2fx the throughput\n", per / one);
+        // BF16 moments: 20 bytes an element instead of 28 (m and v read and written in 2 bytes each).
+        double m16 = time_op(op_adamw_tensors_bf16_moments, &c);
+        report_bytes("adamw_tensors, bf16 moments", shape, m16, n124 * (2.0 + 2 + 2 * 4 + 4 * 2));
+        printf("adamw_tensors with bf16 moments / fp32 moments: %.2fx the speed\n", one / m16);
     }
     report_bytes("grad norm (sum_squares)", shape, time_op(op_norm, &c), c.n * 2.0);
     void* bufs[] = {c.a, c.b, c.res, c.out, c.dinp, c.w, c.bias, c.dw, c.db, c.mean, c.rstd, c.losses, c.tok,

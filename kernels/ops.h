@@ -55,9 +55,17 @@ typedef struct {
     float grad_scale;    // multiplies every gradient first (clipping, averaging)
     int step;            // 1-based, for bias correction
     uint64_t seed;       // stochastic rounding of 16-bit parameters: element i
-    uint64_t index_base; // draws from (seed, index_base + i), the flat index, so
-                         // the bits do not depend on how the range was split
+    uint64_t index_base; // draws from (seed, index_base + i), an element index (the
+                         // model's: the position in the unpadded parameter order,
+                         // the same at any world size), so the bits do not depend
+                         // on how the range was split into calls or ranks
     float* amax;         // NULL, or the amax (see above) of the parameters written
+    DType moment_dtype;  // m and v: DTYPE_F32 (0, the default) or DTYPE_BF16. BF16
+                         // moments are loaded, updated in FP32 and stored rounded
+                         // stochastically with 16 bits each of the same draw
+                         // rng_u64(seed, index_base + i) as the parameters (those take
+                         // bits 48-63, m bits 0-15, v bits 16-31), so the rounding is a
+                         // pure function of (seed, element index), the same on every backend
     int grads_f32;       // grads are FP32 whatever the activation dtype (--grad-dtype fp32
                          // in a BF16 run; adamw_tensors only)
 } AdamWParams;
@@ -65,7 +73,7 @@ typedef struct {
 // One tensor of an AdamW step over the flat buffers (Backend.adamw_tensors):
 // what would otherwise be one adamw call per tensor.
 typedef struct {
-    size_t param, grad, state;  // its first element in params, in grads, and in master / m / v
+    size_t param, grad, state;  // its first element (not byte) in params, in grads, and in master / m / v
     size_t count;
     uint64_t index_base;        // AdamWParams.index_base of its first element
     float weight_decay;         // its own (0: none)
@@ -269,13 +277,14 @@ struct Backend {
     // AdamW on n elements. `master` holds the FP32 weights when params are
     // 16-bit (params are then written from it, rounded stochastically with
     // p->seed); with FP32 params master is NULL and params are updated in place.
-    void (*adamw)(Backend* be, void* params, float* master, const void* grads, float* m, float* v,
+    // m and v are FP32 or BF16 (p->moment_dtype).
+    void (*adamw)(Backend* be, void* params, float* master, const void* grads, void* m, void* v,
                   size_t n, const AdamWParams* p);
     // adamw on each of n tensors of the same buffers, with p's lr, betas, eps,
     // grad_scale, step and seed and the tensor's offsets, weight decay, index
     // base and amax (p's own three are ignored): bit for bit the results of n
     // adamw calls, in one launch on the GPU (a few for thousands of tensors).
-    void (*adamw_tensors)(Backend* be, void* params, float* master, const void* grads, float* m, float* v,
+    void (*adamw_tensors)(Backend* be, void* params, float* master, const void* grads, void* m, void* v,
                           const AdamWTensor* t, int n, const AdamWParams* p);
 
     // ---- FP8 (llm/fp8/fp8.h keeps the scaling state; formats, rounding and scale

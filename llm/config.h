@@ -23,6 +23,7 @@ typedef enum { GRAD_DTYPE_AUTO = 0, GRAD_DTYPE_FP32, GRAD_DTYPE_BF16 } GradDtype
 typedef enum { ON_DIVERGENCE_STOP = 0, ON_DIVERGENCE_ROLLBACK } DivergenceAction;        // --on-divergence
 typedef enum { SHARD_SCOPE_WORLD = 0, SHARD_SCOPE_NODE } ShardScope;                     // --shard-scope
 typedef enum { EXPORT_FP32 = 0, EXPORT_BF16 } ExportDtype;                               // --export-dtype
+typedef enum { ADAM_DTYPE_FP32 = 0, ADAM_DTYPE_BF16 } AdamDtype;                          // --adam-dtype
 typedef enum { MODEL_FORMAT_BOTH = 0, MODEL_FORMAT_HF, MODEL_FORMAT_LLMC } ModelFormat;  // --model-format
 typedef enum { ATTENTION_AUTO = 0, ATTENTION_CUDNN, ATTENTION_NATIVE } AttentionChoice;       // --attention
 // --recompute is a RecomputeMode (llm/recompute.h) and --fp8-recipe an
@@ -58,6 +59,7 @@ typedef struct {
     // optimisation
     int steps;
     double lr, lr_final_frac, weight_decay, grad_clip, beta1, beta2, eps;
+    AdamDtype adam_dtype;  // storage of AdamW's moments
     int warmup;
     long seed;
     // evaluation and output

@@ -136,6 +136,7 @@ static void check_host_memory(const Trainer* tr, const TrainConfig* cfg, const G
     pc.head_chunks = head_chunks;
     pc.zero_stage = cfg->zero_stage;
     pc.zero3_prefetch = cfg->zero3_prefetch;
+    pc.adam_dtype = cfg->adam_dtype == ADAM_DTYPE_BF16 ? DTYPE_BF16 : DTYPE_F32;
     pc.world = shard_world;
     pc.ranks_per_node = shard_world;
     PlanDevice dev = plan_device_of_backend(tr->be);
@@ -215,7 +216,7 @@ void trainer_setup(Trainer* tr, const TrainConfig* cfg, Backend* be, Comm* comm)
     int head_chunks = cfg->head_chunks > 0 ? cfg->head_chunks : plan_head_chunks(&mc, tr->B, tr->T);
     if (!strcmp(be->name, "cpu")) check_host_memory(tr, cfg, &mc, &recompute, head_chunks, shard->size);
     gpt_create_full(&tr->model, &mc, be, tr->B, tr->T, shard->size, shard->rank, cfg->zero_stage, &recompute,
-                    cfg->zero3_prefetch + 1, head_chunks);
+                    cfg->zero3_prefetch + 1, head_chunks, cfg->adam_dtype == ADAM_DTYPE_BF16 ? DTYPE_BF16 : DTYPE_F32);
     // The ops' temporary device memory, once, so that no step allocates (the
     // MLP's 4C is the widest linear layer with a bias).
     if (be->reserve_scratch) be->reserve_scratch(be, tr->B, tr->T, mc.channels, 4 * mc.channels, mc.num_heads,

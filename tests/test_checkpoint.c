@@ -152,8 +152,8 @@ static void fill_model(GPT* m) {
     }
     for (int u = 0; u < pl->num_units; u++) {
         size_t lo, off, len = gpt_owned_piece(m, u, &lo, &off);
-        memcpy(m->adam_m + off, arr[1] + lo, len * sizeof(float));
-        memcpy(m->adam_v + off, arr[2] + lo, len * sizeof(float));
+        memcpy((float*)m->adam_m + off, arr[1] + lo, len * sizeof(float));
+        memcpy((float*)m->adam_v + off, arr[2] + lo, len * sizeof(float));
         if (m->master) memcpy(m->master + off, arr[0] + lo, len * sizeof(float));
     }
     m->adam_step = 17;
@@ -185,8 +185,8 @@ static long check_model(const GPT* m, DType saved_dtype) {
     for (int u = 0; u < pl->num_units; u++) {
         size_t lo, off, len = gpt_owned_piece(m, u, &lo, &off);
         for (size_t k = 0; k < len; k++) {
-            bad += m->adam_m[off + k] != arr[1][lo + k];
-            bad += m->adam_v[off + k] != arr[2][lo + k];
+            bad += ((float*)m->adam_m)[off + k] != arr[1][lo + k];
+            bad += ((float*)m->adam_v)[off + k] != arr[2][lo + k];
             if (m->master) bad += m->master[off + k] != arr[0][lo + k];
         }
     }
@@ -626,6 +626,12 @@ static void manifest_rejects_inconsistent(void) {
         {"\"name\": \"model.bin\"", "\"name\": \"../model.bin\"", "no valid name"},
         {"\"offset\": 0, \"elements\": 16384", "\"offset\": 0, \"elements\": 99999999", "lies outside its unit"},
         {"\"name\": \"adam_v\"", "\"name\": \"adam_w\"", "section 'adam_v' is missing"},
+        {"\"name\": \"adam_v\", \"dtype\": \"fp32\"", "\"name\": \"adam_v\", \"dtype\": \"bf16\"",
+         "sections 'adam_m' and 'adam_v' have different dtypes"},
+        {"\"name\": \"master\", \"dtype\": \"fp32\"", "\"name\": \"master\", \"dtype\": \"bf16\"",
+         "section 'master' is bf16, not fp32"},
+        {"\"name\": \"adam_v\", \"dtype\": \"fp32\"", "\"name\": \"adam_v\", \"dtype\": \"fp8_e4m3\"",
+         "section 'adam_v' is fp8_e4m3, not fp32 or bf16"},
         {"\"shard_elements\": ", "\"shard_elements\": 1", "is not the layout's"},
         {"\"data\": {", "\"datum\": {", "'data' lacks"},
         {"\"layers\": 2", "\"layers\": -2", "'layers'"},

@@ -25,12 +25,12 @@ static GPTConfig shape(int L, int C, int NH, int V, int max_T) {
 
 // One training step on a fresh backend; returns its peak allocated bytes
 // and writes the planned bytes.
-static size_t measure(const GPTConfig* c, int B, int T, RecomputePolicy p, int world, int zero, int threads,
-                      size_t* planned, size_t* planned_of_model) {
+static size_t measure_adam(const GPTConfig* c, int B, int T, RecomputePolicy p, int world, int zero, int threads,
+                           DType adam_dtype, size_t* planned, size_t* planned_of_model) {
     Backend* be = cpu_backend_create(DTYPE_F32, threads);
     GPT m;
     // The LM head in the planner's chunks, as the trainer makes it.
-    gpt_create_chunked(&m, c, be, B, T, world, 0, zero, &p, plan_head_chunks(c, B, T));
+    gpt_create_full(&m, c, be, B, T, world, 0, zero, &p, GPT_GRAD_LAYER_SLOTS, plan_head_chunks(c, B, T), adam_dtype);
     gpt_init_random(&m, 3);
     int32_t* tok = (int32_t*)xmalloc((size_t)B * T * sizeof(int32_t));
     for (int i = 0; i < B * T; i++) tok[i] = (int32_t)(rng_uniform(11, (uint64_t)i) * c->vocab_size) % c->vocab_size;
@@ -57,6 +57,7 @@ static size_t measure(const GPTConfig* c, int B, int T, RecomputePolicy p, int w
     pc.zero_stage = zero;
     pc.world = world;
     pc.ranks_per_node = world;
+    pc.adam_dtype = adam_dtype;
     PlanDevice dev = plan_device_cpu(64 * GIB, omp_get_max_threads());
     *planned = plan_bill(&pc, &dev).allocated;
     // ... and from the live model, as the trainer prints it.
@@ -64,6 +65,11 @@ static size_t measure(const GPTConfig* c, int B, int T, RecomputePolicy p, int w
     gpt_free(&m);
     be->destroy(be);
     return peak;
+}
+
+static size_t measure(const GPTConfig* c, int B, int T, RecomputePolicy p, int world, int zero, int threads,
+                      size_t* planned, size_t* planned_of_model) {
+    return measure_adam(c, B, T, p, world, zero, threads, DTYPE_F32, planned, planned_of_model);
 }
 
 static void planned_equals_allocated(void) {
@@ -96,6 +102,22 @@ static void planned_equals_allocated(void) {
         printf("# %-40s planned %9zu bytes, peak allocated %9zu\n", cases[i].what, planned, peak);
         CHECK(peak == planned, "%s: peak allocated %zu, planned %zu", cases[i].what, peak, planned);
         CHECK(of_model == planned, "%s: bill of the model %zu, of the config %zu", cases[i].what, of_model, planned);
+    }
+    // BF16 moments (--adam-dtype bf16), unsharded and at ZeRO-1: billed at
+    // half, to the byte, and that half is all the difference.
+    for (int zero = 0; zero < 2; zero++) {
+        GPTConfig c = shape(2, 64, 2, 100, 32);
+        RecomputePolicy p = recompute_policy(RECOMPUTE_NONE, 0, c.num_layers);
+        size_t planned, of_model, planned32, of_model32;
+        size_t peak = measure_adam(&c, 4, 32, p, 1 + zero, zero, 0, DTYPE_BF16, &planned, &of_model);
+        measure_adam(&c, 4, 32, p, 1 + zero, zero, 0, DTYPE_F32, &planned32, &of_model32);
+        StateBytes sb = gpt_state_bytes(&c, DTYPE_F32, 1 + zero, zero);
+        printf("# bf16 moments, ZeRO-%d: planned %zu bytes, peak allocated %zu (fp32 moments: %zu)\n", zero, planned,
+               peak, planned32);
+        CHECK(peak == planned && of_model == planned, "bf16 moments ZeRO-%d: peak %zu, planned %zu, of the model %zu",
+              zero, peak, planned, of_model);
+        CHECK(planned32 - planned == sb.adam / 2, "bf16 moments ZeRO-%d save %zu bytes, not half of %zu", zero,
+              planned32 - planned, sb.adam);
     }
 }
 

@@ -9,16 +9,24 @@
 //   p = p + (-(lr/bc1) * m) / denom             param.addcdiv_(exp_avg, denom, value=-step_size)
 // Scalar coefficients are formed in double and rounded to float once, as
 // Python does before handing them to the tensor kernels.
+//
+// BF16 moments (AdamWParams.moment_dtype): m and v are widened to FP32, updated
+// by the same operations, and stored rounded stochastically with bits 0-15 (m)
+// and 16-31 (v) of rng_u64(seed, element index), the draw whose top 16 bits round
+// BF16 parameters on the GPU (kernels/cuda/adamw.cu makes the same decisions).
 #include <math.h>
 #include <string.h>
 #if defined(__AVX512F__) || defined(__AVX__)
 #include <immintrin.h>
 #endif
 
+#include "kernels/bf16.h"
 #include "kernels/cpu/cpu.h"
+#include "llm/util/rng.h"
 
 typedef struct {
     float decay, m_weight, v_keep, v_weight, neg_step_size, bc2_sqrt, eps, grad_scale;
+    uint64_t seed;  // the stochastic rounding's key (BF16 moments)
 } AdamWCoefficients;
 
 static AdamWCoefficients adamw_coefficients(const AdamWParams* p) {
@@ -36,6 +44,7 @@ static AdamWCoefficients adamw_coefficients(const AdamWParams* p) {
     k.bc2_sqrt = (float)sqrt(bias_correction2);
     k.eps = p->eps;
     k.grad_scale = p->grad_scale;
+    k.seed = p->seed;
     return k;
 }
 
@@ -77,11 +86,32 @@ static uint32_t adamw_block(float* w, const float* grads, float* m, float* v, in
     return amax;
 }
 
-void cpu_adamw(Backend* be, void* params_, float* master, const void* grads_, float* m, float* v,
+// A block with BF16 moments: widened into FP32 copies, updated by adamw_block,
+// stored rounded stochastically (element i draws rng_u64(seed, index)).
+static uint32_t adamw_block_bf16_moments(float* w, const float* grads, uint16_t* m, uint16_t* v, int n,
+                                         uint64_t index, const AdamWCoefficients* k) {
+    float mf[ADAMW_BLOCK], vf[ADAMW_BLOCK];
+    for (int i = 0; i < n; i++) {
+        mf[i] = bf16_to_f32(m[i]);
+        vf[i] = bf16_to_f32(v[i]);
+    }
+    uint32_t amax = adamw_block(w, grads, mf, vf, n, k);
+    for (int i = 0; i < n; i++) {
+        uint64_t r = rng_u64(k->seed, index + (uint64_t)i);
+        m[i] = f32_to_bf16_stochastic(mf[i], (uint32_t)r);
+        v[i] = f32_to_bf16_stochastic(vf[i], (uint32_t)(r >> 16));
+    }
+    return amax;
+}
+
+void cpu_adamw(Backend* be, void* params_, float* master, const void* grads_, void* m_, void* v_,
                size_t n, const AdamWParams* p) {
     float* params = (float*)params_;
     const float* grads = (const float*)grads_;
     if (p->step < 1) fatal("adamw: step must be >= 1 (it is 1-based), got %d", p->step);
+    if (p->moment_dtype != DTYPE_F32 && p->moment_dtype != DTYPE_BF16)
+        fatal("adamw: moments must be fp32 or bf16, got %s", dtype_name(p->moment_dtype));
+    const int bf_moments = p->moment_dtype == DTYPE_BF16;
     AdamWCoefficients k = adamw_coefficients(p);
     // With 16-bit params the FP32 weights live in master; the CPU backend's
     // params are FP32 too, so they simply receive a copy.
@@ -92,23 +122,26 @@ void cpu_adamw(Backend* be, void* params_, float* master, const void* grads_, fl
     for (size_t b = 0; b < blocks; b++) {
         size_t i0 = b * ADAMW_BLOCK;
         int len = (int)(n - i0 < ADAMW_BLOCK ? n - i0 : ADAMW_BLOCK);
-        uint32_t a = adamw_block(w + i0, grads + i0, m + i0, v + i0, len, &k);
+        uint32_t a = bf_moments ? adamw_block_bf16_moments(w + i0, grads + i0, (uint16_t*)m_ + i0, (uint16_t*)v_ + i0,
+                                                           len, p->index_base + i0, &k)
+                                : adamw_block(w + i0, grads + i0, (float*)m_ + i0, (float*)v_ + i0, len, &k);
         mx = a > mx ? a : mx;
     }
     cpu_amax_commit(p->amax, mx);
     if (master && n) memcpy(params, master, n * sizeof(float));
 }
 
-void cpu_adamw_tensors(Backend* be, void* params_, float* master, const void* grads_, float* m, float* v,
+void cpu_adamw_tensors(Backend* be, void* params_, float* master, const void* grads_, void* m, void* v,
                        const AdamWTensor* t, int n, const AdamWParams* p) {
     float* params = (float*)params_;
     const float* grads = (const float*)grads_;
+    size_t ms = dtype_size(p->moment_dtype);
     for (int i = 0; i < n; i++) {
         AdamWParams q = *p;
         q.weight_decay = t[i].weight_decay;
         q.index_base = t[i].index_base;
         q.amax = t[i].amax;
-        cpu_adamw(be, params + t[i].param, master ? master + t[i].state : NULL, grads + t[i].grad, m + t[i].state,
-                  v + t[i].state, t[i].count, &q);
+        cpu_adamw(be, params + t[i].param, master ? master + t[i].state : NULL, grads + t[i].grad,
+                  (char*)m + t[i].state * ms, (char*)v + t[i].state * ms, t[i].count, &q);
     }
 }

@@ -157,9 +157,9 @@ void cpu_sum_squares(Backend* be, float* out, const void* x, size_t n, int accum
 void cpu_sum_squares_f32(Backend* be, float* out, const float* x, size_t n, int accumulate);
 void cpu_accumulate_f32(Backend* be, float* acc, const void* x, size_t n, int round_bf16);
 
-void cpu_adamw(Backend* be, void* params, float* master, const void* grads, float* m, float* v,
+void cpu_adamw(Backend* be, void* params, float* master, const void* grads, void* m, void* v,
                size_t n, const AdamWParams* p);
-void cpu_adamw_tensors(Backend* be, void* params, float* master, const void* grads, float* m, float* v,
+void cpu_adamw_tensors(Backend* be, void* params, float* master, const void* grads, void* m, void* v,
                        const AdamWTensor* t, int n, const AdamWParams* p);
 
 void cpu_amax(Backend* be, float* amax, const void* x, size_t n);

@@ -172,9 +172,9 @@ void cuda_sum_squares(Backend* be, float* out, const void* x, size_t n, int accu
 void cuda_sum_squares_f32(Backend* be, float* out, const float* x, size_t n, int accumulate);
 void cuda_accumulate_f32(Backend* be, float* acc, const void* x, size_t n, int round_bf16);
 
-void cuda_adamw(Backend* be, void* params, float* master, const void* grads, float* m, float* v,
+void cuda_adamw(Backend* be, void* params, float* master, const void* grads, void* m, void* v,
                 size_t n, const AdamWParams* p);
-void cuda_adamw_tensors(Backend* be, void* params, float* master, const void* grads, float* m, float* v,
+void cuda_adamw_tensors(Backend* be, void* params, float* master, const void* grads, void* m, void* v,
                         const AdamWTensor* t, int n, const AdamWParams* p);
 
 // FP8 (fp8.cu; the GEMMs in matmul.cu).

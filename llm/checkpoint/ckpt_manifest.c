@@ -50,8 +50,8 @@ void manifest_describe(Manifest* man, const GPT* m) {
     man->shard_elements = (int64_t)(pl->total / (size_t)pl->world);
     int64_t off = CKPT_SHARD_HEADER_BYTES;
     add_section(man, "master", DTYPE_F32, &off);
-    add_section(man, "adam_m", DTYPE_F32, &off);
-    add_section(man, "adam_v", DTYPE_F32, &off);
+    add_section(man, "adam_m", m->adam_dtype, &off);  // --adam-dtype: fp32 or bf16
+    add_section(man, "adam_v", m->adam_dtype, &off);
     // 16-bit parameters are rounded stochastically from the masters, so they
     // cannot be recomputed from them: saved as they are.
     if (m->dtype != DTYPE_F32) add_section(man, "params", m->dtype, &off);
@@ -429,8 +429,13 @@ static int parse_sections_and_files(Problem* p, const JsonValue* root, Manifest*
     for (int i = 0; i < 3; i++) {
         int s = manifest_section(man, needed[i]);
         if (s < 0) return problem(p, "section '%s' is missing", needed[i]);
-        if (man->sections[s].dtype != DTYPE_F32) return problem(p, "section '%s' is not fp32", needed[i]);
+        // The moments may be BF16 (--adam-dtype bf16); the masters are FP32.
+        DType d = man->sections[s].dtype;
+        if (d != DTYPE_F32 && (i == 0 || d != DTYPE_BF16))
+            return problem(p, "section '%s' is %s, not fp32%s", needed[i], dtype_name(d), i ? " or bf16" : "");
     }
+    if (man->sections[manifest_section(man, "adam_m")].dtype != man->sections[manifest_section(man, "adam_v")].dtype)
+        return problem(p, "sections 'adam_m' and 'adam_v' have different dtypes");
 
     const JsonValue* files = json_get(root, "files");
     if (!files || files->type != JSON_ARRAY) return problem(p, "'files' is missing");

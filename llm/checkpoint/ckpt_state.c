@@ -42,13 +42,15 @@ void ckpt_snapshot_take(CkptSnapshot* s, const GPT* m, const CkptComm* comm, int
         fatal("internal: checkpoint shard %d of %d, but the model is rank %d of %d", comm->shard, comm->shards, m->rank,
               pl->world);
     int64_t elements = (int64_t)(pl->total / (size_t)pl->world);
-    if (s->elements != elements) {
+    size_t ms = dtype_size(m->adam_dtype);
+    if (s->elements != elements || s->adam_dtype != m->adam_dtype) {
         ckpt_snapshot_free(s);
         s->elements = elements;
+        s->adam_dtype = m->adam_dtype;
         if (comm->writes) {
             s->master = (float*)xmalloc((size_t)elements * sizeof(float));
-            s->adam_m = (float*)xmalloc((size_t)elements * sizeof(float));
-            s->adam_v = (float*)xmalloc((size_t)elements * sizeof(float));
+            s->adam_m = xmalloc((size_t)elements * ms);
+            s->adam_v = xmalloc((size_t)elements * ms);
             if (m->dtype != DTYPE_F32) s->params16 = xmalloc((size_t)elements * dtype_size(m->dtype));
         }
         if (comm->rank == 0) {
@@ -72,8 +74,8 @@ void ckpt_snapshot_take(CkptSnapshot* s, const GPT* m, const CkptComm* comm, int
         // FP32 runs have no separate masters: the parameters are the FP32 values.
         if (m->master) be->to_host(be, s->master + at, m->master + si, chunk * sizeof(float));
         else be->to_host(be, s->master + at, (const char*)m->params + pi * es, chunk * sizeof(float));
-        be->to_host(be, s->adam_m + at, m->adam_m + si, chunk * sizeof(float));
-        be->to_host(be, s->adam_v + at, m->adam_v + si, chunk * sizeof(float));
+        be->to_host(be, (char*)s->adam_m + at * ms, (const char*)m->adam_m + si * ms, chunk * ms);
+        be->to_host(be, (char*)s->adam_v + at * ms, (const char*)m->adam_v + si * ms, chunk * ms);
         if (s->params16) be->to_host(be, (char*)s->params16 + at * es, (const char*)m->params + pi * es, chunk * es);
         at += chunk;
     }
@@ -295,17 +297,43 @@ void ckpt_restore(GPT* m, const Manifest* man, const char* dir) {
             be->convert(be, dst, m->dtype, staging, DTYPE_F32, n);
         }
     }
-    // Optimizer state: the pieces this rank owns.
+    // Optimizer state: the pieces this rank owns, the moments converted where
+    // the checkpoint's dtype is not the run's (--adam-dtype).
     const char* names[3] = {"adam_m", "adam_v", "master"};
-    float* targets[3] = {m->adam_m, m->adam_v, m->master};
+    void* targets[3] = {m->adam_m, m->adam_v, m->master};
+    DType want[3] = {m->adam_dtype, m->adam_dtype, DTYPE_F32};
+    uint16_t* narrow = NULL;  // FP32 moments rounded to BF16
+    float* wide = NULL;       // BF16 moments widened to FP32
+    DType saved = man->sections[manifest_section(man, "adam_m")].dtype;
+    if (saved != m->adam_dtype) {
+        if (m->rank == 0)
+            fprintf(stderr, "note: %s holds %s AdamW moments; converted to --adam-dtype %s\n", dir, dtype_name(saved),
+                    dtype_name(m->adam_dtype));
+        if (m->adam_dtype == DTYPE_BF16) narrow = (uint16_t*)xmalloc(biggest * sizeof(uint16_t));
+        else wide = (float*)xmalloc(biggest * sizeof(float));
+    }
     for (int u = 0; u < pl->num_units; u++) {
         size_t lo, off, len = gpt_owned_piece(m, u, &lo, &off);
         for (int k = 0; k < 3; k++) {
             if (!targets[k]) continue;  // no separate masters in FP32 runs
-            read_range(&r, m, manifest_section(man, names[k]), u, lo, lo + len, buf);
-            be->to_device(be, targets[k] + off, buf, len * sizeof(float));
+            int sec = manifest_section(man, names[k]);
+            read_range(&r, m, sec, u, lo, lo + len, buf);
+            const void* src = buf;
+            if (man->sections[sec].dtype != want[k]) {
+                if (narrow) {
+                    for (size_t i = 0; i < len; i++) narrow[i] = f32_to_bf16(buf[i]);
+                    src = narrow;
+                } else {
+                    for (size_t i = 0; i < len; i++) wide[i] = bf16_to_f32(((const uint16_t*)buf)[i]);
+                    src = wide;
+                }
+            }
+            size_t es_k = dtype_size(want[k]);
+            be->to_device(be, (char*)targets[k] + off * es_k, src, len * es_k);
         }
     }
+    free(narrow);
+    free(wide);
     m->adam_step = man->adam_step;
     if (staging) be->free(be, staging);
     be->synchronize(be);

@@ -26,8 +26,9 @@ typedef struct {
     int shard;                // the shard this rank writes (-1: none)
     int64_t elements;         // values in each section of the shard
     float* master;            // (elements) FP32 masters; the parameters in FP32 runs
-    float* adam_m;            // (elements)
-    float* adam_v;            // (elements)
+    void* adam_m;             // (elements) adam_dtype
+    void* adam_v;             // (elements) adam_dtype
+    DType adam_dtype;         // the moments' dtype (--adam-dtype): FP32 or BF16
     void* params16;           // (elements) 16-bit parameters; NULL in FP32 runs
     DType params16_dtype;
     float* weights;           // rank 0: every parameter in llm.c's order, FP32; else NULL
@@ -52,7 +53,9 @@ int ckpt_write_weights(const CkptSnapshot* s, const char* dir, const char* name,
 
 // Loads a verified checkpoint into m: the full parameters, and the optimizer
 // state of the pieces this rank owns, mapped through (tensor, element) from
-// the checkpoint's layout to the model's. Sets m->adam_step. Fatal (naming
+// the checkpoint's layout to the model's. Sets m->adam_step. Moments saved
+// in another dtype than m->adam_dtype are converted (BF16 to FP32 exactly,
+// FP32 to BF16 rounded to nearest), with a note on stderr. Fatal (naming
 // the file) if a file cannot be read.
 void ckpt_restore(GPT* m, const Manifest* man, const char* dir);
 

@@ -74,8 +74,9 @@ struct GPT {
     size_t grads_size;    // elements of grads
     size_t opt_size;      // elements of master / adam_m / adam_v on this rank
     float* master;        // (opt_size) FP32 master weights; NULL when dtype is FP32
-    float* adam_m;        // (opt_size) FP32
-    float* adam_v;        // (opt_size) FP32
+    void* adam_m;         // (opt_size) adam_dtype: AdamW's first moment
+    void* adam_v;         // (opt_size) adam_dtype: AdamW's second moment
+    DType adam_dtype;     // DTYPE_F32 or DTYPE_BF16 (gpt_create_full's, --adam-dtype; the other creates: FP32)
 
     int B, T;             // the micro-batch the arena was sized for
     ActLayout acts;       // includes the recompute policy
@@ -106,9 +107,10 @@ void gpt_create_staged(GPT* m, const GPTConfig* c, Backend* be, int B, int T, in
 // logits is ever allocated.
 void gpt_create_chunked(GPT* m, const GPTConfig* c, Backend* be, int B, int T, int world, int rank,
                         int zero_stage, const RecomputePolicy* recompute, int head_chunks);
-// All of the above: ZeRO-3's layer slots and the LM head's chunks.
+// All of the above: ZeRO-3's layer slots and the LM head's chunks; and
+// AdamW's moments stored as adam_dtype (DTYPE_F32, or DTYPE_BF16: --adam-dtype).
 void gpt_create_full(GPT* m, const GPTConfig* c, Backend* be, int B, int T, int world, int rank, int zero_stage,
-                     const RecomputePolicy* recompute, int param_layer_slots, int head_chunks);
+                     const RecomputePolicy* recompute, int param_layer_slots, int head_chunks, DType adam_dtype);
 void gpt_free(GPT* m);
 
 // Model-state bytes per rank for `world` ranks sharing the shards at a ZeRO
@@ -116,7 +118,7 @@ void gpt_free(GPT* m);
 // es = bytes of dtype, N = the padded flat size for `world`, S = N / world,
 // E, F = the sizes of the first (embeddings) and last (final norm) units and
 // Lmax = the largest layer unit:
-//   stage 0: params N*es, grads N*es, master N*4 (16-bit dtypes), adam 2*N*4
+//   stage 0: params N*es, grads N*es, master N*4 (16-bit dtypes), adam 2*N*4 (FP32 moments; BF16: half)
 //   stage 1: params N*es, grads N*es, master S*4, adam 2*S*4
 //   stage 2: params N*es, grads (S + E + F + 2*Lmax)*es, master S*4, adam 2*S*4
 //   stage 3: params (S + E + F + P*Lmax)*es, grads (S + E + F + 2*Lmax)*es, master S*4, adam 2*S*4

@@ -26,7 +26,12 @@ void gpt_update(GPT* m, float lr, float beta1, float beta2, float eps, float wei
     // all updated by one adamw_tensors call.
     AdamWTensor* ts = (AdamWTensor*)xmalloc((size_t)(m->layout.num_tensors ? m->layout.num_tensors : 1) * sizeof *ts);
     int nt = 0;
-    for (int i = 0; i < m->layout.num_tensors; i++) {
+    // The stochastic rounding's element index: the position in the unpadded
+    // parameter order, which (unlike the flat index, padded for the world
+    // size) is the same for any number of ranks, so that a sharded run rounds
+    // every parameter and moment as an unsharded one does.
+    size_t element = 0;
+    for (int i = 0; i < m->layout.num_tensors; element += m->layout.tensors[i].count, i++) {
         const ParamTensor* t = &m->layout.tensors[i];
         size_t lo, state_off, len = gpt_owned_piece(m, t->unit, &lo, &state_off);
         size_t hi = lo + len;
@@ -40,7 +45,7 @@ void gpt_update(GPT* m, float lr, float beta1, float beta2, float eps, float wei
         x->param = gpt_params_sharded(m) ? s : a;
         x->state = s;
         x->count = b - a;
-        x->index_base = a;
+        x->index_base = element + (a - t->offset);
         x->weight_decay = t->decay ? weight_decay : 0.0f;
         x->amax = gpt_weight_update_amax(m, t->kind, t->layer);
     }
@@ -53,6 +58,7 @@ void gpt_update(GPT* m, float lr, float beta1, float beta2, float eps, float wei
     p.grad_scale = grad_scale;
     p.step = m->adam_step;
     p.seed = seed;
+    p.moment_dtype = m->adam_dtype;
     p.grads_f32 = m->grad_dtype != m->dtype;
     be->adamw_tensors(be, m->params, m->master, m->grads, m->adam_m, m->adam_v, ts, nt, &p);
     free(ts);

@@ -152,16 +152,17 @@ void gpt_create_recompute(GPT* m, const GPTConfig* c, Backend* be, int B, int T,
 
 void gpt_create_staged(GPT* m, const GPTConfig* c, Backend* be, int B, int T, int world, int rank, int zero_stage,
                        const RecomputePolicy* recompute, int param_layer_slots) {
-    gpt_create_full(m, c, be, B, T, world, rank, zero_stage, recompute, param_layer_slots, 1);
+    gpt_create_full(m, c, be, B, T, world, rank, zero_stage, recompute, param_layer_slots, 1, DTYPE_F32);
 }
 
 void gpt_create_chunked(GPT* m, const GPTConfig* c, Backend* be, int B, int T, int world, int rank,
                         int zero_stage, const RecomputePolicy* recompute, int head_chunks) {
-    gpt_create_full(m, c, be, B, T, world, rank, zero_stage, recompute, GPT_GRAD_LAYER_SLOTS, head_chunks);
+    gpt_create_full(m, c, be, B, T, world, rank, zero_stage, recompute, GPT_GRAD_LAYER_SLOTS, head_chunks,
+                    DTYPE_F32);
 }
 
 void gpt_create_full(GPT* m, const GPTConfig* c, Backend* be, int B, int T, int world, int rank, int zero_stage,
-                     const RecomputePolicy* recompute, int param_layer_slots, int head_chunks) {
+                     const RecomputePolicy* recompute, int param_layer_slots, int head_chunks, DType adam_dtype) {
     check_layer_slots(param_layer_slots);
     memset(m, 0, sizeof *m);
     m->config = *c;
@@ -186,13 +187,17 @@ void gpt_create_full(GPT* m, const GPTConfig* c, Backend* be, int B, int T, int 
     m->params = be->alloc(be, m->params_size * es, "parameters");
     m->grads = be->alloc(be, m->grads_size * es, "gradients");
     if (m->dtype != DTYPE_F32) m->master = (float*)be->alloc(be, ns * sizeof(float), "master weights");
-    m->adam_m = (float*)be->alloc(be, ns * sizeof(float), "AdamW first moment");
-    m->adam_v = (float*)be->alloc(be, ns * sizeof(float), "AdamW second moment");
+    if (adam_dtype != DTYPE_F32 && adam_dtype != DTYPE_BF16)
+        fatal("internal: AdamW moments must be fp32 or bf16, not %s", dtype_name(adam_dtype));
+    m->adam_dtype = adam_dtype;
+    size_t ms = dtype_size(adam_dtype);
+    m->adam_m = be->alloc(be, ns * ms, "AdamW first moment");
+    m->adam_v = be->alloc(be, ns * ms, "AdamW second moment");
     be->zero(be, m->params, m->params_size * es);
     be->zero(be, m->grads, m->grads_size * es);
     if (m->master) be->zero(be, m->master, ns * sizeof(float));
-    be->zero(be, m->adam_m, ns * sizeof(float));
-    be->zero(be, m->adam_v, ns * sizeof(float));
+    be->zero(be, m->adam_m, ns * ms);
+    be->zero(be, m->adam_v, ns * ms);
     act_layout_build_chunked(&m->acts, c, B, T, m->dtype, recompute, head_chunks);
     m->arena = be->alloc(be, m->acts.bytes, "activations");
     m->inputs = (int32_t*)be->alloc(be, (size_t)B * T * sizeof(int32_t), "input tokens");

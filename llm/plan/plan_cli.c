@@ -163,6 +163,7 @@ static void build_request(const TrainConfig* cfg, int for_auto, PlanRequest* rq)
     pc->fp8_skip = fp8_parse_skip(cfg->fp8_skip, pc->model.num_layers);  // lives as long as the process
     pc->recompute = recompute_policy_from_flags(cfg->recompute, cfg->recompute_layers, pc->model.num_layers);
     pc->head_chunks = cfg->head_chunks;
+    pc->adam_dtype = cfg->adam_dtype == ADAM_DTYPE_BF16 ? DTYPE_BF16 : DTYPE_F32;
     pc->zero_stage = cfg->zero_stage;
     pc->zero3_prefetch = cfg->zero3_prefetch;
     pc->grad_bf16 = cfg->grad_dtype == GRAD_DTYPE_BF16 ? 2 : 0;
@@ -227,7 +228,7 @@ void plan_print_bill(FILE* f, const PlanConfig* pc, const MemoryBill* b, const P
     if (fp32) snprintf(how, sizeof how, "none: the fp32 parameters are the master");
     else snprintf(how, sizeof how, "fp32, %s", z == 0 ? "replicated" : shard);
     line(f, "master weights", how, (double)b->state.master, u);
-    snprintf(how, sizeof how, "fp32 m and v, %s", z == 0 ? "replicated" : shard);
+    snprintf(how, sizeof how, "%s m and v, %s", dtype_name(pc->adam_dtype), z == 0 ? "replicated" : shard);
     line(f, "AdamW moments", how, (double)b->state.adam, u);
     if (pc->precision == PREC_FP8) {
         int tn = dev->is_gpu && dev->fp8_support == FP8_TN_ONLY;

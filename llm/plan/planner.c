@@ -145,6 +145,7 @@ MemoryBill plan_bill(const PlanConfig* pc, const PlanDevice* dev) {
     // FP8 on the CPU: FP32 storage, FP8 GEMMs emulated.
     DType dt = pc->precision == PREC_FP32 || (pc->precision == PREC_FP8 && !dev->is_gpu) ? DTYPE_F32 : DTYPE_BF16;
     b.state = gpt_state_bytes_staged(c, dt, plan_shard_world(pc), pc->zero_stage, plan_param_layer_slots(pc));
+    if (pc->adam_dtype == DTYPE_BF16) b.state.adam /= 2;  // gpt_state_bytes counts FP32 moments
     DType grad_want = pc->grad_bf16 == 2 || (pc->grad_bf16 == 1 && dt != DTYPE_F32) ? DTYPE_BF16 : DTYPE_F32;
     b.state.grads = gpt_grad_bytes(c, dt, grad_want, plan_shard_world(pc), pc->zero_stage);
     act_layout_build_chunked(&b.acts, c, pc->B, pc->T, dt, &pc->recompute, plan_resolved_head_chunks(pc));
@@ -438,6 +439,7 @@ PlanConfig plan_config_of_model(const GPT* m) {
     memset(&pc, 0, sizeof pc);
     pc.model = m->config;
     pc.precision = m->fp8 ? PREC_FP8 : m->dtype == DTYPE_F32 ? PREC_FP32 : PREC_BF16;
+    pc.adam_dtype = m->adam_dtype;
     if (m->fp8) {
         pc.fp8_history = m->fp8->history ? m->fp8->opt.history : 0;
         pc.fp8_recipe = m->fp8->opt.recipe;

@@ -69,6 +69,7 @@ typedef struct {
     int fp8_history;          // FP8: amax history length (delayed scaling), 0 for current scaling
     int fp8_recipe;           // FP8: an Fp8Recipe; a block-scaled one keeps no FP8 weights or casts (0: per tensor)
     const uint8_t* fp8_skip;  // FP8: --fp8-skip per layer (llm/fp8/fp8.h), or NULL
+    DType adam_dtype;         // AdamW's moments (--adam-dtype): DTYPE_F32 (0) or DTYPE_BF16, half the bytes
     int grad_bf16;            // 0: FP32 gradients (behind a BF16 scratch in 16-bit runs: auto's choice when
                               // a step accumulates or has ranks); 1: BF16 in 16-bit runs (auto where FP32 ones
                               // fit no plan); 2: --grad-dtype bf16 (emulated in FP32 runs: FP32 storage + scratch)

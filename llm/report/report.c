@@ -246,9 +246,10 @@ void report_run_summary(const Trainer* tr) {
            mib(b.allocated), mib(b.state.params), mib(b.state.grads), mib(b.state.master), mib(b.state.adam), fp8_bill,
            mib(b.activations), recompute_policy_describe(&m->acts.recompute, c->num_layers, pol, sizeof pol),
            mib(b.tokens), mib(b.workspace), mib(tr->be->allocated_bytes(tr->be)));
-    printf("optimizer | AdamW lr %g (warmup %d, cosine to %g x) | betas %g %g | eps %g | wd %g | clip %g | steps %d\n",
+    printf("optimizer | AdamW lr %g (warmup %d, cosine to %g x) | betas %g %g | eps %g | wd %g | clip %g | steps %d"
+           " | moments %s\n",
            cfg->lr, cfg->warmup, cfg->lr_final_frac, cfg->beta1, cfg->beta2, cfg->eps, cfg->weight_decay,
-           cfg->grad_clip, cfg->steps);
+           cfg->grad_clip, cfg->steps, dtype_name(m->adam_dtype));
     char fpt[32], peak[32];
     format_si(fpt, sizeof fpt, run_report.flops_per_token);
     format_si(peak, sizeof peak, run_report.peak_flops);

@@ -3,7 +3,8 @@
 # (build/sim/train_gpt: the CUDA backend compiled for tests/cuda_sim). The
 # CUDA training loop of train.cu, end to end, against the CPU backend in the
 # same binary: FP32 follows the CPU's losses and gradient norms, BF16 learns,
-# runs are deterministic, validation, sampling and export work.
+# runs are deterministic, validation, sampling and export work; BF16 AdamW
+# moments (--adam-dtype bf16) follow the CPU too.
 set -u
 cd "$(dirname "$0")/../.."
 # shellcheck source=tests/lib.sh
@@ -60,6 +61,28 @@ if [ -n "$first" ] && [ "$(step_losses "$T/bf16a.metrics")" = "$(step_losses "$T
   ok sim_bf16_deterministic
 else
   fail sim_bf16_deterministic "two runs differ"
+fi
+
+# 4. BF16 moments (--adam-dtype bf16): FP32 on the GPU follows the CPU's run
+# with BF16 moments as closely as FP32 moments do (the kernels store the
+# CPU's bits: tests/gpu/test_gpu_adamw_bf16.c), and BF16 with BF16 moments learns.
+run cpu_m16 --device cpu --adam-dtype bf16 --sample-every 0 --val-every 0
+run gpu_m16 --device cuda --precision fp32 --adam-dtype bf16 --sample-every 0 --val-every 0
+if [ "$(step_losses "$T/gpu_m16.metrics" | wc -l)" -eq 6 ] &&
+   paste <(step_losses "$T/cpu_m16.metrics") <(step_losses "$T/gpu_m16.metrics") |
+     awk '{ for (i = 1; i <= 2; i++) if ((($i - $(i + 2)) ^ 2) > (1e-4 * $i) ^ 2) bad = 1 } END { exit bad }'; then
+  ok sim_bf16_moments_follow_cpu
+else
+  fail sim_bf16_moments_follow_cpu "cpu/gpu: $(paste <(step_losses "$T/cpu_m16.metrics") <(step_losses "$T/gpu_m16.metrics") | tr '\n' ';') $(tail -n 2 "$T/gpu_m16.log")"
+fi
+run bf16_m16 --device cuda --precision bf16 --adam-dtype bf16 --steps 12 --sample-every 0 --val-every 0
+first=$(step_losses "$T/bf16_m16.metrics" | head -n 1 | cut -d' ' -f1)
+last=$(step_losses "$T/bf16_m16.metrics" | tail -n 1 | cut -d' ' -f1)
+if [ "$(step_losses "$T/bf16_m16.metrics" | wc -l)" -eq 12 ] && awk -v f="$first" -v l="$last" 'BEGIN { exit !(l < f - 0.5) }' &&
+   grep -q '^optimizer .*moments bf16' "$T/bf16_m16.log"; then
+  ok sim_bf16_with_bf16_moments_learns
+else
+  fail sim_bf16_with_bf16_moments_learns "loss $first -> $last; $(tail -n 2 "$T/bf16_m16.log")"
 fi
 
 finish

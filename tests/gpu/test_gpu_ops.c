@@ -688,6 +688,7 @@ static AdamWParams adam_params(void) {
     p.seed = 0x5eed;
     p.index_base = 1000;
     p.amax = NULL;
+    p.moment_dtype = DTYPE_F32;
     return p;
 }
 
