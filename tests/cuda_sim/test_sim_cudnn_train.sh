@@ -33,7 +33,7 @@ run native --attention native
 run cudnn --attention cudnn
 run cudnn2 --attention cudnn
 d=$(paste <(step_losses "$T/native.metrics" | cut -d' ' -f1) <(step_losses "$T/cudnn.metrics" | cut -d' ' -f1) |
-    awk '{ d = $1 - $2; if (d < 0) d = -d; if (d > m) m = d; n++ } END { if (n == 8) print m }')
+    awk '{ d = $1 - $2; if (d < 0) d = -d; if (d > m) m = d; n++ } END { if (n == 8) print m + 0 }')
 if within "$d" 0.02 && grep -q '^attention: cuDNN' "$T/cudnn.log" && ! grep -q '^attention: cuDNN' "$T/native.log"; then
   ok sim_cudnn_follows_native
 else
@@ -97,7 +97,7 @@ fi
 #     size, and learns as native does; cudnn stops at start-up naming it.
 TRAIN_GPT_CUDNN_WORKSPACE=8K run wslimit --attention auto --steps 8
 d=$(paste <(step_losses "$T/native.metrics" | cut -d' ' -f1) <(step_losses "$T/wslimit.metrics" | cut -d' ' -f1) |
-    awk '{ d = $1 - $2; if (d < 0) d = -d; if (d > m) m = d; n++ } END { if (n == 8) print m }')
+    awk '{ d = $1 - $2; if (d < 0) d = -d; if (d > m) m = d; n++ } END { if (n == 8) print m + 0 }')
 if within "$d" 0.02 && [ "$(grep -c '^attention: ' "$T/wslimit.log")" -eq 2 ] && grep -q '^attention: cuDNN' "$T/wslimit.log" &&
    grep -q "^attention: native kernels (cuDNN not used for the backward: cuDNN's engines need 12.5 KiB of workspace, over the limit of 8 KiB (TRAIN_GPT_CUDNN_WORKSPACE raises it))" "$T/wslimit.log"; then
   ok sim_cudnn_workspace_limit_auto
