@@ -131,6 +131,12 @@ typedef struct {
 } StateBytes;
 StateBytes gpt_state_bytes(const GPTConfig* c, DType dtype, int world, int zero_stage);
 StateBytes gpt_state_bytes_staged(const GPTConfig* c, DType dtype, int world, int zero_stage, int param_layer_slots);
+// The same with AdamW's moments in adam_dtype (--adam-dtype) and gradients
+// accumulated as grad_want (--grad-dtype, as gpt_set_grad_dtype: FP32 behind a
+// scratch in dtype, or dtype itself); _staged is this with FP32 moments and
+// grad_want = dtype.
+StateBytes gpt_state_bytes_full(const GPTConfig* c, DType dtype, int world, int zero_stage, int param_layer_slots,
+                                DType adam_dtype, DType grad_want);
 // Bytes of the architecture's own tables at sequence length T (a RoPE
 // table), which gpt_create allocates beside the state and the arena.
 size_t gpt_arch_state_bytes(const GPTConfig* c, int T);
@@ -154,8 +160,6 @@ void* gpt_grad_scratch(const GPT* m, StagingSlot slot);
 // storage rounded to BF16 at every add (an emulation, for the CPU reference).
 // Call before the ZeRO hooks are installed; reallocates m->grads (zeroed).
 void gpt_set_grad_dtype(GPT* m, DType want);
-// Bytes of the gradients (accumulator and scratch) for `want` (as gpt_set_grad_dtype).
-size_t gpt_grad_bytes(const GPTConfig* c, DType dtype, DType want, int world, int zero_stage);
 // *out (+)= the squared L2 norm of n gradients (m->grad_dtype) at x.
 void gpt_grad_sum_squares(GPT* m, float* out, const void* x, size_t n, int accumulate);
 // Whether m->grads / m->params hold only this rank's shard (plus staging).

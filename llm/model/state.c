@@ -39,19 +39,7 @@ StateBytes gpt_state_bytes(const GPTConfig* c, DType dtype, int world, int zero_
 }
 
 StateBytes gpt_state_bytes_staged(const GPTConfig* c, DType dtype, int world, int zero_stage, int param_layer_slots) {
-    if (zero_stage < 0 || zero_stage > 3) fatal("internal: ZeRO stage %d does not exist", zero_stage);
-    check_layer_slots(param_layer_slots);
-    ParamLayout pl;
-    param_layout_build(&pl, c, world);
-    size_t params, grads, opt, es = dtype_size(dtype);
-    state_sizes(&pl, zero_stage, param_layer_slots, &params, &grads, &opt);
-    param_layout_free(&pl);
-    StateBytes b;
-    b.params = params * es;
-    b.grads = grads * es;
-    b.master = dtype == DTYPE_F32 ? 0 : opt * sizeof(float);
-    b.adam = 2 * opt * sizeof(float);
-    return b;
+    return gpt_state_bytes_full(c, dtype, world, zero_stage, param_layer_slots, DTYPE_F32, dtype);
 }
 
 size_t gpt_arch_state_bytes(const GPTConfig* c, int T) {
@@ -59,15 +47,22 @@ size_t gpt_arch_state_bytes(const GPTConfig* c, int T) {
     return b->state_bytes ? b->state_bytes(c, T) : 0;
 }
 
-void* gpt_staging(const GPT* m, void* sharded, StagingSlot slot) {
-    const ParamLayout* pl = &m->layout;
-    int layer_slots = sharded == m->params ? m->param_layer_slots : GPT_GRAD_LAYER_SLOTS;
-    if ((int)slot < 0 || (int)slot >= STAGING_LAYER_A + layer_slots)
-        fatal("internal: staging slot %d of %d", (int)slot, STAGING_LAYER_A + layer_slots);
-    size_t off = m->opt_size;
+// Elements before `slot` in a run of slots laid out embeddings, final unit,
+// then layer slots of the largest layer's size (the staging behind a shard,
+// the gradient scratch).
+static size_t slot_offset(const ParamLayout* pl, StagingSlot slot) {
+    size_t off = 0;
     if (slot > STAGING_EMBED) off += unit_size(pl, 0);
     if (slot > STAGING_FINAL) off += unit_size(pl, pl->num_units - 1);
     if (slot > STAGING_LAYER_A) off += (size_t)(slot - STAGING_LAYER_A) * max_layer_unit(pl);
+    return off;
+}
+
+void* gpt_staging(const GPT* m, void* sharded, StagingSlot slot) {
+    int layer_slots = sharded == m->params ? m->param_layer_slots : GPT_GRAD_LAYER_SLOTS;
+    if ((int)slot < 0 || (int)slot >= STAGING_LAYER_A + layer_slots)
+        fatal("internal: staging slot %d of %d", (int)slot, STAGING_LAYER_A + layer_slots);
+    size_t off = m->opt_size + slot_offset(&m->layout, slot);
     return (char*)sharded + off * dtype_size(sharded == m->grads ? m->grad_dtype : m->dtype);
 }
 
@@ -77,14 +72,9 @@ static size_t scratch_size(const ParamLayout* pl) {
 }
 
 void* gpt_grad_scratch(const GPT* m, StagingSlot slot) {
-    const ParamLayout* pl = &m->layout;
     if (!m->grad_scratch || (int)slot < 0 || (int)slot >= STAGING_LAYER_A + GPT_GRAD_LAYER_SLOTS)
         fatal("internal: gradient scratch slot %d", (int)slot);
-    size_t off = 0;
-    if (slot > STAGING_EMBED) off += unit_size(pl, 0);
-    if (slot > STAGING_FINAL) off += unit_size(pl, pl->num_units - 1);
-    if (slot > STAGING_LAYER_A) off += (size_t)(slot - STAGING_LAYER_A) * max_layer_unit(pl);
-    return (char*)m->grad_scratch + off * dtype_size(m->dtype);
+    return (char*)m->grad_scratch + slot_offset(&m->layout, slot) * dtype_size(m->dtype);
 }
 
 // Gradients of a `dtype` run accumulated as `want`: where they are stored,
@@ -94,16 +84,24 @@ static DType grad_storage(DType dtype, DType want, int* scratch) {
     return want == DTYPE_F32 || dtype == DTYPE_F32 ? DTYPE_F32 : dtype;
 }
 
-size_t gpt_grad_bytes(const GPTConfig* c, DType dtype, DType want, int world, int zero_stage) {
+StateBytes gpt_state_bytes_full(const GPTConfig* c, DType dtype, int world, int zero_stage, int param_layer_slots,
+                                DType adam_dtype, DType grad_want) {
+    if (zero_stage < 0 || zero_stage > 3) fatal("internal: ZeRO stage %d does not exist", zero_stage);
+    check_layer_slots(param_layer_slots);
     ParamLayout pl;
     param_layout_build(&pl, c, world);
-    size_t params, grads, opt;
-    state_sizes(&pl, zero_stage, GPT_GRAD_LAYER_SLOTS, &params, &grads, &opt);
+    size_t params, grads, opt, es = dtype_size(dtype);
+    state_sizes(&pl, zero_stage, param_layer_slots, &params, &grads, &opt);
     int scratch;
-    size_t bytes = grads * dtype_size(grad_storage(dtype, want, &scratch));
-    if (scratch) bytes += scratch_size(&pl) * dtype_size(dtype);
+    StateBytes b;
+    b.params = params * es;
+    // As gpt_set_grad_dtype allocates them: the accumulator, and the scratch in front of it.
+    b.grads = grads * dtype_size(grad_storage(dtype, grad_want, &scratch));
+    if (scratch) b.grads += scratch_size(&pl) * es;
+    b.master = dtype == DTYPE_F32 ? 0 : opt * sizeof(float);
+    b.adam = 2 * opt * dtype_size(adam_dtype);
     param_layout_free(&pl);
-    return bytes;
+    return b;
 }
 
 void gpt_set_grad_dtype(GPT* m, DType want) {

@@ -144,10 +144,9 @@ MemoryBill plan_bill(const PlanConfig* pc, const PlanDevice* dev) {
     const GPTConfig* c = &pc->model;
     // FP8 on the CPU: FP32 storage, FP8 GEMMs emulated.
     DType dt = pc->precision == PREC_FP32 || (pc->precision == PREC_FP8 && !dev->is_gpu) ? DTYPE_F32 : DTYPE_BF16;
-    b.state = gpt_state_bytes_staged(c, dt, plan_shard_world(pc), pc->zero_stage, plan_param_layer_slots(pc));
-    if (pc->adam_dtype == DTYPE_BF16) b.state.adam /= 2;  // gpt_state_bytes counts FP32 moments
     DType grad_want = pc->grad_bf16 == 2 || (pc->grad_bf16 == 1 && dt != DTYPE_F32) ? DTYPE_BF16 : DTYPE_F32;
-    b.state.grads = gpt_grad_bytes(c, dt, grad_want, plan_shard_world(pc), pc->zero_stage);
+    b.state = gpt_state_bytes_full(c, dt, plan_shard_world(pc), pc->zero_stage, plan_param_layer_slots(pc),
+                                   pc->adam_dtype, grad_want);
     act_layout_build_chunked(&b.acts, c, pc->B, pc->T, dt, &pc->recompute, plan_resolved_head_chunks(pc));
     b.activations = b.acts.bytes;
     size_t BT = (size_t)pc->B * pc->T;
