@@ -462,9 +462,26 @@ static void op_enc_bwd(void* p) {
     MemCtx* c = (MemCtx*)p;
     be->encoder_backward(be, c->wte, c->wpe, c->out, c->tok, c->B, c->T, c->C);
 }
+// The benchmark's AdamW hyper-parameters (step 1, seed 7) with the given
+// weight decay, index base and moments' dtype; gradients in the model's dtype.
+static AdamWParams bench_adamw_params(float weight_decay, uint64_t index_base, DType moments) {
+    AdamWParams a;
+    memset(&a, 0, sizeof a);
+    a.lr = 1e-4f;
+    a.beta1 = 0.9f;
+    a.beta2 = 0.95f;
+    a.eps = 1e-8f;
+    a.weight_decay = weight_decay;
+    a.grad_scale = 1.0f;
+    a.step = 1;
+    a.seed = 7;
+    a.index_base = index_base;
+    a.moment_dtype = moments;
+    return a;
+}
 static void op_adamw(void* p) {
     MemCtx* c = (MemCtx*)p;
-    AdamWParams a = {1e-4f, 0.9f, 0.95f, 1e-8f, 0.1f, 1.0f, 1, 7, 0, NULL, DTYPE_F32};
+    AdamWParams a = bench_adamw_params(0.1f, 0, DTYPE_F32);
     be->adamw(be, c->a, c->master, c->b, c->m, c->v, c->n, &a);
 }
 static void op_norm(void* p) {
@@ -500,20 +517,20 @@ static void op_adamw_per_tensor(void* p) {
     MemCtx* c = (MemCtx*)p;
     for (int i = 0; i < G124_TENSORS; i++) {
         const AdamWTensor* t = &g124_tensors[i];
-        AdamWParams a = {1e-4f, 0.9f, 0.95f, 1e-8f, t->weight_decay, 1.0f, 1, 7, t->index_base, NULL, DTYPE_F32};
+        AdamWParams a = bench_adamw_params(t->weight_decay, t->index_base, DTYPE_F32);
         be->adamw(be, (char*)c->a + t->param * 2, c->master + t->state, (char*)c->b + t->grad * 2, c->m + t->state,
                   c->v + t->state, t->count, &a);
     }
 }
 static void op_adamw_tensors(void* p) {
     MemCtx* c = (MemCtx*)p;
-    AdamWParams a = {1e-4f, 0.9f, 0.95f, 1e-8f, 0.0f, 1.0f, 1, 7, 0, NULL, DTYPE_F32};
+    AdamWParams a = bench_adamw_params(0.0f, 0, DTYPE_F32);
     be->adamw_tensors(be, c->a, c->master, c->b, c->m, c->v, g124_tensors, G124_TENSORS, &a);
 }
 // The same with BF16 moments (--adam-dtype bf16): the FP32 m and v buffers hold them in their first half.
 static void op_adamw_tensors_bf16_moments(void* p) {
     MemCtx* c = (MemCtx*)p;
-    AdamWParams a = {1e-4f, 0.9f, 0.95f, 1e-8f, 0.0f, 1.0f, 1, 7, 0, NULL, DTYPE_BF16};
+    AdamWParams a = bench_adamw_params(0.0f, 0, DTYPE_BF16);
     be->adamw_tensors(be, c->a, c->master, c->b, c->m, c->v, g124_tensors, G124_TENSORS, &a);
 }
 
@@ -671,13 +688,9 @@ static void print_planned_bytes(GPTConfig g, int B, int T) {
     pc.T = T;
     pc.world = pc.ranks_per_node = 1;
     PlanCost k = plan_cost(&pc, &d, 1);
-    printf("planned bytes per step, memory-bound ops (llm/plan/cost.c), B x T = %d x %d, at 80%% of %s's %.0f GB/s:\n", B, T,
-           d.name, k.links.hbm / 1e9);
-    for (int op = 0; op < NUM_MB_OPS; op++)
-        if (k.mem_bytes[op] > 0)
-            printf("  %-17s %10.3f GB %9.3f ms\n", mem_op_name((MemOp)op), k.mem_bytes[op] / 1e9,
-                   k.mem_bytes[op] / (PLAN_HBM_EFF * k.links.hbm) * 1e3);
-    printf("  %-17s %10.3f ms\n", "= total", k.t_mem * 1e3);
+    printf("planned bytes per step, memory-bound ops (llm/plan/cost.c), B x T = %d x %d (op, GB, ms at %.0f%% of %s's "
+           "%.0f GB/s):\n", B, T, PLAN_HBM_EFF * 100, d.name, k.links.hbm / 1e9);
+    plan_cost_print_bytes(stdout, &k);
 }
 
 static void bench_memory_ops(int B, int T, int C, int V) {

@@ -65,6 +65,17 @@ const char* coll_name(CollKind k) {
 }
 const char* link_name(LinkKind k) { return k == LINK_NVLINK ? "nvlink" : "network"; }
 
+void plan_cost_print_bytes(FILE* f, const PlanCost* k) {
+    double total = 0;
+    for (int op = 0; op < NUM_MB_OPS; op++) {
+        if (k->mem_bytes[op] <= 0) continue;
+        total += k->mem_bytes[op];
+        fprintf(f, "  %-17s %12.3f %10.3f\n", mem_op_name((MemOp)op), k->mem_bytes[op] / 1e9,
+                k->mem_bytes[op] / (PLAN_HBM_EFF * k->links.hbm) * 1e3);
+    }
+    fprintf(f, "  %-17s %12.3f %10.3f\n", "= total", total / 1e9, k->t_mem * 1e3);
+}
+
 int plan_accum(const PlanConfig* pc, long batch_tokens) {
     long per = (long)pc->B * pc->T * pc->world;
     if (batch_tokens <= 0 || per <= 0) return 1;

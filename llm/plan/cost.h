@@ -8,6 +8,8 @@
 // figure comes from.
 #pragma once
 
+#include <stdio.h>
+
 #include "llm/plan/planner.h"
 
 EXTERN_C_BEGIN
@@ -90,6 +92,10 @@ typedef struct {
 // plus its last unit (nothing computes after it). Step time is their sum:
 // accum x micro-step compute + optimizer + exposed communication.
 PlanCost plan_cost(const PlanConfig* pc, const PlanDevice* dev, int accum);
+
+// The memory-bound bytes of k, one row per op (name, GB per step, ms at
+// PLAN_HBM_EFF of the HBM), then "= total": --plan's table and bench_gpu's.
+void plan_cost_print_bytes(FILE* f, const PlanCost* k);
 
 // Micro-steps per optimizer step: batch_tokens / (B T world) when batch_tokens
 // > 0 (rounded up), else 1.

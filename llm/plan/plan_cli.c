@@ -351,9 +351,9 @@ static void print_speed(FILE* f, const PlanResult* r, const PlanDevice* d) {
 // The step-time model (llm/plan/cost.h): compute by precision, the
 // memory-bound kernels' bytes op by op (issue 28's byte count per step), the
 // collectives per kind and link, and what the schedule leaves exposed.
-static void print_cost(FILE* f, const PlanResult* r, const PlanRequest* rq) {
+static void print_cost(FILE* f, const PlanResult* r, const PlanRequest* rq, const PlanCost* cost) {
     const PlanConfig* pc = &r->config;
-    PlanCost k = plan_cost(pc, &rq->dev, plan_accum(pc, rq->fixed.batch_tokens));
+    const PlanCost k = *cost;
     if (k.step <= 0) {
         fprintf(f, "step time  | no estimate: %s\n",
                 rq->dev.is_gpu ? "this GPU's peaks and bandwidths are not known (--gpu names one)"
@@ -370,14 +370,7 @@ static void print_cost(FILE* f, const PlanResult* r, const PlanRequest* rq) {
             k.t_gemm * ms, k.gemm_flops_bf16 / 1e12, PLAN_GEMM_EFF * 100, k.gemm_flops_fp8 / 1e12, PLAN_GEMM_EFF_FP8 * 100, k.t_attn * ms,
             k.attn_flops / 1e12, PLAN_ATTN_EFF * 100, (k.t_micro - k.t_gemm - k.t_attn) * ms);
     fprintf(f, "memory-bound bytes per step (op, GB, ms at %.0f%% of HBM):\n", PLAN_HBM_EFF * 100);
-    double total = 0;
-    for (int op = 0; op < NUM_MB_OPS; op++) {
-        if (k.mem_bytes[op] <= 0) continue;
-        total += k.mem_bytes[op];
-        fprintf(f, "  %-17s %12.3f %10.3f\n", mem_op_name((MemOp)op), k.mem_bytes[op] / 1e9,
-                k.mem_bytes[op] / (PLAN_HBM_EFF * k.links.hbm) * ms);
-    }
-    fprintf(f, "  %-17s %12.3f %10.3f\n", "= total", total / 1e9, k.t_mem * ms);
+    plan_cost_print_bytes(f, &k);
     fprintf(f, "communication per step and GPU (collective, link, GB sent, busy ms at %.0f%% of the link):\n",
             PLAN_LINK_EFF * 100);
     int any = 0;
@@ -411,9 +404,9 @@ static void print_alternatives(FILE* f, const PlanResult* r, const PlanRequest* 
     }
 }
 
-static void print_summary(FILE* f, const PlanResult* r, const PlanRequest* rq) {
+static void print_summary(FILE* f, const PlanResult* r, const PlanRequest* rq, const PlanCost* cost) {
     const PlanConfig* pc = &r->config;
-    PlanCost k = plan_cost(pc, &rq->dev, plan_accum(pc, rq->fixed.batch_tokens));
+    const PlanCost k = *cost;
     fprintf(f,
             "summary   | fits=%d model=%s params=%.4g seq=%d device=%s world=%d precision=%s zero=%d hybrid=%d "
             "recompute=%s full_layers=%d micro_batch=%d planned_gib=%.2f memory_gib=%.2f tok_s_gpu=%.0f "
@@ -472,8 +465,10 @@ int plan_command(const TrainConfig* cfg) {
     plan_print_bill(f, &r.config, &r.bill, &rq.dev);
     if (r.fits) print_alternatives(f, &r, &rq);
     print_speed(f, &r, &rq.dev);
-    print_cost(f, &r, &rq);
-    print_summary(f, &r, &rq);
+    // The step-time estimate of the recommendation, printed in full and in the summary.
+    PlanCost cost = plan_cost(&r.config, &rq.dev, plan_accum(&r.config, rq.fixed.batch_tokens));
+    print_cost(f, &r, &rq, &cost);
+    print_summary(f, &r, &rq, &cost);
     fflush(f);
     return r.fits ? 0 : PLAN_EXIT_NOTHING_FITS;
 }
