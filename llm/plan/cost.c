@@ -193,7 +193,9 @@ PlanCost plan_cost(const PlanConfig* pc, const PlanDevice* dev, int accum) {
     double P = (double)gpt_num_params(c);
     int n = plan_shard_world(pc);
     double shard = pc->zero_stage >= 1 ? P / n : P;
-    const int grad_f32 = pc->precision != PREC_FP32 && pc->grad_bf16 == 0;
+    // grad_bf16 0 is --grad-dtype auto's FP32 (or an explicit fp32), which auto
+    // keeps for steps that accumulate or reduce: one micro-step on one rank is BF16.
+    const int grad_f32 = pc->precision != PREC_FP32 && pc->grad_bf16 == 0 && (r.accum > 1 || pc->world > 1);
     const double gb = grad_f32 ? 4 : a;                       // gradient bytes: accumulated, reduced, read by AdamW
     const double mom = pc->adam_dtype == DTYPE_BF16 ? 2 : 4;  // AdamW moment bytes (--adam-dtype)
     if (pc->zero_stage >= 2) r.mem_bytes[MB_GRAD_ACCUM] = (r.accum - 1) * 3 * gb * shard;
