@@ -231,8 +231,14 @@ void report_run_summary(const Trainer* tr) {
         printf("llama     | kv heads %d | MLP %d (SwiGLU) | RoPE theta %g%s | LM head %s\n", c->num_kv_heads,
                c->mlp_hidden, c->rope_theta, c->rope_scaling.factor > 0 ? " (Llama 3.1 scaling)" : "",
                c->tie_embeddings ? "tied to wte" : "untied");
-    printf("batch     | micro-batch %d x seq %d x ranks %d x accumulation %d = %ld tokens per step\n", tr->B, tr->T,
-           tr->world, tr->accum, tr->tokens_per_step);
+    if (tr->cp > 1)
+        printf("batch     | micro-batch %d x seq %d x data-parallel ranks %d x accumulation %d = %ld tokens per step; "
+               "context parallelism: each sequence over %d ranks, %d rows each (2 chunks of %d; padded to %d)\n",
+               tr->B, tr->T, tr->dp_world, tr->accum, tr->tokens_per_step, tr->cp, tr->T_model, tr->T_model / 2,
+               tr->T_model * tr->cp);
+    else
+        printf("batch     | micro-batch %d x seq %d x ranks %d x accumulation %d = %ld tokens per step\n", tr->B,
+               tr->T, tr->world, tr->accum, tr->tokens_per_step);
     printf("data      | train %s: %llu windows/epoch (%d shards)", cfg->train_data,
            (unsigned long long)tr->train.windows_per_epoch, tr->train.num_shards);
     if (tr->has_val) printf(" | val %s: %llu windows", cfg->val_data, (unsigned long long)tr->val.windows_per_epoch);
