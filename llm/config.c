@@ -452,6 +452,10 @@ void config_check(const TrainConfig* cfg) {
         fatal("--gpu names a GPU for --plan; --auto plans for the device this run trains on (--gpu-mem sets its "
               "memory)");
     // 0, the default, means "from elsewhere"; given, these must be positive.
+    if (cfg->context_parallel > 1 && cfg->device == DEVICE_CUDA)
+        fatal("--context-parallel %d: the CUDA backend runs only --context-parallel 1 for now (its NCCL path is a "
+              "later piece of work); use --device cpu",
+              cfg->context_parallel);
     if (config_is_set(cfg, "gpu-mem") && !(cfg->gpu_mem > 0)) fatal("--gpu-mem must be a positive number of GiB");
     if (config_is_set(cfg, "world-size") && cfg->world_size <= 0)
         fatal("--world-size must be positive (got %d)", cfg->world_size);

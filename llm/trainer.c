@@ -52,13 +52,6 @@ static void setup_context_parallel(Trainer* tr, const TrainConfig* cfg) {
     tr->dp_rank = c->rank / n;
     tr->T_model = cfg->seq_len;
     if (n == 1) return;
-    if (c->world % n != 0)
-        fatal("--context-parallel %d does not divide the %d ranks (the world is data-parallel groups of %d ranks)", n,
-              c->world, n);
-    if (strcmp(tr->be->name, "cpu") != 0)
-        fatal("--context-parallel %d: the %s backend runs only --context-parallel 1 for now (its NCCL path is a later "
-              "piece of work); use --device cpu",
-              n, tr->be->name);
     if (cfg->eval_data[0])
         fatal("--eval-data needs whole sequences on a rank: it does not run with --context-parallel %d", n);
     if (cfg->generate) fatal("--generate needs whole sequences on a rank: it does not run with --context-parallel %d", n);
@@ -70,6 +63,13 @@ static void setup_context_parallel(Trainer* tr, const TrainConfig* cfg) {
         fatal("--llmc-compat reproduces llm.c's data order over whole sequences; it does not run with "
               "--context-parallel %d",
               n);
+    if (c->world % n != 0)
+        fatal("--context-parallel %d does not divide the %d ranks (the world is data-parallel groups of %d ranks)", n,
+              c->world, n);
+    if (strcmp(tr->be->name, "cpu") != 0)
+        fatal("--context-parallel %d: the %s backend runs only --context-parallel 1 for now (its NCCL path is a later "
+              "piece of work); use --device cpu",
+              n, tr->be->name);
     // Pad the sequence at its end to a multiple of 2N chunks.
     int Tp = (int)round_up((size_t)cfg->seq_len, (size_t)(2 * n));
     tr->T_model = Tp / n;
@@ -180,7 +180,8 @@ static void check_host_memory(const Trainer* tr, const TrainConfig* cfg, const G
     pc.model = *mc;
     pc.precision = tr->be->dtype == DTYPE_F32 ? PREC_FP32 : PREC_BF16;
     pc.B = tr->B;
-    pc.T = tr->T;
+    pc.T = tr->T_model;
+    pc.context_parallel = tr->cp;
     pc.recompute = *recompute;
     pc.head_chunks = head_chunks;
     pc.zero_stage = cfg->zero_stage;

@@ -247,11 +247,13 @@ void report_run_summary(const Trainer* tr) {
     char pol[96];
     char fp8_bill[96] = "";
     if (m->fp8) snprintf(fp8_bill, sizeof fp8_bill, " + fp8 weights %.1f + fp8 scaling %.1f", mib(b.fp8_weights), mib(b.fp8_scaling));
+    char cp_bill[64] = "";
+    if (b.context_kv) snprintf(cp_bill, sizeof cp_bill, " + context-parallel K/V %.1f", mib(b.context_kv));
     printf("memory    | planned peak %.1f MiB = params %.1f + grads %.1f + master %.1f + adam %.1f%s + activations %.1f "
-           "(recompute %s) + tokens %.1f + workspace %.1f | allocated now %.1f MiB\n",
+           "(recompute %s) + tokens %.1f + workspace %.1f%s | allocated now %.1f MiB\n",
            mib(b.allocated), mib(b.state.params), mib(b.state.grads), mib(b.state.master), mib(b.state.adam), fp8_bill,
            mib(b.activations), recompute_policy_describe(&m->acts.recompute, c->num_layers, pol, sizeof pol),
-           mib(b.tokens), mib(b.workspace), mib(tr->be->allocated_bytes(tr->be)));
+           mib(b.tokens), mib(b.workspace), cp_bill, mib(tr->be->allocated_bytes(tr->be)));
     printf("optimizer | AdamW lr %g (warmup %d, cosine to %g x) | betas %g %g | eps %g | wd %g | clip %g | steps %d"
            " | moments %s\n",
            cfg->lr, cfg->warmup, cfg->lr_final_frac, cfg->beta1, cfg->beta2, cfg->eps, cfg->weight_decay,
