@@ -134,7 +134,7 @@ mem=(--device cpu --arch llama --layers 1 --channels 32 --heads 2 --kv-heads 1 -
      --micro-batch 1 --steps 1 --val-every 0 --sample-every 0 --threads 1 --grad-clip 0 --keep-last 0)
 peaks=()
 for n in 1 2 4; do
-  "${MPI[@]}" -np "$n" "$TG" "${mem[@]}" --batch-tokens $((long_T * 4)) --context-parallel "$n" \
+  "${MPI[@]}" -np "$n" "$TG" "${mem[@]}" --batch-tokens "$long_T" --context-parallel "$n" \
     --log-dir "$T/mem$n" >"$T/mem$n.log" 2>&1
   peaks+=("$("$PY" -c "import json,sys; print(max(json.loads(l).get('peak_memory_bytes', 0) for l in open(sys.argv[1])))" \
     "$T/mem$n/metrics.jsonl" 2>/dev/null)")

@@ -424,6 +424,17 @@ PlanResult plan_recommend(const PlanConfig* asked, const PlanFixed* fixed, const
             PlanConfig l = least_memory(&t, &keep_precision, dev);
             if (fits(&l, dev)) r.fits_with_seq_len = T;
         }
+        // Context parallelism at this world size: each rank holds T / N of
+        // every sequence's activations (padded to 2N chunks), plus the
+        // gathered keys and values of the whole sequences.
+        for (int n = 2; n <= base.world && !r.fits_with_context_parallel; n *= 2) {
+            if (base.world % n != 0 || base.context_parallel > 1) continue;
+            PlanConfig t = base;
+            t.context_parallel = n;
+            t.T = (int)(round_up((size_t)base.T, (size_t)(2 * n)) / (size_t)n);
+            PlanConfig l = least_memory(&t, &keep_precision, dev);
+            if (fits(&l, dev)) r.fits_with_context_parallel = n;
+        }
         // Without the explicit choices.
         if (fixed->precision || fixed->micro_batch || fixed->recompute || fixed->zero_stage || fixed->batch_tokens) {
             PlanFixed none;

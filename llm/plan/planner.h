@@ -169,6 +169,7 @@ typedef struct {
     // fits_with_*: at micro-batch 1, full recompute, the least-memory ZeRO stage
     int fits_with_world;      // fewest ranks
     int fits_with_seq_len;    // longest sequence (a halving of T) at this world size
+    int fits_with_context_parallel;  // fewest ranks per sequence (--context-parallel, a power of 2 dividing the world)
     int fits_when_unfixed;    // dropping the explicit choices would fit
     PlanConfig unfixed;       // ... with this configuration
 } PlanResult;
