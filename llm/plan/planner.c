@@ -172,7 +172,7 @@ MemoryBill plan_bill(const PlanConfig* pc, const PlanDevice* dev) {
     if (cp > 1)
         b.context_kv = 2 * (size_t)pc->B * T_seq * 2 * c->num_kv_heads * (c->channels / c->num_heads) * dtype_size(dt);
     if (dev->is_gpu) {
-        b.workspace = PLAN_CUBLASLT_WORKSPACE + plan_gpu_op_scratch(c, pc->B, pc->T);
+        b.workspace = PLAN_CUBLASLT_WORKSPACE + plan_gpu_op_scratch(c, pc->B, pc->T) + PLAN_CUDA_NORM_TICKET;
     } else {
         // One op's scratch at a time: the attention's, or an emulated FP8 GEMM's.
         size_t att = cpu_attention_scratch_bytes(T_seq, c->channels / c->num_heads, dev->cpu_threads);
