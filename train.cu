@@ -92,7 +92,8 @@ int main(int argc, char** argv) {
             if (!tr.stop_requested) report_validation(&tr, step, val_loss);  // (not a partial one)
         }
         if (eval && every(step, cfg.eval_every) && !tr.stop_requested) eval_and_report(&tr, step, eval);
-        if (every(step, cfg.sample_every) && !tr.stop_requested) {
+        // (context parallelism holds no whole sequence to sample from)
+        if (tr.cp == 1 && every(step, cfg.sample_every) && !tr.stop_requested) {
             char* text = trainer_sample(&tr, step);
             report_sample(&tr, step, text);
             free(text);
@@ -120,7 +121,7 @@ int main(int argc, char** argv) {
             if (!tr.stop_requested) report_validation(&tr, cfg.steps, val_loss);
         }
         if (eval && !tr.stop_requested) eval_and_report(&tr, cfg.steps, eval);
-        if (cfg.sample_every > 0 && !tr.stop_requested) {
+        if (tr.cp == 1 && cfg.sample_every > 0 && !tr.stop_requested) {
             char* text = trainer_sample(&tr, cfg.steps);
             report_sample(&tr, cfg.steps, text);
             free(text);

@@ -218,6 +218,20 @@ struct Backend {
     void (*attention_backward)(Backend* be, void* dqkv, const void* dout, const void* qkv,
                                const void* out, const float* lse, int B, int T, int NH, int NKV,
                                int HS);
+    // Query-offset attention for context parallelism (llm/model/context.c),
+    // NULL where the backend has none (CUDA: a later piece of work, so the
+    // CUDA backend refuses --context-parallel > 1). The T queries of qkv
+    // (B, T, NH + 2*NKV, HS; only its query heads are read) sit at positions
+    // q0..q0+T-1 of their sequence; kv (B, Tkv, 2*NKV, HS) holds the keys (NKV
+    // heads) then values of every token of the sequence in order (Tkv >= q0 + T);
+    // query i sees keys 0..q0+i. out (B, T, NH, HS), lse (B, NH, T) as above.
+    void (*attention_forward_chunk)(Backend* be, void* out, float* lse, const void* qkv, const void* kv, int B,
+                                    int T, int Tkv, int q0, int NH, int NKV, int HS);
+    // Its backward: dqkv's query heads = dq (its key/value heads untouched);
+    // dkv (kv's layout) += dK, dV of keys 0..q0+T-1 (the rest untouched).
+    void (*attention_backward_chunk)(Backend* be, void* dqkv, void* dkv, const void* dout, const void* qkv,
+                                     const void* kv, const void* out, const float* lse, int B, int T, int Tkv,
+                                     int q0, int NH, int NKV, int HS);
 
     // ---- Llama block ops ------------------------------------------------------------------
     // RMSNorm: out = inp * rstd * w over the last dimension, rstd (N) =
@@ -257,6 +271,8 @@ struct Backend {
     // losses[i] = -log softmax(logits[i, :V])[targets[i]] for each of the N rows.
     // If dloss != 0, logits[i,:] is overwritten with its gradient
     // dloss * (softmax - onehot(target)), and the padded columns V..Vp with 0.
+    // A target of -1 is a pad (context parallelism pads sequences to a
+    // multiple of its chunks): its loss is 0 and its gradient row all 0.
     void (*cross_entropy)(Backend* be, float* losses, void* logits, const int32_t* targets, int N,
                           int V, int Vp, float dloss);
 

@@ -148,6 +148,7 @@ static const Flag FLAGS[] = {
     {"zero", F_INT, OFF(zero_stage), "1", "0|1|2|3", "ZeRO stage: 0 replicates everything, 1 shards optimizer state, 2 also gradients, 3 also parameters", "Distributed (mpirun -np N ./train_gpt ...)", "[0, 3]"},
     {"zero3-prefetch", F_INT, OFF(zero3_prefetch), "1", "K", "ZeRO-3: gather the units of the next K uses ahead of them (2 keeps one more layer gathered)", NULL, "[1, 2]"},
     {"shard-scope", F_ENUM, OFF(shard_scope), "world", NULL, "shard over all ranks, or inside each node with gradients all-reduced across nodes (hybrid; ZeRO 1-3)", NULL, "world|node"},
+    {"context-parallel", F_INT, OFF(context_parallel), "1", "N", "split every sequence over N consecutive ranks (context parallelism: the sequence in 2N chunks, rank i holding chunks i and 2N-1-i; keys and values all-gathered each layer), N dividing the ranks, the rest data parallelism; a sequence length that is not a multiple of 2N is padded at its end (pads get no loss). CPU backend only for now (the CUDA backend's NCCL path is a later piece of work); no --eval-data, --generate or samples (set --sample-every 0); validation runs split the same way", NULL, "[1, 4096]"},
     {"shard-group", F_INT, OFF(shard_group), "0", "N", "shard over groups of N consecutive ranks and replicate across groups (ZeRO 1-3; N divides the ranks and is a divisor or multiple of the ranks per node); 0: --shard-scope decides", NULL, "[0, inf)"},
     {"allow-nccl-sockets", F_BOOL, OFF(allow_nccl_sockets), "0", "0|1", "on an EFA instance (p4d, p5, p6) of a multi-node run NCCL's TCP sockets between nodes are an error (the aws-ofi-nccl plugin did not load); 1: run on them anyway", NULL, NULL},
 };
@@ -451,6 +452,10 @@ void config_check(const TrainConfig* cfg) {
         fatal("--gpu names a GPU for --plan; --auto plans for the device this run trains on (--gpu-mem sets its "
               "memory)");
     // 0, the default, means "from elsewhere"; given, these must be positive.
+    if (cfg->context_parallel > 1 && cfg->device == DEVICE_CUDA)
+        fatal("--context-parallel %d: the CUDA backend runs only --context-parallel 1 for now (its NCCL path is a "
+              "later piece of work); use --device cpu",
+              cfg->context_parallel);
     if (config_is_set(cfg, "gpu-mem") && !(cfg->gpu_mem > 0)) fatal("--gpu-mem must be a positive number of GiB");
     if (config_is_set(cfg, "world-size") && cfg->world_size <= 0)
         fatal("--world-size must be positive (got %d)", cfg->world_size);

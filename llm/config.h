@@ -118,6 +118,7 @@ typedef struct {
     int zero_stage;       // 0..3
     ShardScope shard_scope;
     int shard_group;      // ranks per shard group; 0: from shard_scope
+    int context_parallel; // ranks splitting each sequence (--context-parallel); 1: none
     int zero3_prefetch;   // ZeRO-3: units gathered ahead of their use (1 or 2)
     int allow_nccl_sockets;  // let NCCL use TCP sockets between nodes of an EFA instance
 } TrainConfig;

@@ -24,9 +24,13 @@
 static void setup_batch_geometry(Trainer* tr, const TrainConfig* cfg) {
     tr->B = cfg->micro_batch;
     tr->T = cfg->seq_len;
-    long per_micro = (long)tr->B * tr->T * tr->world;
+    long per_micro = (long)tr->B * tr->T * tr->dp_world;
     long total = cfg->batch_tokens ? cfg->batch_tokens : per_micro;
     if (total <= 0) fatal("--batch-tokens must be positive (got %ld)", total);
+    if (total % per_micro != 0 && tr->cp > 1)
+        fatal("--batch-tokens %ld is not a multiple of micro-batch x seq-len x data-parallel ranks (ranks / "
+              "--context-parallel) = %d x %d x %d = %ld",
+              total, tr->B, tr->T, tr->dp_world, per_micro);
     if (total % per_micro != 0)
         fatal("--batch-tokens %ld is not a multiple of micro-batch x seq-len x ranks = %d x %d x %d = %ld",
               total, tr->B, tr->T, tr->world, per_micro);
@@ -35,6 +39,51 @@ static void setup_batch_geometry(Trainer* tr, const TrainConfig* cfg) {
               per_micro);
     tr->accum = (int)(total / per_micro);
     tr->tokens_per_step = total;
+}
+
+// --context-parallel N: groups of N consecutive ranks split every sequence
+// (llm/model/context.c); the data-parallel ranks are the groups. Checked
+// before anything is allocated; the model is told after its creation.
+static void setup_context_parallel(Trainer* tr, const TrainConfig* cfg) {
+    Comm* c = tr->comm;
+    int n = cfg->context_parallel > 0 ? cfg->context_parallel : 1;
+    tr->cp = n;
+    tr->dp_world = c->world / n;
+    tr->dp_rank = c->rank / n;
+    tr->T_model = cfg->seq_len;
+    if (n == 1) return;
+    if (cfg->eval_data[0])
+        fatal("--eval-data needs whole sequences on a rank: it does not run with --context-parallel %d", n);
+    if (cfg->generate) fatal("--generate needs whole sequences on a rank: it does not run with --context-parallel %d", n);
+    if (cfg->sample_every > 0 && config_is_set(cfg, "sample-every"))
+        fatal("--sample-every %d: samples need whole sequences on a rank; with --context-parallel %d pass "
+              "--sample-every 0",
+              cfg->sample_every, n);
+    if (cfg->llmc_compat)
+        fatal("--llmc-compat reproduces llm.c's data order over whole sequences; it does not run with "
+              "--context-parallel %d",
+              n);
+    if (c->world % n != 0)
+        fatal("--context-parallel %d does not divide the %d ranks (the world is data-parallel groups of %d ranks)", n,
+              c->world, n);
+    if (strcmp(tr->be->name, "cpu") != 0)
+        fatal("--context-parallel %d: the %s backend runs only --context-parallel 1 for now (its NCCL path is a later "
+              "piece of work); use --device cpu",
+              n, tr->be->name);
+    // Pad the sequence at its end to a multiple of 2N chunks.
+    int Tp = (int)round_up((size_t)cfg->seq_len, (size_t)(2 * n));
+    tr->T_model = Tp / n;
+    comm_set_context_parallel(c, n);
+}
+
+// The all-gather and reduce-scatter of keys and values over COMM_CP.
+static void cp_all_gather(void* ctx, void* buf, size_t chunk) {
+    Trainer* tr = (Trainer*)ctx;
+    comm_all_gather(tr->comm, COMM_CP, NULL, buf, chunk, tr->model.dtype);
+}
+static void cp_reduce_scatter(void* ctx, void* buf, size_t chunk) {
+    Trainer* tr = (Trainer*)ctx;
+    comm_reduce_scatter(tr->comm, COMM_CP, buf, chunk, tr->model.dtype, NULL);
 }
 
 // --zero, --shard-scope and --shard-group: the rank groups the model is sharded over.
@@ -131,7 +180,8 @@ static void check_host_memory(const Trainer* tr, const TrainConfig* cfg, const G
     pc.model = *mc;
     pc.precision = tr->be->dtype == DTYPE_F32 ? PREC_FP32 : PREC_BF16;
     pc.B = tr->B;
-    pc.T = tr->T;
+    pc.T = tr->T_model;
+    pc.context_parallel = tr->cp;
     pc.recompute = *recompute;
     pc.head_chunks = head_chunks;
     pc.zero_stage = cfg->zero_stage;
@@ -177,6 +227,7 @@ void trainer_setup(Trainer* tr, const TrainConfig* cfg, Backend* be, Comm* comm)
     tr->comm = comm;
     tr->rank = comm->rank;
     tr->world = comm->world;
+    setup_context_parallel(tr, cfg);
     setup_sharding(tr, cfg);
     setup_batch_geometry(tr, cfg);
 
@@ -206,20 +257,26 @@ void trainer_setup(Trainer* tr, const TrainConfig* cfg, Backend* be, Comm* comm)
         tr->has_val = 1;
     }
     if (cfg->llmc_compat) {
-        dataloader_use_llmc_order(&tr->train, tr->B, tr->world, tr->rank, "--train-data");
-        if (tr->has_val) dataloader_use_llmc_order(&tr->val, tr->B, tr->world, tr->rank, "--val-data");
+        dataloader_use_llmc_order(&tr->train, tr->B, tr->dp_world, tr->dp_rank, "--train-data");
+        if (tr->has_val) dataloader_use_llmc_order(&tr->val, tr->B, tr->dp_world, tr->dp_rank, "--val-data");
     }
 
     RecomputePolicy recompute = recompute_policy_from_flags(cfg->recompute, cfg->recompute_layers, mc.num_layers);
     const CommGroupInfo* shard = &comm->group[COMM_SHARD];
     // The LM head in chunks of rows: --head-chunks, else the planner's choice.
-    int head_chunks = cfg->head_chunks > 0 ? cfg->head_chunks : plan_head_chunks(&mc, tr->B, tr->T);
+    int head_chunks = cfg->head_chunks > 0 ? cfg->head_chunks : plan_head_chunks(&mc, tr->B, tr->T_model);
     if (!strcmp(be->name, "cpu")) check_host_memory(tr, cfg, &mc, &recompute, head_chunks, shard->size);
-    gpt_create_full(&tr->model, &mc, be, tr->B, tr->T, shard->size, shard->rank, cfg->zero_stage, &recompute,
+    gpt_create_full(&tr->model, &mc, be, tr->B, tr->T_model, shard->size, shard->rank, cfg->zero_stage, &recompute,
                     cfg->zero3_prefetch + 1, head_chunks, cfg->adam_dtype == ADAM_DTYPE_BF16 ? DTYPE_BF16 : DTYPE_F32);
     // The ops' temporary device memory, once, so that no step allocates (the
     // MLP's 4C is the widest linear layer with a bias).
-    if (be->reserve_scratch) be->reserve_scratch(be, tr->B, tr->T, mc.channels, 4 * mc.channels, mc.num_heads,
+    if (tr->cp > 1) {
+        GPTContextParallel cp = {tr->cp, comm->group[COMM_CP].rank, tr->T_model * tr->cp, tr->T, tr, cp_all_gather,
+                                 cp_reduce_scatter};
+        gpt_set_context_parallel(&tr->model, &cp);
+        tr->host_local = (int32_t*)xmalloc((size_t)2 * tr->B * tr->T_model * sizeof(int32_t));
+    }
+    if (be->reserve_scratch) be->reserve_scratch(be, tr->B, tr->T_model, mc.channels, 4 * mc.channels, mc.num_heads,
                                                tr->model.config.num_kv_heads);
     DType grad_dtype = trainer_grad_dtype(cfg->grad_dtype, tr->model.dtype, tr->accum, tr->world);
     gpt_set_grad_dtype(&tr->model, grad_dtype);
@@ -251,6 +308,7 @@ void trainer_free(Trainer* tr) {
     if (tr->has_tok) tokenizer_free(&tr->tok);
     free(tr->host_inputs);
     free(tr->host_targets);
+    free(tr->host_local);
     guard_free(&tr->guard);
 }
 
@@ -266,9 +324,19 @@ double grad_clip_scale(double norm, double max_norm) {
 // Copies `count` (<= B) windows starting at global window `first` to the backend.
 static void load_micro_batch(Trainer* tr, DataLoader* dl, uint64_t first, int count) {
     dataloader_read(dl, first, count, tr->host_inputs, tr->host_targets);
-    size_t bytes = (size_t)count * tr->T * sizeof(int32_t);
-    tr->be->to_device(tr->be, tr->model.inputs, tr->host_inputs, bytes);
-    tr->be->to_device(tr->be, tr->model.targets, tr->host_targets, bytes);
+    const int32_t *in = tr->host_inputs, *tg = tr->host_targets;
+    if (tr->cp > 1) {
+        // Every rank of a context-parallel group read the same windows; it keeps its two chunks of each.
+        int32_t* lin = tr->host_local;
+        int32_t* ltg = lin + (size_t)tr->B * tr->T_model;
+        gpt_cp_slice(&tr->model, lin, in, count, 0);
+        gpt_cp_slice(&tr->model, ltg, tg, count, 1);
+        in = lin;
+        tg = ltg;
+    }
+    size_t bytes = (size_t)count * tr->T_model * sizeof(int32_t);
+    tr->be->to_device(tr->be, tr->model.inputs, in, bytes);
+    tr->be->to_device(tr->be, tr->model.targets, tg, bytes);
 }
 
 StepResult trainer_step(Trainer* tr, int step) {
@@ -279,17 +347,17 @@ StepResult trainer_step(Trainer* tr, int step) {
     // The global batch is the windows [base, base + accum*world*B); micro-step
     // a of rank r reads B of them, so the batch does not depend on the ranks.
     uint64_t base = dataloader_position(&tr->train);
-    long windows_per_step = (long)tr->accum * tr->world * tr->B;
+    long windows_per_step = (long)tr->accum * tr->dp_world * tr->B;
     float dloss = 1.0f / (float)((double)tr->tokens_per_step);
 
     zero_begin_step(&tr->zero);
     fp8_begin_step(m->fp8, step);
     for (int a = 0; a < tr->accum; a++) {
-        load_micro_batch(tr, &tr->train, base + ((uint64_t)a * tr->world + tr->rank) * tr->B, tr->B);
+        load_micro_batch(tr, &tr->train, base + ((uint64_t)a * tr->dp_world + tr->dp_rank) * tr->B, tr->B);
         zero_begin_micro_step(&tr->zero, a, tr->accum);
-        gpt_forward(m, m->inputs, m->targets, tr->B, tr->T, dloss);
-        gpt_accumulate_loss(m, tr->B, tr->T, a > 0);
-        gpt_backward(m, m->inputs, tr->B, tr->T);  // the hooks reduce gradients unit by unit
+        gpt_forward(m, m->inputs, m->targets, tr->B, tr->T_model, dloss);
+        gpt_accumulate_loss(m, tr->B, tr->T_model, a > 0);
+        gpt_backward(m, m->inputs, tr->B, tr->T_model);  // the hooks reduce gradients unit by unit
     }
     dataloader_set_position(&tr->train, base + (uint64_t)windows_per_step);
     if (guard_inject_nan_at(&tr->guard, step + 1)) guard_poison_gradient(m);
@@ -345,19 +413,19 @@ double trainer_validate(Trainer* tr) {
     // clipped to total, so a rank can get fewer than B, or none.
     uint64_t total = (uint64_t)tr->cfg->val_batches * tr->B;
     if (total == 0 || total > tr->val.windows_per_epoch) total = tr->val.windows_per_epoch;
-    uint64_t per_round = (uint64_t)tr->B * tr->world;
+    uint64_t per_round = (uint64_t)tr->B * tr->dp_world;
     uint64_t rounds = ceil_div(total, per_round);
     int counted = 0;
     for (uint64_t i = 0; i < rounds; i++) {
         if (trainer_stop_requested(tr)) return NAN;
-        uint64_t first = i * per_round + (uint64_t)tr->rank * tr->B;
+        uint64_t first = i * per_round + (uint64_t)tr->dp_rank * tr->B;
         int count = first < total ? (int)(total - first < (uint64_t)tr->B ? total - first : (uint64_t)tr->B) : 0;
         // A rank without windows still runs the forward (ZeRO-3 gathers
         // parameters in it, with every rank), on window 0, uncounted.
         int rows = count > 0 ? count : 1;
         load_micro_batch(tr, &tr->val, count > 0 ? first : 0, rows);
-        gpt_forward(m, m->inputs, m->targets, rows, tr->T, 0.0f);
-        if (count > 0) gpt_accumulate_loss(m, count, tr->T, counted++ > 0);
+        gpt_forward(m, m->inputs, m->targets, rows, tr->T_model, 0.0f);
+        if (count > 0) gpt_accumulate_loss(m, count, tr->T_model, counted++ > 0);
     }
     float local = 0.0f;
     if (counted) be->to_host(be, &local, m->scalars, sizeof local);

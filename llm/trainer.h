@@ -27,10 +27,14 @@ typedef struct {
     Tokenizer tok;
     int has_tok;
 
-    int rank, world;       // this process among the data-parallel ranks (all of them)
-    int B, T;              // micro-batch and sequence length
+    int rank, world;       // this process among all ranks
+    int cp;                // --context-parallel: ranks per sequence (COMM_CP), 1: none
+    int dp_rank, dp_world; // data parallelism: rank / cp of world / cp (each reads its own windows)
+    int B, T;              // micro-batch and sequence length (--seq-len: the real tokens)
+    int T_model;           // the model's rows per sequence: T, or its padded length / cp
+    int32_t* host_local;   // (2, B, T_model): this rank's rows of inputs, then targets (cp > 1)
     int accum;             // micro-steps per optimizer step
-    long tokens_per_step;  // B * T * world * accum
+    long tokens_per_step;  // B * T * dp_world * accum
     LRSchedule sched;
     int32_t* host_inputs;  // (B, T)
     int32_t* host_targets; // (B, T)

@@ -30,6 +30,9 @@ expect_error tokens_per_pass_over_int "--micro-batch 65536 x --seq-len 65536 = 4
 expect_error accumulation_over_int "--batch-tokens 9223372036854775776 is 288230376151711743 micro-batches of 32 tokens" \
   "$TG" "${tiny[@]}" --batch-tokens 9223372036854775776
 expect_error zero_stage_5 "--zero 5 is not one of 0, 1, 2, 3" "$TG" "${tiny[@]}" --zero 5
+expect_error context_parallel_zero "--context-parallel 0 is outside 1\.\.4096" "$TG" "${tiny[@]}" --context-parallel 0
+expect_error context_parallel_on_cuda "--context-parallel 2: the CUDA backend runs only --context-parallel 1" \
+  "$TG" "${tiny[@]}" --device cuda --context-parallel 2
 # The same checks for values from a SageMaker hyperparameters file name it.
 mkdir -p "$T/sm/input/config"
 echo '{"beta1": "1.5"}' >"$T/sm/input/config/hyperparameters.json"

@@ -53,6 +53,15 @@ else
   fail plan_nothing_fits_exit_2 "exit $rc: $(head -n 5 "$T/none.txt")"
 fi
 
+# Llama-3 70B at 128K on 16 B200s: only splitting every sequence fits
+# (context parallelism; its bill: activations / N and the gathered K/V).
+"$TG" --plan --model llama3-70B --seq-len 131072 --gpu b200 --world-size 16 >"$T/cp.txt" 2>&1
+if grep -q -- '--context-parallel 4 on 16 ranks: each sequence split over 4 ranks' "$T/cp.txt"; then
+  ok plan_recommends_context_parallel
+else
+  fail plan_recommends_context_parallel "$(sed -n '/what would fit/,/memory per GPU/p' "$T/cp.txt")"
+fi
+
 # 3. 1B at 4K on 8 x B200: no recompute, no sharding.
 "$TG" --plan --model gpt-1B --seq-len 4096 "${big[@]}" >"$T/p1.txt" 2>&1
 if grep -q '^summary .*fits=1 .*precision=bf16 zero=1 hybrid=0 recompute=none full_layers=0 ' "$T/p1.txt"; then

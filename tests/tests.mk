@@ -6,7 +6,7 @@ TEST_SRCS := $(wildcard tests/test_*.c)
 TEST_BINS := $(TEST_SRCS:tests/%.c=$(BUILD)/tests/%)
 TEST_SCRIPTS := $(sort $(wildcard tests/test_*.sh tests/test_*.py))
 # Scripts with sweeps that make test-long (TRAIN_GPT_TEST_LONG=1) runs whole and make test in part.
-TEST_LONG_SCRIPTS := tests/test_zero.sh tests/test_model_folder.sh tests/test_train_e2e.sh
+TEST_LONG_SCRIPTS := tests/test_zero.sh tests/test_model_folder.sh tests/test_train_e2e.sh tests/test_context_parallel.sh
 
 $(BUILD)/tests/%: tests/%.c $(BUILD)/libtrain.a tests/testlib.h tests/testlib_mpi.h
 	@mkdir -p $(dir $@)

@@ -8,6 +8,12 @@
 // C-wide blocks). Query head h reads kv head h / (NH/NKV). out (B,T,NH,HS);
 // lse (B,NH,T).
 //
+// The same code runs the query-offset form of context parallelism
+// (attention_forward_chunk): T queries at positions q0..q0+T-1 of a
+// sequence, whose keys and values come from a separate (B,Tkv,2*NKV,HS)
+// buffer of the whole sequence; query i sees keys 0..q0+i. The plain op is
+// q0 = 0 with the keys read from qkv itself, so both share every line below.
+//
 // Speed: every inner loop runs along the keys, 16 per AVX-512 vector, never
 // along the head dimension (a dot product of HS = 16..64 floats per key costs
 // a horizontal reduction per key). For that each worker first copies the K
@@ -30,14 +36,18 @@
 #define QUERY_BLOCK 128
 
 typedef struct {
-    int T, NH, NKV, HS;
+    int T, NH, NKV, HS;  // T: the queries
+    int q0;         // the first query's position: query i sees keys 0..q0+i
     int group;      // NH / NKV: query heads per kv head
     int C;          // floats per token of out and dout (NH*HS)
     size_t stride;  // floats between consecutive tokens' rows of qkv ((NH+2*NKV)*HS)
-    size_t ld;      // row length of the transposed panels: >= T rounded up to KEY_BLOCK
+    size_t kv_stride;       // ... of the key/value rows (stride, or 2*NKV*HS for a separate kv buffer)
+    size_t k_off0, v_off0;  // kv head 0's key and value inside a key/value row
+    size_t ld;      // row length of the transposed panels: >= q0+T rounded up to KEY_BLOCK
     float scale;    // 1/sqrt(HS)
 } Shape;
 
+// The plain layout: queries at positions 0..T-1, keys and values in qkv.
 static Shape make_shape(int T, int NH, int NKV, int HS) {
     if (NH <= 0 || NKV <= 0 || NH % NKV != 0)
         fatal("attention: NH=%d query heads are not a multiple of NKV=%d key/value heads", NH, NKV);
@@ -50,10 +60,28 @@ static Shape make_shape(int T, int NH, int NKV, int HS) {
     s.group = NH / NKV;
     s.C = NH * HS;
     s.stride = (size_t)(NH + 2 * NKV) * HS;
+    s.q0 = 0;
+    s.kv_stride = s.stride;
+    s.k_off0 = (size_t)NH * HS;
+    s.v_off0 = (size_t)(NH + NKV) * HS;
     // One extra cache line per panel row: with rows a multiple of 4 KiB apart
     // the HS rows would all fall in the same L1 sets.
     s.ld = round_up((size_t)T, KEY_BLOCK) + 16;
     s.scale = 1.0f / sqrtf((float)s.HS);
+    return s;
+}
+
+// The query-offset layout: T queries at q0.., keys and values (Tkv >= q0+T
+// rows of 2*NKV heads: keys, then values) in a buffer of their own.
+static Shape make_chunk_shape(int T, int Tkv, int q0, int NH, int NKV, int HS) {
+    if (q0 < 0 || T <= 0 || q0 + T > Tkv)
+        fatal("attention: queries %d..%d do not fit in %d keys", q0, q0 + T - 1, Tkv);
+    Shape s = make_shape(T, NH, NKV, HS);
+    s.q0 = q0;
+    s.kv_stride = (size_t)2 * NKV * HS;
+    s.k_off0 = 0;
+    s.v_off0 = (size_t)NKV * HS;
+    s.ld = round_up((size_t)(q0 + T), KEY_BLOCK) + 16;
     return s;
 }
 
@@ -75,8 +103,8 @@ static void transpose_rows(float* dst, const float* src, int n, const Shape* s) 
         if (len < 0) len = 0;
         for (int d = 0; d < s->HS; d++) {
             float* out = dst + d * s->ld + j0;
-            const float* in = src + j0 * s->stride + d;
-            for (int j = 0; j < len; j++) out[j] = in[j * s->stride];
+            const float* in = src + j0 * s->kv_stride + d;
+            for (int j = 0; j < len; j++) out[j] = in[j * s->kv_stride];
             for (int j = len; j < 16; j++) out[j] = 0.0f;
         }
     }
@@ -145,7 +173,7 @@ static void attend_query_group(float* o, float* lse, const float* q, int i, cons
     for (int g = 0; g < QUERY_GROUP; g++) {
         int t = i + g < last ? i + g : last;
         x[g] = q + (size_t)(t - i) * s->stride;
-        n[g] = t + 1;
+        n[g] = s->q0 + t + 1;
     }
     int n_max = n[QUERY_GROUP - 1];
     panel_products_group(rows, x, kt, n_max, s->scale, s);
@@ -185,22 +213,21 @@ size_t cpu_attention_scratch_bytes(int T, int HS, int threads) {
 
 // Offsets inside a token's qkv row of query head h, kv head kv's key and value.
 static size_t q_offset(const Shape* s, int h) { return (size_t)h * s->HS; }
-static size_t k_offset(const Shape* s, int kv) { return (size_t)(s->NH + kv) * s->HS; }
-static size_t v_offset(const Shape* s, int kv) { return (size_t)(s->NH + s->NKV + kv) * s->HS; }
+static size_t k_offset(const Shape* s, int kv) { return s->k_off0 + (size_t)kv * s->HS; }
+static size_t v_offset(const Shape* s, int kv) { return s->v_off0 + (size_t)kv * s->HS; }
 
-void cpu_attention_forward(Backend* be, void* out_, float* lse, const void* qkv_, int B, int T,
-                           int NH, int NKV, int HS) {
-    float* out = (float*)out_;
-    const float* qkv = (const float*)qkv_;
-    Shape s = make_shape(T, NH, NKV, HS);
-    int C = s.C;
+// Both forms: kv holds batch row b's keys and values from kv + b * kv_batch.
+static void attention_forward(Backend* be, float* out, float* lse, const float* qkv, const float* kv,
+                              size_t kv_batch, int B, const Shape* sp) {
+    Shape s = *sp;
+    int T = s.T, NH = s.NH, C = s.C;
     size_t per_thread = forward_floats_per_thread(&s);
     int nthreads = omp_get_max_threads();
     float* scratch = (float*)cpu_scratch(be, nthreads * per_thread * sizeof(float),
                                          "attention forward panels");
     int blocks = (int)ceil_div((size_t)T, QUERY_BLOCK);
     int tasks = B * NH * blocks;
-    double work = (double)B * NH * T * T * s.HS;
+    double work = (double)B * NH * T * (s.q0 + T) * s.HS;
     // Task cost grows with its last query (causal); handing tasks out
     // round-robin (chunk 1) keeps the threads' shares even.
 #pragma omp parallel num_threads(nthreads) if (work > 1e6)
@@ -215,9 +242,10 @@ void cpu_attention_forward(Backend* be, void* out_, float* lse, const void* qkv_
             int i0 = blk * QUERY_BLOCK;
             int i1 = i0 + QUERY_BLOCK < T ? i0 + QUERY_BLOCK : T;
             const float* base = qkv + (size_t)b * T * s.stride;
-            int kv = h / s.group;
-            transpose_rows(kt, base + k_offset(&s, kv), i1, &s);
-            transpose_rows(vt, base + v_offset(&s, kv), i1, &s);
+            const float* kvb = kv + b * kv_batch;
+            int g = h / s.group;
+            transpose_rows(kt, kvb + k_offset(&s, g), s.q0 + i1, &s);
+            transpose_rows(vt, kvb + v_offset(&s, g), s.q0 + i1, &s);
             for (int i = i0; i < i1; i += QUERY_GROUP) {
                 attend_query_group(out + ((size_t)b * T + i) * C + h * s.HS,
                                    lse + (size_t)bh * T + i, base + q_offset(&s, h) + i * s.stride,
@@ -226,6 +254,18 @@ void cpu_attention_forward(Backend* be, void* out_, float* lse, const void* qkv_
         }
     }
     be->free(be, scratch);
+}
+
+void cpu_attention_forward(Backend* be, void* out, float* lse, const void* qkv, int B, int T, int NH, int NKV,
+                           int HS) {
+    Shape s = make_shape(T, NH, NKV, HS);
+    attention_forward(be, (float*)out, lse, (const float*)qkv, (const float*)qkv, (size_t)T * s.stride, B, &s);
+}
+
+void cpu_attention_forward_chunk(Backend* be, void* out, float* lse, const void* qkv, const void* kv, int B, int T,
+                                 int Tkv, int q0, int NH, int NKV, int HS) {
+    Shape s = make_chunk_shape(T, Tkv, q0, NH, NKV, HS);
+    attention_forward(be, (float*)out, lse, (const float*)qkv, (const float*)kv, (size_t)Tkv * s.kv_stride, B, &s);
 }
 
 // Gradients of one query head. For
@@ -251,7 +291,7 @@ static void attention_backward_query_head(float* dq, float* dkt, float* dvt, con
 
     for (int i = 0; i < T; i += QUERY_GROUP) {
         int count = T - i < QUERY_GROUP ? T - i : QUERY_GROUP;
-        int n_max = i + count;
+        int n_max = s->q0 + i + count;
         const float* xq[QUERY_GROUP];
         const float* xo[QUERY_GROUP];
         for (int g = 0; g < QUERY_GROUP; g++) {
@@ -265,8 +305,8 @@ static void attention_backward_query_head(float* dq, float* dkt, float* dvt, con
             float* p = P + g * ld;
             float* dp = DP + g * ld;
             float* ds = DS + g * ld;
-            // Query i+g sees keys 0..i+g; padding queries see none.
-            int n = g < count ? i + g + 1 : 0;
+            // Query i+g sees keys 0..q0+i+g; padding queries see none.
+            int n = g < count ? s->q0 + i + g + 1 : 0;
             float l = g < count ? lse[i + g] : 0.0f;
             float D = g < count ? dot(xo[g], out + (size_t)(i + g) * C, HS) : 0.0f;
 #pragma omp simd
@@ -301,44 +341,42 @@ static void attention_backward_query_head(float* dq, float* dkt, float* dvt, con
 }
 
 // Gradients of kv head kv of batch row b: its query heads in order, then its
-// dk and dv out of the panels. Pointers are at the batch row's first token.
-static void attention_backward_kv_head(float* dqkv, const float* dout, const float* qkv,
-                                       const float* out, const float* lse, int kv, float* work,
+// dk and dv out of the panels, written into dkv's rows (added when
+// `accumulate`). Pointers are at the batch row's first token.
+static void attention_backward_kv_head(float* dqkv, float* dkv, int accumulate, const float* dout, const float* qkv,
+                                       const float* kvrows, const float* out, const float* lse, int kv, float* work,
                                        const Shape* s) {
-    int T = s->T, HS = s->HS;
+    int T = s->T, HS = s->HS, keys = s->q0 + s->T;
     size_t ld = s->ld;
     float* kt = work;
     float* vt = kt + HS * ld;
     float* dkt = vt + HS * ld;
     float* dvt = dkt + HS * ld;
     float* rows = dvt + HS * ld;
-    transpose_rows(kt, qkv + k_offset(s, kv), T, s);
-    transpose_rows(vt, qkv + v_offset(s, kv), T, s);
+    transpose_rows(kt, kvrows + k_offset(s, kv), keys, s);
+    transpose_rows(vt, kvrows + v_offset(s, kv), keys, s);
     memset(dkt, 0, 2 * HS * ld * sizeof(float));  // dkt and dvt
     for (int h = kv * s->group; h < (kv + 1) * s->group; h++) {
         attention_backward_query_head(dqkv + q_offset(s, h), dkt, dvt, dout + h * HS,
                                       qkv + q_offset(s, h), out + h * HS, lse + (size_t)h * T, kt,
                                       vt, rows, s);
     }
-    for (int j = 0; j < T; j++) {
-        float* dk = dqkv + j * s->stride + k_offset(s, kv);
-        float* dv = dqkv + j * s->stride + v_offset(s, kv);
+    for (int j = 0; j < keys; j++) {
+        float* dk = dkv + j * s->kv_stride + k_offset(s, kv);
+        float* dv = dkv + j * s->kv_stride + v_offset(s, kv);
         for (int d = 0; d < HS; d++) {
-            dk[d] = dkt[d * ld + j];
-            dv[d] = dvt[d * ld + j];
+            dk[d] = accumulate ? dk[d] + dkt[d * ld + j] : dkt[d * ld + j];
+            dv[d] = accumulate ? dv[d] + dvt[d * ld + j] : dvt[d * ld + j];
         }
     }
 }
 
-void cpu_attention_backward(Backend* be, void* dqkv_, const void* dout_, const void* qkv_,
-                            const void* out_, const float* lse, int B, int T, int NH, int NKV,
-                            int HS) {
-    float* dqkv = (float*)dqkv_;
-    const float* dout = (const float*)dout_;
-    const float* qkv = (const float*)qkv_;
-    const float* out = (const float*)out_;
-    Shape s = make_shape(T, NH, NKV, HS);
-    int C = s.C;
+// Both forms: dkv and kv hold batch row b's key/value rows from + b * kv_batch.
+static void attention_backward(Backend* be, float* dqkv, float* dkv, int accumulate, const float* dout,
+                               const float* qkv, const float* kv, size_t kv_batch, const float* out,
+                               const float* lse, int B, const Shape* sp) {
+    Shape s = *sp;
+    int T = s.T, NH = s.NH, NKV = s.NKV, C = s.C;
     size_t per_thread = backward_floats_per_thread(&s);
     int nthreads = omp_get_max_threads();
     float* scratch = (float*)cpu_scratch(be, nthreads * per_thread * sizeof(float),
@@ -346,17 +384,33 @@ void cpu_attention_backward(Backend* be, void* dqkv_, const void* dout_, const v
     // One thread owns a kv head and the query heads that read it, so its dk
     // and dv sum their terms in a fixed order without atomics.
     int tasks = B * NKV;
-    double work = (double)B * NH * T * T * s.HS;
+    double work = (double)B * NH * T * (s.q0 + T) * s.HS;
 #pragma omp parallel num_threads(nthreads) if (work > 1e6)
     {
         float* mine = scratch + omp_get_thread_num() * per_thread;
 #pragma omp for schedule(static, 1)
         for (int task = 0; task < tasks; task++) {
-            int b = task / NKV, kv = task % NKV;
+            int b = task / NKV, g_kv = task % NKV;
             size_t tok0 = (size_t)b * T;
-            attention_backward_kv_head(dqkv + tok0 * s.stride, dout + tok0 * C, qkv + tok0 * s.stride,
-                                       out + tok0 * C, lse + (size_t)b * NH * T, kv, mine, &s);
+            attention_backward_kv_head(dqkv + tok0 * s.stride, dkv + b * kv_batch, accumulate, dout + tok0 * C,
+                                       qkv + tok0 * s.stride, kv + b * kv_batch, out + tok0 * C,
+                                       lse + (size_t)b * NH * T, g_kv, mine, &s);
         }
     }
     be->free(be, scratch);
+}
+
+void cpu_attention_backward(Backend* be, void* dqkv, const void* dout, const void* qkv, const void* out,
+                            const float* lse, int B, int T, int NH, int NKV, int HS) {
+    Shape s = make_shape(T, NH, NKV, HS);
+    attention_backward(be, (float*)dqkv, (float*)dqkv, 0, (const float*)dout, (const float*)qkv, (const float*)qkv,
+                       (size_t)T * s.stride, (const float*)out, lse, B, &s);
+}
+
+void cpu_attention_backward_chunk(Backend* be, void* dqkv, void* dkv, const void* dout, const void* qkv,
+                                  const void* kv, const void* out, const float* lse, int B, int T, int Tkv, int q0,
+                                  int NH, int NKV, int HS) {
+    Shape s = make_chunk_shape(T, Tkv, q0, NH, NKV, HS);
+    attention_backward(be, (float*)dqkv, (float*)dkv, 1, (const float*)dout, (const float*)qkv, (const float*)kv,
+                       (size_t)Tkv * s.kv_stride, (const float*)out, lse, B, &s);
 }

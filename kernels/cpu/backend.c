@@ -149,6 +149,8 @@ Backend* cpu_backend_create(DType dtype, int num_threads) {
     be->gelu_backward = cpu_gelu_backward;
     be->attention_forward = cpu_attention_forward;
     be->attention_backward = cpu_attention_backward;
+    be->attention_forward_chunk = cpu_attention_forward_chunk;
+    be->attention_backward_chunk = cpu_attention_backward_chunk;
     be->rmsnorm_forward = cpu_rmsnorm_forward;
     be->residual_rmsnorm_forward = cpu_residual_rmsnorm_forward;
     be->rmsnorm_backward = cpu_rmsnorm_backward;

@@ -1,6 +1,8 @@
 // classifier.c: softmax cross-entropy over the real vocabulary, fused with its
 // gradient (written over the logits, as llm.c does, so no probability matrix
 // is ever stored), on the CPU.
+#include <string.h>
+
 #include "kernels/cpu/cpu.h"
 
 // Loss of one row; when dloss != 0 the row becomes dloss * (softmax - onehot)
@@ -37,13 +39,19 @@ void cpu_cross_entropy(Backend* be, float* losses, void* logits_, const int32_t*
     if (V <= 0 || V > Vp) fatal("cross_entropy: need 0 < V <= Vp, got V=%d Vp=%d", V, Vp);
     // A bad target would read outside the row; checking costs one pass over N ints.
     for (int i = 0; i < N; i++) {
-        if (targets[i] < 0 || targets[i] >= V) {
+        if (targets[i] < -1 || targets[i] >= V) {
             fatal("cross_entropy: target %d of row %d is outside the vocabulary [0, %d)",
                   targets[i], i, V);
         }
     }
 #pragma omp parallel for schedule(static) if ((size_t)N * V > CPU_PARALLEL_MIN)
     for (int i = 0; i < N; i++) {
-        losses[i] = cross_entropy_row(logits + (size_t)i * Vp, targets[i], V, Vp, dloss);
+        float* row = logits + (size_t)i * Vp;
+        if (targets[i] == -1) {  // a pad (context parallelism): no loss, no gradient
+            losses[i] = 0.0f;
+            if (dloss != 0.0f) memset(row, 0, (size_t)Vp * sizeof(float));
+            continue;
+        }
+        losses[i] = cross_entropy_row(row, targets[i], V, Vp, dloss);
     }
 }

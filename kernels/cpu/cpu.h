@@ -133,6 +133,11 @@ void cpu_attention_forward(Backend* be, void* out, float* lse, const void* qkv, 
 void cpu_attention_backward(Backend* be, void* dqkv, const void* dout, const void* qkv,
                             const void* out, const float* lse, int B, int T, int NH, int NKV,
                             int HS);
+void cpu_attention_forward_chunk(Backend* be, void* out, float* lse, const void* qkv, const void* kv, int B, int T,
+                                 int Tkv, int q0, int NH, int NKV, int HS);
+void cpu_attention_backward_chunk(Backend* be, void* dqkv, void* dkv, const void* dout, const void* qkv,
+                                  const void* kv, const void* out, const float* lse, int B, int T, int Tkv, int q0,
+                                  int NH, int NKV, int HS);
 
 void cpu_rmsnorm_forward(Backend* be, void* out, float* rstd, const void* inp, const void* w, int N,
                          int C, float eps, float* amax);

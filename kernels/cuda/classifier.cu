@@ -63,9 +63,14 @@ __global__ void cross_entropy_kernel(float* losses, T* logits, const int32_t* ta
         for (int w = 1; w < (int)(blockDim.x / WARP_SIZE); w++) online_merge(&bm, &bs, sm[w], ss[w]);
         row_max = bm;
         row_inv_sum = 1.0f / bs;
-        losses[row] = target_ok ? bm + logf(bs) - target_logit : NAN;
+        // A target of -1 is a pad (context parallelism's): no loss, a zero gradient.
+        losses[row] = target == -1 ? 0.0f : target_ok ? bm + logf(bs) - target_logit : NAN;
     }
     __syncthreads();  // also orders the read of x[target] before the overwrite below
+    if (dloss != 0.0f && target == -1) {
+        for (int c = threadIdx.x; c < Vp; c += blockDim.x) x[c] = from_float<T>(0.0f);
+        return;
+    }
     if (dloss == 0.0f || !target_ok) return;
 
     // Pass 2: the gradient, in place.

@@ -70,8 +70,8 @@ static void finish_config(GPTConfig* c) {
 // forward
 
 static void embed_forward(const Pass* p, void* embed, const int32_t* inputs) {
-    p->be->encoder_forward(p->be, gpt_act(p->m, A_ENCODED), inputs, gpt_tensor_in_unit(p->m, embed, P_WTE, -1),
-                           gpt_tensor_in_unit(p->m, embed, P_WPE, -1), p->B, p->T, p->c->channels);
+    block_encoder_forward(p, inputs, gpt_tensor_in_unit(p->m, embed, P_WTE, -1),
+                          gpt_tensor_in_unit(p->m, embed, P_WPE, -1));
 }
 
 static void norm_forward(const Pass* p, const NormIO* n, const void* inp) {
@@ -81,10 +81,10 @@ static void norm_forward(const Pass* p, const NormIO* n, const void* inp) {
 // From ln1 up to the GELU: everything the layer's backward reads.
 static void block_forward(const Pass* p, const LayerTensors* w, const LayerActs* a) {
     Backend* be = p->be;
-    int C = p->c->channels, NH = p->c->num_heads, l = a->layer;
+    int C = p->c->channels, l = a->layer;
     // attention: residual2 = input + attproj(attention(qkv(ln1)))
     linear_forward(p, l, LINEAR_QKV, a->qkv, NULL, NULL, a->ln1, w->qkvw, w->qkvb, C, 3 * C);
-    be->attention_forward(be, a->atty, a->lse, a->qkv, p->B, p->T, NH, NH, C / NH);
+    block_attention_forward(p, a);
     linear_measure_input(p, l, LINEAR_ATTPROJ, a->atty, (size_t)p->N * C);  // the attention measures nothing
     linear_forward(p, l, LINEAR_ATTPROJ, p->proj, NULL, NULL, a->atty, w->attprojw, w->attprojb, C, C);
     be->residual_layernorm_forward(be, a->residual2, a->ln2, a->ln2_mean, a->ln2_rstd, a->input, p->proj, w->ln2w,
@@ -126,7 +126,7 @@ static void norm_backward(const Pass* p, void* dinp, void* dweight, void* dbias,
 // recompute ln1, ln2 and fch_gelu live there too (block_recompute).
 static void block_backward(const Pass* p, const LayerTensors* w, const LayerTensors* g, const LayerActs* a) {
     Backend* be = p->be;
-    int C = p->c->channels, NH = p->c->num_heads, l = a->layer, N = p->N;
+    int C = p->c->channels, l = a->layer, N = p->N;
     size_t NC = (size_t)N * C;
     void *dres = p->dres, *dbtc = p->dbtc, *dwide = p->dwide;  // dwide: d(fch_gelu), d(fch), then dqkv
     NormIO ln1 = {a->ln1, a->ln1_mean, a->ln1_rstd, w->ln1w, w->ln1b, linear_input_amax(p, l, LINEAR_QKV)};
@@ -144,7 +144,7 @@ static void block_backward(const Pass* p, const LayerTensors* w, const LayerTens
 
     // attention; dres becomes the gradient of the layer's input
     linear_backward(p, l, LINEAR_ATTPROJ, dbtc, g->attprojw, g->attprojb, dres, a->atty, w->attprojw, C, C);
-    be->attention_backward(be, dwide, dbtc, a->qkv, a->atty, a->lse, p->B, p->T, NH, NH, C / NH);
+    block_attention_backward(p, dwide, dbtc, a);
     linear_measure_grad(p, l, LINEAR_QKV, dwide, 3 * NC);  // the attention measures nothing
     if (block_recompute(p, a, A_LN1)) norm_forward(p, &ln1, a->input);
     linear_backward(p, l, LINEAR_QKV, dbtc, g->qkvw, g->qkvb, dwide, a->ln1, w->qkvw, C, 3 * C);
@@ -153,8 +153,8 @@ static void block_backward(const Pass* p, const LayerTensors* w, const LayerTens
 }
 
 static void embed_backward(const Pass* p, void* dembed, const int32_t* inputs) {
-    p->be->encoder_backward(p->be, gpt_tensor_in_unit(p->m, dembed, P_WTE, -1),
-                            gpt_tensor_in_unit(p->m, dembed, P_WPE, -1), p->dres, inputs, p->B, p->T, p->c->channels);
+    block_encoder_backward(p, inputs, gpt_tensor_in_unit(p->m, dembed, P_WTE, -1),
+                           gpt_tensor_in_unit(p->m, dembed, P_WPE, -1));
 }
 
 // ---------------------------------------------------------------------------

@@ -88,9 +88,9 @@ static size_t state_bytes(const GPTConfig* c, int T) { return (size_t)T * gpt_he
 static void create_state(GPT* m) {
     const GPTConfig* c = &m->config;
     int HS = gpt_head_size(c);
-    size_t n = (size_t)m->T * HS;
+    size_t n = (size_t)gpt_positions(m) * HS;
     float* host = (float*)xmalloc(n * sizeof(float));
-    rope_table(host, m->T, HS, c->rope_theta, c->rope_scaling.factor > 0 ? &c->rope_scaling : NULL);
+    rope_table(host, gpt_positions(m), HS, c->rope_theta, c->rope_scaling.factor > 0 ? &c->rope_scaling : NULL);
     m->rope_freqs = (float*)m->be->alloc(m->be, n * sizeof(float), "RoPE table");
     m->be->to_device(m->be, m->rope_freqs, host, n * sizeof(float));
     free(host);
@@ -100,8 +100,7 @@ static void create_state(GPT* m) {
 // forward
 
 static void embed_forward(const Pass* p, void* embed, const int32_t* inputs) {
-    p->be->encoder_forward(p->be, gpt_act(p->m, A_ENCODED), inputs, gpt_tensor_in_unit(p->m, embed, P_WTE, -1), NULL,
-                           p->B, p->T, p->c->channels);
+    block_encoder_forward(p, inputs, gpt_tensor_in_unit(p->m, embed, P_WTE, -1), NULL);
 }
 
 static void norm_forward(const Pass* p, const NormIO* n, const void* inp) {
@@ -112,12 +111,12 @@ static void norm_forward(const Pass* p, const NormIO* n, const void* inp) {
 static void block_forward(const Pass* p, const LayerTensors* w, const LayerActs* a) {
     Backend* be = p->be;
     const GPTConfig* c = p->c;
-    int C = c->channels, NH = c->num_heads, NKV = c->num_kv_heads, HS = gpt_head_size(c), H = c->mlp_hidden;
+    int C = c->channels, NH = c->num_heads, HS = gpt_head_size(c), H = c->mlp_hidden;
     int l = a->layer;
     // attention: residual2 = input + o_proj(attention(rope(qkv(ln1))))
     linear_forward(p, l, LINEAR_QKV, a->qkv, NULL, NULL, a->ln1, w->qkvw, NULL, C, gpt_qkv_width(c));
-    be->rope_forward(be, a->qkv, p->m->rope_freqs, p->B, p->T, NH, NKV, HS);
-    be->attention_forward(be, a->atty, a->lse, a->qkv, p->B, p->T, NH, NKV, HS);
+    block_rope(p, a->qkv, 0);
+    block_attention_forward(p, a);
     linear_measure_input(p, l, LINEAR_ATTPROJ, a->atty, (size_t)p->N * NH * HS);  // attention measures nothing
     linear_forward(p, l, LINEAR_ATTPROJ, p->proj, NULL, NULL, a->atty, w->attprojw, NULL, NH * HS, C);
     be->residual_rmsnorm_forward(be, a->residual2, a->ln2, a->ln2_rstd, a->input, p->proj, w->ln2w, p->N, C,
@@ -156,7 +155,7 @@ static void norm_backward(const Pass* p, void* dinp, void* dweight, void* dbias,
 static void block_backward(const Pass* p, const LayerTensors* w, const LayerTensors* g, const LayerActs* a) {
     Backend* be = p->be;
     const GPTConfig* c = p->c;
-    int C = c->channels, NH = c->num_heads, NKV = c->num_kv_heads, HS = gpt_head_size(c), H = c->mlp_hidden;
+    int C = c->channels, NH = c->num_heads, HS = gpt_head_size(c), H = c->mlp_hidden;
     int QKV = gpt_qkv_width(c), l = a->layer, N = p->N;
     size_t es = dtype_size(p->m->dtype);
     void *dres = p->dres, *dbtc = p->dbtc;
@@ -177,8 +176,8 @@ static void block_backward(const Pass* p, const LayerTensors* w, const LayerTens
 
     // attention; dres becomes the gradient of the layer's input
     linear_backward(p, l, LINEAR_ATTPROJ, dbtc, g->attprojw, NULL, dres, a->atty, w->attprojw, NH * HS, C);
-    be->attention_backward(be, dqkv, dbtc, a->qkv, a->atty, a->lse, p->B, p->T, NH, NKV, HS);
-    be->rope_backward(be, dqkv, p->m->rope_freqs, p->B, p->T, NH, NKV, HS);
+    block_attention_backward(p, dqkv, dbtc, a);
+    block_rope(p, dqkv, 1);
     linear_measure_grad(p, l, LINEAR_QKV, dqkv, (size_t)N * QKV);  // attention and RoPE measure nothing
     if (block_recompute(p, a, A_LN1)) norm_forward(p, &ln1, a->input);
     linear_backward(p, l, LINEAR_QKV, dbtc, g->qkvw, NULL, dqkv, a->ln1, w->qkvw, C, QKV);
@@ -187,8 +186,7 @@ static void block_backward(const Pass* p, const LayerTensors* w, const LayerTens
 }
 
 static void embed_backward(const Pass* p, void* dembed, const int32_t* inputs) {
-    p->be->encoder_backward(p->be, gpt_tensor_in_unit(p->m, dembed, P_WTE, -1), NULL, p->dres, inputs, p->B, p->T,
-                            p->c->channels);
+    block_encoder_backward(p, inputs, gpt_tensor_in_unit(p->m, dembed, P_WTE, -1), NULL);
 }
 
 // ---------------------------------------------------------------------------

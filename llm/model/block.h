@@ -203,4 +203,19 @@ void linear_measure_grad(const Pass* p, int l, BlockLinear g, const void* dy, si
 // recomputes it into that pointer.
 int block_recompute(const Pass* p, const LayerActs* a, ActKind k);
 
+// The ops that depend on a token's position, at each row's true position in
+// its sequence (llm/model/context.c): the plain ops without context
+// parallelism, chunk by chunk with it (m->cp).
+// A_ENCODED = wte[inputs] + wpe[position] (wpe NULL: none), and its backward (+=).
+void block_encoder_forward(const Pass* p, const int32_t* inputs, const void* wte, const void* wpe);
+void block_encoder_backward(const Pass* p, const int32_t* inputs, void* dwte, void* dwpe);
+// RoPE in place on qkv's query and key heads (backward: its transpose on dqkv's).
+void block_rope(const Pass* p, void* qkv, int backward);
+// a->atty, a->lse = causal attention over a->qkv; with context parallelism
+// over the keys and values of the whole sequence, gathered from the group.
+void block_attention_forward(const Pass* p, const LayerActs* a);
+// dqkv from dout (B, T, NH, HS); with context parallelism the keys' and
+// values' gradients are summed over the group back to the ranks holding them.
+void block_attention_backward(const Pass* p, void* dqkv, const void* dout, const LayerActs* a);
+
 EXTERN_C_END

@@ -44,6 +44,27 @@ typedef struct {
     void (*unit_release)(void* ctx, GPT* m, int u, int backward);
 } GPTHooks;
 
+// Context parallelism (--context-parallel n; llm/model/context.c): n ranks
+// split every sequence. The sequence, padded at its end to T (a multiple of
+// 2n), is cut into 2n chunks of c = T / (2n) tokens; rank i holds chunks i and
+// 2n-1-i (causal load balance), so the model's own T (the arena's) is 2c and
+// its rows of sequence b are chunk i's c tokens then chunk 2n-1-i's. Every
+// layer's attention all-gathers the group's keys and values, and its
+// backward reduce-scatters their gradients, through the two callbacks (the
+// trainer wires them to MPI over the group; the model knows no ranks).
+typedef struct {
+    int n, rank;  // ranks in the group (1: off) and this rank's place in it
+    int T;        // the padded sequence length
+    int T_real;   // its real tokens: positions T_real..T-1 are padding (targets -1)
+    void* ctx;
+    // buf holds n chunks of `chunk` elements (model dtype), this rank's
+    // filled: afterwards every chunk i holds rank i's.
+    void (*all_gather)(void* ctx, void* buf, size_t chunk);
+    // buf holds n chunks: chunk i becomes, on rank i, the sum over the
+    // ranks of their chunk i, added in rank order.
+    void (*reduce_scatter)(void* ctx, void* buf, size_t chunk);
+} GPTContextParallel;
+
 struct GPT {
     GPTConfig config;
     ParamLayout layout;
@@ -88,7 +109,24 @@ struct GPT {
     const GPTHooks* hooks;  // NULL: parameters and gradients are the flat buffers
     Fp8State* fp8;          // FP8 training (gpt_enable_fp8), or NULL
     float* rope_freqs;      // architectures with RoPE: (T, HS/2, 2) FP32 cos and sin (rope_table), backend memory
+                            // (cp.T positions under context parallelism)
+    GPTContextParallel cp;  // n = 1 unless gpt_set_context_parallel
+    void* cp_kv;            // (B, cp.T, 2*NKV, HS) the gathered keys and values in sequence order
+    void* cp_work;          // the same size: the gather in rank order, then dK/dV
+    int cp_kv_layer;        // the layer whose keys and values cp_kv holds, or -1
 };
+
+// Turns on context parallelism for a model created with T = cp->T / cp->n
+// (cp->T a multiple of 2 * cp->n): allocates the gathered K/V buffers and
+// rebuilds the architecture's position tables for cp->T positions.
+void gpt_set_context_parallel(GPT* m, const GPTContextParallel* cp);
+// The first position of local chunk k (0 or 1) of this rank's rows.
+int gpt_cp_chunk_start(const GPT* m, int k);
+// Cuts full sequences (B, T_real) into this rank's rows (B, m->T) (the
+// padding: token 0, target -1); src and dst are host memory.
+void gpt_cp_slice(const GPT* m, int32_t* dst, const int32_t* src, int B, int is_target);
+// The positions a model's tables cover: cp.T under context parallelism, else T.
+static inline int gpt_positions(const GPT* m) { return m->cp.n > 1 ? m->cp.T : m->T; }
 
 // Allocates parameters, gradients, optimizer state and activations for
 // micro-batches up to (B, T) on rank `rank` of `world` at a ZeRO stage.

@@ -203,6 +203,8 @@ void gpt_create_full(GPT* m, const GPTConfig* c, Backend* be, int B, int T, int 
     m->scalars = (float*)be->alloc(be, 4 * sizeof(float), "scalars");
     be->zero(be, m->scalars, 4 * sizeof(float));
     const BlockDef* block = gpt_block(c);
+    m->cp.n = 1;
+    m->cp_kv_layer = -1;
     if (block->create_state) block->create_state(m);
 }
 
@@ -220,6 +222,8 @@ void gpt_free(GPT* m) {
     be->free(be, m->targets);
     be->free(be, m->scalars);
     if (m->rope_freqs) be->free(be, m->rope_freqs);
+    if (m->cp_kv) be->free(be, m->cp_kv);
+    if (m->cp_work) be->free(be, m->cp_work);
     param_layout_free(&m->layout);
     memset(m, 0, sizeof *m);
 }

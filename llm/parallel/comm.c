@@ -157,6 +157,9 @@ Comm* comm_init(int* argc, char*** argv) {
     MPI_CHECK(MPI_Comm_dup(MPI_COMM_WORLD, &p->group[COMM_WORLD]));
     c->group[COMM_WORLD].rank = c->rank;
     c->group[COMM_WORLD].size = c->world;
+    MPI_CHECK(MPI_Comm_dup(MPI_COMM_SELF, &p->group[COMM_CP]));
+    c->group[COMM_CP].rank = 0;
+    c->group[COMM_CP].size = 1;
     p->recv_piece = (char*)xmalloc(REDUCE_PIECE_BYTES);
     p->sum_piece = (char*)xmalloc(REDUCE_PIECE_BYTES);
     comm_set_shard_scope(c, 0);
@@ -207,6 +210,17 @@ void comm_set_shard_group(Comm* c, int n) {
         MPI_CHECK(MPI_Comm_size(p->group[g], &c->group[g].size));
     }
     c->node_scope = n == c->node_size && n < c->world;
+}
+
+void comm_set_context_parallel(Comm* c, int n) {
+    CommMpi* p = mpi_of(c);
+    if (n < 1 || c->world % n != 0) fatal("internal: context-parallel groups of %d in %d ranks", n, c->world);
+    if (p->group[COMM_CP] != MPI_COMM_NULL) MPI_CHECK(MPI_Comm_free(&p->group[COMM_CP]));
+    // Consecutive ranks, so that a group's K/V traffic stays inside a node.
+    MPI_CHECK(MPI_Comm_split(MPI_COMM_WORLD, c->rank / n, c->rank, &p->group[COMM_CP]));
+    MPI_Comm_set_errhandler(p->group[COMM_CP], MPI_ERRORS_RETURN);
+    MPI_CHECK(MPI_Comm_rank(p->group[COMM_CP], &c->group[COMM_CP].rank));
+    MPI_CHECK(MPI_Comm_size(p->group[COMM_CP], &c->group[COMM_CP].size));
 }
 
 void comm_finalize(Comm* c) {
@@ -418,7 +432,10 @@ static CommDevice* device_of(const Comm* c) {
 static char watch_label[256];
 
 static const char* group_name(CommGroup g) {
-    return g == COMM_WORLD ? "the world" : g == COMM_SHARD ? "the shard group" : "the replica group";
+    return g == COMM_WORLD   ? "the world"
+           : g == COMM_SHARD ? "the shard group"
+           : g == COMM_CP    ? "the context-parallel group"
+                             : "the replica group";
 }
 
 static void watch(const Comm* c, CommGroup g, const char* op) {

@@ -12,6 +12,9 @@
 //                 consecutive ranks (--shard-group N);
 //   COMM_REPLICA  the ranks holding the same shard (one per shard group, at
 //                 the same place in it); one rank when sharding over the world.
+// and for context parallelism (--context-parallel N):
+//   COMM_CP       the N consecutive ranks that split one set of sequences
+//                 (one rank, itself, without context parallelism).
 // TRAIN_GPT_RANKS_PER_NODE=k groups consecutive ranks into nodes of k, so that
 // several nodes can be simulated on one machine.
 //
@@ -43,7 +46,7 @@
 
 EXTERN_C_BEGIN
 
-typedef enum { COMM_WORLD = 0, COMM_SHARD = 1, COMM_REPLICA = 2, COMM_NUM_GROUPS } CommGroup;
+typedef enum { COMM_WORLD = 0, COMM_SHARD = 1, COMM_REPLICA = 2, COMM_CP = 3, COMM_NUM_GROUPS } CommGroup;
 
 #define COMM_MAX_EVENTS 16
 
@@ -80,6 +83,9 @@ void comm_set_shard_scope(Comm* c, int node_scope);
 // a group lies inside one node or is made of whole nodes; the replica group
 // is the ranks at the same place in every group.
 void comm_set_shard_group(Comm* c, int n);
+// Sets COMM_CP to groups of n consecutive ranks (--context-parallel n; n
+// divides the world, checked by the caller). Collective.
+void comm_set_context_parallel(Comm* c, int n);
 // NULL when n is a valid shard group size, else why not (for the planner too).
 const char* comm_shard_group_invalid(int n, int world, int node_size, char* why, size_t size);
 // Chooses how collectives on backend memory run: NCCL on be's stream for the

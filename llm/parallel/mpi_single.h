@@ -23,6 +23,7 @@ typedef struct { int unused; } MPI_Status;
 #define MPI_MAX_ERROR_STRING 64
 #define MPI_COMM_NULL 0
 #define MPI_COMM_WORLD 1
+#define MPI_COMM_SELF 1  // a world of one: itself
 #define MPI_UNDEFINED (-32766)
 #define MPI_COMM_TYPE_SHARED 1
 #define MPI_INFO_NULL 0

@@ -443,6 +443,12 @@ static void print_nothing_fits(FILE* f, const PlanResult* r, const PlanRequest* 
         fprintf(f, "  - --seq-len %d on %d ranks (full recompute, micro-batch 1)\n", r->fits_with_seq_len, pc->world);
         any = 1;
     }
+    if (r->fits_with_context_parallel) {
+        fprintf(f, "  - --context-parallel %d on %d ranks: each sequence split over %d ranks (full recompute, "
+                "micro-batch 1; the CPU backend only for now)\n",
+                r->fits_with_context_parallel, pc->world, r->fits_with_context_parallel);
+        any = 1;
+    }
     if (r->fits_when_unfixed) {
         const PlanConfig* q = &r->unfixed;
         fprintf(f, "  - without the explicit choices: %s, ZeRO-%d, recompute %s, micro-batch %d\n",

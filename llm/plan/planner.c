@@ -164,16 +164,22 @@ MemoryBill plan_bill(const PlanConfig* pc, const PlanDevice* dev) {
     }
     b.tokens = 2 * BT * sizeof(int32_t) + 4 * sizeof(float);
     // The architecture's own tables (Llama's RoPE table (T, HS/2, 2) FP32) are billed with these small buffers.
-    b.tokens += gpt_arch_state_bytes(c, pc->T);
+    // Under context parallelism T is a rank's rows and the tables cover the whole sequence.
+    int cp = pc->context_parallel > 1 ? pc->context_parallel : 1;
+    int T_seq = pc->T * cp;
+    b.tokens += gpt_arch_state_bytes(c, T_seq);
+    // Context parallelism's two (B, cp x T, 2 NKV, HS) buffers (llm/model/context.c).
+    if (cp > 1)
+        b.context_kv = 2 * (size_t)pc->B * T_seq * 2 * c->num_kv_heads * (c->channels / c->num_heads) * dtype_size(dt);
     if (dev->is_gpu) {
         b.workspace = PLAN_CUBLASLT_WORKSPACE + plan_gpu_op_scratch(c, pc->B, pc->T) + PLAN_CUDA_NORM_TICKET;
     } else {
         // One op's scratch at a time: the attention's, or an emulated FP8 GEMM's.
-        size_t att = cpu_attention_scratch_bytes(pc->T, c->channels / c->num_heads, dev->cpu_threads);
+        size_t att = cpu_attention_scratch_bytes(T_seq, c->channels / c->num_heads, dev->cpu_threads);
         b.workspace = att > fp8_gemm_scratch ? att : fp8_gemm_scratch;
     }
     b.allocated = b.state.params + b.state.grads + b.state.master + b.state.adam + b.fp8_weights + b.fp8_scaling +
-                  b.activations + b.tokens + b.workspace;
+                  b.activations + b.tokens + b.workspace + b.context_kv;
     b.reserve = dev->is_gpu ? PLAN_GPU_RUNTIME_RESERVE + b.allocated / 100 * PLAN_FRAGMENTATION_PERCENT : 0;
     b.total = b.allocated + b.reserve;
     return b;
@@ -421,6 +427,17 @@ PlanResult plan_recommend(const PlanConfig* asked, const PlanFixed* fixed, const
             PlanConfig l = least_memory(&t, &keep_precision, dev);
             if (fits(&l, dev)) r.fits_with_seq_len = T;
         }
+        // Context parallelism at this world size: each rank holds T / N of
+        // every sequence's activations (padded to 2N chunks), plus the
+        // gathered keys and values of the whole sequences.
+        for (int n = 2; n <= base.world && !r.fits_with_context_parallel; n *= 2) {
+            if (base.world % n != 0 || base.context_parallel > 1) continue;
+            PlanConfig t = base;
+            t.context_parallel = n;
+            t.T = (int)(round_up((size_t)base.T, (size_t)(2 * n)) / (size_t)n);
+            PlanConfig l = least_memory(&t, &keep_precision, dev);
+            if (fits(&l, dev)) r.fits_with_context_parallel = n;
+        }
         // Without the explicit choices.
         if (fixed->precision || fixed->micro_batch || fixed->recompute || fixed->zero_stage || fixed->batch_tokens) {
             PlanFixed none;
@@ -454,6 +471,7 @@ PlanConfig plan_config_of_model(const GPT* m) {
     pc.head_chunks = (int)ceil_div((size_t)m->B * m->T, (size_t)m->acts.head_rows);
     pc.zero_stage = m->zero_stage;
     pc.zero3_prefetch = m->param_layer_slots - 1;
+    pc.context_parallel = m->cp.n;
     pc.grad_bf16 = m->grad_round_bf16 ? 2 : m->grad_dtype == DTYPE_BF16 ? 1 : 0;
     pc.world = m->world;
     pc.ranks_per_node = m->world;

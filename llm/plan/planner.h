@@ -61,6 +61,7 @@ typedef struct {
     RecomputePolicy recompute;
     int head_chunks;          // LM head row chunks; 0: plan_head_chunks(model, B, T)
     int zero_stage;           // 0..3
+    int context_parallel;     // ranks each sequence is split over (0 or 1: none); T is then each rank's rows
     int zero3_prefetch;       // ZeRO-3: units gathered ahead (1 or 2; 0 counts as 1): K + 1 parameter layer slots
     int world;                // data-parallel ranks
     int ranks_per_node;
@@ -88,6 +89,7 @@ typedef struct {
     size_t activations;       // arena bytes, plus the FP8 cast buffers
     size_t tokens;            // inputs, targets (int32) and the 4 scalars
     size_t workspace;         // CPU: attention scratch; GPU: cuBLASLt workspace + plan_gpu_op_scratch + the norm ticket
+    size_t context_kv;        // context parallelism: the gathered keys/values and their gradients' buffer
     size_t allocated;         // the sum of the above: the backend's peak
     size_t reserve;           // GPU: runtime (1 GiB) + 5% of allocated; CPU: 0
     size_t total;             // allocated + reserve
@@ -169,6 +171,7 @@ typedef struct {
     // fits_with_*: at micro-batch 1, full recompute, the least-memory ZeRO stage
     int fits_with_world;      // fewest ranks
     int fits_with_seq_len;    // longest sequence (a halving of T) at this world size
+    int fits_with_context_parallel;  // fewest ranks per sequence (--context-parallel, a power of 2 dividing the world)
     int fits_when_unfixed;    // dropping the explicit choices would fit
     PlanConfig unfixed;       // ... with this configuration
 } PlanResult;

@@ -231,8 +231,14 @@ void report_run_summary(const Trainer* tr) {
         printf("llama     | kv heads %d | MLP %d (SwiGLU) | RoPE theta %g%s | LM head %s\n", c->num_kv_heads,
                c->mlp_hidden, c->rope_theta, c->rope_scaling.factor > 0 ? " (Llama 3.1 scaling)" : "",
                c->tie_embeddings ? "tied to wte" : "untied");
-    printf("batch     | micro-batch %d x seq %d x ranks %d x accumulation %d = %ld tokens per step\n", tr->B, tr->T,
-           tr->world, tr->accum, tr->tokens_per_step);
+    if (tr->cp > 1)
+        printf("batch     | micro-batch %d x seq %d x data-parallel ranks %d x accumulation %d = %ld tokens per step; "
+               "context parallelism: each sequence over %d ranks, %d rows each (2 chunks of %d; padded to %d)\n",
+               tr->B, tr->T, tr->dp_world, tr->accum, tr->tokens_per_step, tr->cp, tr->T_model, tr->T_model / 2,
+               tr->T_model * tr->cp);
+    else
+        printf("batch     | micro-batch %d x seq %d x ranks %d x accumulation %d = %ld tokens per step\n", tr->B,
+               tr->T, tr->world, tr->accum, tr->tokens_per_step);
     printf("data      | train %s: %llu windows/epoch (%d shards)", cfg->train_data,
            (unsigned long long)tr->train.windows_per_epoch, tr->train.num_shards);
     if (tr->has_val) printf(" | val %s: %llu windows", cfg->val_data, (unsigned long long)tr->val.windows_per_epoch);
@@ -241,11 +247,13 @@ void report_run_summary(const Trainer* tr) {
     char pol[96];
     char fp8_bill[96] = "";
     if (m->fp8) snprintf(fp8_bill, sizeof fp8_bill, " + fp8 weights %.1f + fp8 scaling %.1f", mib(b.fp8_weights), mib(b.fp8_scaling));
+    char cp_bill[64] = "";
+    if (b.context_kv) snprintf(cp_bill, sizeof cp_bill, " + context-parallel K/V %.1f", mib(b.context_kv));
     printf("memory    | planned peak %.1f MiB = params %.1f + grads %.1f + master %.1f + adam %.1f%s + activations %.1f "
-           "(recompute %s) + tokens %.1f + workspace %.1f | allocated now %.1f MiB\n",
+           "(recompute %s) + tokens %.1f + workspace %.1f%s | allocated now %.1f MiB\n",
            mib(b.allocated), mib(b.state.params), mib(b.state.grads), mib(b.state.master), mib(b.state.adam), fp8_bill,
            mib(b.activations), recompute_policy_describe(&m->acts.recompute, c->num_layers, pol, sizeof pol),
-           mib(b.tokens), mib(b.workspace), mib(tr->be->allocated_bytes(tr->be)));
+           mib(b.tokens), mib(b.workspace), cp_bill, mib(tr->be->allocated_bytes(tr->be)));
     printf("optimizer | AdamW lr %g (warmup %d, cosine to %g x) | betas %g %g | eps %g | wd %g | clip %g | steps %d"
            " | moments %s\n",
            cfg->lr, cfg->warmup, cfg->lr_final_frac, cfg->beta1, cfg->beta2, cfg->eps, cfg->weight_decay,

@@ -600,8 +600,11 @@ static void cross_entropy_case(int N, int V, int Vp, float dloss) {
     size_t n = (size_t)N * Vp;
     float* logits = host_normal(n, 3.0f);
     int32_t* tgt = host_tokens(N, V);
+    // Pads (context parallelism's, target -1): no loss, a zero gradient row.
+    if (N > 3) tgt[1] = tgt[N - 1] = -1;
     float *r_logits = ref_from(logits, n), *r_loss = ref_nan(N);
     ref->cross_entropy(ref, r_loss, r_logits, tgt, N, V, Vp, dloss);
+    if (N > 3) CHECK(r_loss[1] == 0.0f && r_loss[N - 1] == 0.0f, "the CPU's loss of a pad is not 0");
     void* g_logits = gpu_from(logits, n);
     float* g_loss = gpu_nan_f32(N);
     int32_t* g_tgt = gpu_tokens(tgt, N);
