@@ -312,7 +312,7 @@ correctness() {
     # The programs that test one small op (a few launches on a few MB) need a
     # context and little else: 8 s, not the 15 s of the op and model suites.
     est=15
-    case $name in test_gpu_adamw_*|test_gpu_scratch|test_gpu_fp8_cast|test_gpu_llama_ops|test_gpu_grad_dtype) est=8 ;; esac
+    case $name in test_gpu_adamw_*|test_gpu_scratch|test_gpu_fp8_cast|test_gpu_fp8_block|test_gpu_llama_ops|test_gpu_grad_dtype) est=8 ;; esac
     if ! step "$name" "$est" 120 env CUBLASLT_LOG_LEVEL=1 "$t"; then
       [ -f "$work/logs/$name.log" ] &&
         step "$name-again" 20 120 env CUDA_LAUNCH_BLOCKING=1 CUBLASLT_LOG_LEVEL=1 TRAIN_GPT_SYNC_CHECK=1 "$t"
