@@ -324,7 +324,7 @@ static void gpu_bill_formulas(void) {
     CHECK(plan_gpu_op_scratch(&pc.model, 2, 16384) == d16 + ((size_t)256 << 20), "op scratch at T=16K, 256M %zu",
           plan_gpu_op_scratch(&pc.model, 2, 16384));
     unsetenv("TRAIN_GPT_CUDNN_WORKSPACE");
-    CHECK(b.workspace == PLAN_CUBLASLT_WORKSPACE + cudnn_ws, "workspace %zu", b.workspace);
+    CHECK(b.workspace == PLAN_CUBLASLT_WORKSPACE + cudnn_ws + PLAN_CUDA_NORM_TICKET, "workspace %zu", b.workspace);
     CHECK(b.reserve == PLAN_GPU_RUNTIME_RESERVE + b.allocated / 100 * 5, "reserve %zu", b.reserve);
     // Delayed scaling adds its amax histories.
     pc.fp8_history = 1024;
