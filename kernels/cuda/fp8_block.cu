@@ -43,12 +43,8 @@ extern "C" int cuda_fp8_block_scale_mode(Fp8BlockFormat f) {
 }
 
 extern "C" size_t cuda_fp8_block_scale_bytes(int M, int K, Fp8BlockFormat f) {
-    size_t kb = ((size_t)K + f.bc - 1) / f.bc;
-    switch (cuda_fp8_block_scale_mode(f)) {
-    case CUBLASLT_MATMUL_MATRIX_SCALE_VEC32_UE8M0: return rup((size_t)M, 128) * rup(kb, 4);
-    case CUBLASLT_MATMUL_MATRIX_SCALE_VEC128_32F: return kb * rup((size_t)M, 4) * 4;
-    default: return ((size_t)M + 127) / 128 * rup(kb, 4) * 4;  // BLK128x128_32F
-    }
+    cuda_fp8_block_scale_mode(f);  // a format cuBLASLt has no mode for is fatal
+    return fp8_block_gpu_scale_bytes(M, K, f);  // kernels/fp8_block.h: the planner bills the same
 }
 
 // Where scale (r, kb) goes, in scale elements (bytes for E8M0, floats for FP32); r is a row of op(x)

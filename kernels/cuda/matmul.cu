@@ -474,12 +474,9 @@ void cuda_fp8_matmul_backward(Backend* be, void* dinp, void* dweight, const Fp8T
 // The codes and scales live in a buffer of their own that grows to the
 // largest GEMM's (the first step's calls; a stream sync each time it grows).
 
-static size_t block_operand_bytes(int R, int K, Fp8BlockFormat f) {
-    return round_up((size_t)R * K, 256) + round_up(cuda_fp8_block_scale_bytes(R, K, f), 256);
-}
-
+// kernels/fp8_block.h's sizes, which llm/fp8/fp8.c bills for the planner.
 size_t cuda_fp8_block_matmul_buffer_bytes(int M, int N, int K, Fp8BlockFormat fa, Fp8BlockFormat fb) {
-    return block_operand_bytes(M, K, fa) + block_operand_bytes(N, K, fb);
+    return fp8_block_gpu_operand_bytes(M, K, fa) + fp8_block_gpu_operand_bytes(N, K, fb);
 }
 
 static void* block_buffer(Backend* be, size_t bytes) {
