@@ -205,7 +205,7 @@ def figures(work):
                 if t:
                     rows.append((f"  vs PyTorch {mode}", f"{tok:.0f} tok/s", f"{t:.0f} tok/s", f"{tok / t:.2f}x"))
     for line in ours:
-        if line.startswith("fp8/bf16"):
+        if line.startswith(("fp8/bf16", "blockwise/bf16", "mxfp8/bf16")):  # per-tensor and block-scaled FP8 rows
             rows.append((line.strip(), "", "", ""))
     return rows + grid_figures(work) + llama_figures(work)
 
