@@ -329,6 +329,11 @@ correctness() {
     --checkpoint-dir "$work/ckpt" --checkpoint-every 10 --resume never
   step train-resume 15 120 "$self" --helper train train-resume "${tiny[@]}" --steps 20 --device cuda --precision bf16 \
     --checkpoint-dir "" --resume "$work/ckpt/step_00000010"
+  # The block-scaled FP8 recipe this GPU runs (blockwise on 9.0, mxfp8 on 10.x; issue 27) end to end.
+  block_recipe=blockwise
+  case $(nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null | head -n 1) in 10.*) block_recipe=mxfp8 ;; esac
+  step train-fp8-block 15 120 "$self" --helper train train-fp8-block --layers 2 --channels 256 --heads 4 --seq-len 128 \
+    --micro-batch 8 --steps 20 --device cuda --precision fp8 --fp8-recipe "$block_recipe" --checkpoint-dir ""
   # compute-sanitizer as far as the deadline allows: memcheck over two tests (native attention:
   # our kernels, not cuDNN's), then racecheck over the attention kernels.
   if [ "${#sanitizer[@]}" -gt 0 ]; then
