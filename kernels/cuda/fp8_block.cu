@@ -119,3 +119,24 @@ extern "C" void cuda_fp8_block_quantize(Backend* be, uint8_t* codes, void* scale
                (const float*)x, trans, M, K, f.scale, f.br, f.bc, mode);
     CUDA_CHECK_LAUNCH();
 }
+
+// out (M, N) = the bias (N) in every row: the block GEMM's forward then accumulates onto it (beta 1),
+// so the bias is added inside the GEMM, rounded once, without asking cuBLASLt for a BIAS epilogue
+// with block scale modes (matmul.cu).
+template <typename T>
+__global__ void bias_rows_kernel(T* out, const T* bias, size_t M, size_t N) {
+    size_t stride = (size_t)gridDim.x * blockDim.x;
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < M * N; i += stride) out[i] = bias[i % N];
+}
+
+void cuda_fp8_block_bias_rows(Backend* be, void* out, const void* bias, int M, int N) {
+    size_t n = (size_t)M * N;
+    if (n == 0) return;
+    if (be->dtype == DTYPE_BF16)
+        LAUNCH(bias_rows_kernel<bf16>, grid_for(n, 256, 4), 256, 0, cuda_stream(be), (bf16*)out, (const bf16*)bias,
+               (size_t)M, (size_t)N);
+    else
+        LAUNCH(bias_rows_kernel<float>, grid_for(n, 256, 4), 256, 0, cuda_stream(be), (float*)out, (const float*)bias,
+               (size_t)M, (size_t)N);
+    CUDA_CHECK_LAUNCH();
+}

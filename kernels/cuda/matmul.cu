@@ -470,7 +470,10 @@ void cuda_fp8_matmul_backward(Backend* be, void* dinp, void* dweight, const Fp8T
 // the GEMM is TN whichever way the sources are stored, the only layout
 // cuBLASLt's block scale modes take (VEC128_32F / BLK128x128_32F on 9.0,
 // VEC32_UE8M0 on 10.x). cuBLASLt's A is our b (its outer dimension m = N),
-// its B our a (n = M); the bias (N) is the epilogue's, of length m.
+// its B our a (n = M). A bias is written into every row of out first and the
+// GEMM accumulates onto it (beta 1: D = acc + C, one rounding), the path the
+// dweight GEMM takes anyway, rather than a BIAS epilogue, which cuBLASLt's
+// block-scaled kernels need not offer.
 // The codes and scales live in a buffer of their own that grows to the
 // largest GEMM's (the first step's calls; a stream sync each time it grows).
 
@@ -519,8 +522,12 @@ void cuda_fp8_block_matmul(Backend* be, void* out, const void* a, int a_trans, F
     g.D = out;
     g.ldd = N;
     g.beta = beta;
-    g.bias = bias;
-    g.epilogue = bias ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT;
+    if (bias) {  // out starts as the bias in every row and the GEMM accumulates onto it: no epilogue needed
+        if (beta != 0.0f) fatal("block-scaled FP8 GEMM: a bias with beta %g (a caller bug: kernels/ops.h)", beta);
+        cuda_fp8_block_bias_rows(be, out, bias, M, N);
+        g.beta = 1.0f;
+    }
+    g.epilogue = CUBLASLT_EPILOGUE_DEFAULT;
     run_gemm(be, &g);
 }
 
