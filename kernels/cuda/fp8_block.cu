@@ -68,7 +68,8 @@ __device__ inline float op_elem(const T* x, int trans, int M, int K, int i, int 
     return to_float(trans ? x[(size_t)k * M + i] : x[(size_t)i * K + k]);
 }
 
-// Grid (ceil(K / bc), ceil(M / 128)), 128 threads: thread t owns row
+// Every other case (column-wise copies, 128 x 128 weight blocks): grid
+// (ceil(K / bc), ceil(M / 128)), 128 threads: thread t owns row
 // blockIdx.y * 128 + t of op(x) over the columns of block column blockIdx.x.
 // 1 x bc blocks: each thread its own block (amax, scale, codes). 128 x bc
 // blocks (br == 128): the amax is reduced over the block's threads first.
@@ -104,12 +105,52 @@ __global__ void fp8_block_quantize_kernel(uint8_t* codes, uint8_t* scales, const
     for (int k = c0; k < c1; k++) codes[(size_t)i * K + k] = fp8_quantize_value(op_elem(x, trans, M, K, i, k), mult, 1);
 }
 
+// The row-wise copy of 1 x bc blocks (bc a multiple of 32; plain source:
+// the activations and gradients, most of the bytes): one warp per block,
+// lane l taking elements l, l + 32, ... of it, so that each load of the warp
+// reads consecutive elements; the amax is a butterfly over the lanes. Warps
+// loop over the (row, block column) pairs (grid_for may cap the grid).
+template <typename T>
+__global__ void fp8_block_quantize_rows_kernel(uint8_t* codes, uint8_t* scales, const T* x, int M, int K,
+                                               Fp8BlockScale smode, int bc, int mode) {
+    const int lane = threadIdx.x % 32, warps = blockDim.x / 32;
+    size_t nkb = ((size_t)K + bc - 1) / bc, pairs = (size_t)M * nkb;
+    for (size_t p = (size_t)blockIdx.x * warps + threadIdx.x / 32; p < pairs; p += (size_t)gridDim.x * warps) {
+        size_t i = p / nkb, kb = p % nkb;
+        int c0 = (int)kb * bc, c1 = c0 + bc < K ? c0 + bc : K;
+        const T* row = x + i * K;
+        float amax = 0.0f;
+        for (int k = c0 + lane; k < c1; k += 32) amax = fp8_block_amax_fold(amax, to_float(row[k]));
+        for (int o = 16; o > 0; o /= 2) amax = fp8_block_amax_fold(amax, __shfl_xor_sync(0xffffffffu, amax, o));
+        uint32_t stored;
+        float mult = fp8_block_scale_from_amax(smode, amax, &stored);
+        if (lane == 0) {
+            size_t si = scale_index(mode, i, kb, M, K, bc);
+            if (smode == FP8_BLOCK_E8M0) scales[si] = (uint8_t)stored;
+            else reinterpret_cast<uint32_t*>(scales)[si] = stored;
+        }
+        for (int k = c0 + lane; k < c1; k += 32) codes[i * K + k] = fp8_quantize_value(to_float(row[k]), mult, 1);
+    }
+}
+
 extern "C" void cuda_fp8_block_quantize(Backend* be, uint8_t* codes, void* scales, const void* x, int trans, int M,
                                         int K, Fp8BlockFormat f) {
     if (M <= 0 || K <= 0) return;
     int mode = cuda_fp8_block_scale_mode(f);
     if (f.br != 1 && f.br != QBLOCK_ROWS) fatal("block-scaled FP8: %d-row blocks are not supported", f.br);
     CUDA_CHECK(cudaMemsetAsync(scales, 0, cuda_fp8_block_scale_bytes(M, K, f), cuda_stream(be)));
+    if (!trans && f.br == 1 && f.bc % 32 == 0) {  // the row-wise copy of the activations and gradients
+        size_t pairs = (size_t)M * ((K + f.bc - 1) / f.bc);
+        unsigned blocks = grid_for(pairs * 32, QBLOCK_ROWS, 1);
+        if (be->dtype == DTYPE_BF16)
+            LAUNCH(fp8_block_quantize_rows_kernel<bf16>, blocks, QBLOCK_ROWS, 0, cuda_stream(be), codes,
+                   (uint8_t*)scales, (const bf16*)x, M, K, f.scale, f.bc, mode);
+        else
+            LAUNCH(fp8_block_quantize_rows_kernel<float>, blocks, QBLOCK_ROWS, 0, cuda_stream(be), codes,
+                   (uint8_t*)scales, (const float*)x, M, K, f.scale, f.bc, mode);
+        CUDA_CHECK_LAUNCH();
+        return;
+    }
     dim3 grid((unsigned)((K + f.bc - 1) / f.bc), (unsigned)((M + QBLOCK_ROWS - 1) / QBLOCK_ROWS));
     if (be->dtype == DTYPE_BF16)
         LAUNCH(fp8_block_quantize_kernel<bf16>, grid, QBLOCK_ROWS, 0, cuda_stream(be), codes, (uint8_t*)scales,
