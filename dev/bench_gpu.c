@@ -930,6 +930,112 @@ static void bench_fp8_gemm(int H) {
     for (int i = 0; i < 13; i++) be->free(be, bufs[i]);
 }
 
+// ---- block-scaled FP8 (recipes blockwise, mxfp8) against BF16 ------------------------------------------
+// One linear layer at a Llama-3 8B shape, N = 8192 tokens, through
+// Backend.fp8_block_matmul as llm/fp8 runs it: each GEMM quantises its two
+// operands from BF16 (codes and scales in cuBLASLt's layout) before the
+// block-scaled GEMM, so the time includes the quantisation. Blockwise runs on
+// compute capability 9.0 only, mxfp8 on 10.x only: the other prints why not.
+
+typedef struct {
+    int N, C, OC;
+    Fp8BlockFormat fx, fw;
+    void *x, *w, *dy, *out, *dinp, *dw;  // BF16
+} BlockCtx;
+static void block_fwd(void* p) {
+    BlockCtx* c = (BlockCtx*)p;
+    be->fp8_block_matmul(be, c->out, c->x, 0, c->fx, c->w, 0, c->fw, NULL, c->N, c->OC, c->C, 0.0f);
+}
+static void block_bwd(void* p) {
+    BlockCtx* c = (BlockCtx*)p;
+    be->fp8_block_matmul(be, c->dw, c->dy, 1, c->fx, c->x, 1, c->fx, NULL, c->OC, c->C, c->N, 1.0f);
+    be->fp8_block_matmul(be, c->dinp, c->dy, 0, c->fx, c->w, 1, c->fw, NULL, c->N, c->C, c->OC, 0.0f);
+}
+static void block_bf16_fwd(void* p) {
+    BlockCtx* c = (BlockCtx*)p;
+    be->matmul_forward(be, c->out, NULL, c->x, c->w, NULL, c->N, c->C, c->OC);
+}
+static void block_bf16_bwd(void* p) {
+    BlockCtx* c = (BlockCtx*)p;
+    be->matmul_backward(be, c->dinp, c->dw, NULL, c->dy, c->x, c->w, c->N, c->C, c->OC);
+}
+
+static void bench_fp8_block_gemm(Fp8Recipe r, const char* what, int C, int OC) {
+    int major = 0, minor = 0;
+    cuda_current_compute_capability(&major, &minor);
+    const char* name = fp8_recipe_name(r);
+    if (r == FP8_MXFP8 ? major != 10 : !(major == 9 && minor == 0)) {
+        add_row("%s/bf16 %s: needs compute capability %s (this GPU is %d.%d)", name, what,
+                r == FP8_MXFP8 ? "10.x" : "9.0", major, minor);
+        printf("%s\n", table[rows - 1]);
+        return;
+    }
+    BlockCtx c;
+    c.N = 8192;
+    c.C = C;
+    c.OC = OC;
+    c.fx = fp8_block_format(r, FP8_INPUT);
+    c.fw = fp8_block_format(r, FP8_WEIGHT);
+    size_t nx = (size_t)c.N * C, nw = (size_t)OC * C, ny = (size_t)c.N * OC;
+    c.x = rand_buf(nx, 1);
+    c.w = rand_buf(nw, 0.02f);
+    c.dy = rand_buf(ny, 1e-3f);
+    c.out = rand_buf(ny, 1);
+    c.dinp = rand_buf(nx, 1);
+    c.dw = rand_buf(nw, 1);
+    double flops = 2.0 * c.N * C * OC;
+    char shape[96], op[64];
+    snprintf(shape, sizeof shape, "%s: %d x %d -> %d", what, c.N, C, OC);
+    double bf = time_op(block_bf16_fwd, &c), bb = time_op(block_bf16_bwd, &c);
+    double ff = time_op(block_fwd, &c), fb = time_op(block_bwd, &c);
+    report_flops("gemm fwd bf16", shape, bf, flops);
+    snprintf(op, sizeof op, "gemm fwd %s + quantise", name);
+    report_flops(op, shape, ff, flops);
+    report_flops("gemm bwd bf16", shape, bb, 2 * flops);
+    snprintf(op, sizeof op, "gemm bwd %s + quantise", name);
+    report_flops(op, shape, fb, 2 * flops);
+    add_row("%s/bf16 %s fwd %.2fx | bwd %.2fx (quantisation included)", name, what, bf / ff, bb / fb);
+    printf("%s\n", table[rows - 1]);
+    void* bufs[] = {c.x, c.w, c.dy, c.out, c.dinp, c.dw};
+    for (int i = 0; i < 6; i++) be->free(be, bufs[i]);
+}
+
+// The block quantisation of a (16K, 3072) BF16 activation, read plain (row-wise copy) and transposed
+// (column-wise copy): 2 bytes read and 1 written an element, beside bench_copy's device copy.
+typedef struct {
+    void* x;
+    uint8_t *q, *s;
+    int rows, cols, trans;
+    Fp8BlockFormat f;
+} BlockQCtx;
+static void op_block_quantize(void* p) {
+    BlockQCtx* c = (BlockQCtx*)p;
+    cuda_fp8_block_quantize(be, c->q, c->s, c->x, c->trans, c->trans ? c->cols : c->rows, c->trans ? c->rows : c->cols,
+                            c->f);
+}
+static void bench_fp8_block_quantize(void) {
+    if (!cuda_fp8_block_quantize) return;
+    BlockQCtx c;
+    c.rows = 16 * 1024;
+    c.cols = 3072;
+    size_t n = (size_t)c.rows * c.cols;
+    c.x = rand_buf(n, 1);
+    c.q = (uint8_t*)be->alloc(be, n, "bench block codes");
+    c.s = (uint8_t*)be->alloc(be, n / 8, "bench block scales");
+    Fp8Recipe rs[2] = {FP8_BLOCKWISE, FP8_MXFP8};
+    for (int i = 0; i < 2; i++)
+        for (c.trans = 0; c.trans <= 1; c.trans++) {
+            c.f = fp8_block_format(rs[i], FP8_INPUT);
+            char op[64], shape[64];
+            snprintf(op, sizeof op, "fp8 %s quantise%s", fp8_recipe_name(rs[i]), c.trans ? " (column-wise)" : "");
+            snprintf(shape, sizeof shape, "%d x %d bf16", c.rows, c.cols);
+            report_bytes(op, shape, time_op(op_block_quantize, &c), n * 3.0);
+        }
+    be->free(be, c.x);
+    be->free(be, c.q);
+    be->free(be, c.s);
+}
+
 // Seconds per training step of model c (BF16, or FP8 with current scaling).
 static double model_step_seconds(GPTConfig c, int B, int T, int steps, int fp8) {
     gpt_config_finish(&c);
@@ -1190,6 +1296,7 @@ int main(int argc, char** argv) {
     bench_memory_ops(16, 1024, 768, 50257);
     bench_norms();
     if (be->fp8_support != FP8_NONE) bench_fp8_casts();
+    if (be->fp8_support != FP8_NONE) bench_fp8_block_quantize();
     printf("---- attention: cuDNN and native (BF16, causal; dev/bench_attention_torch.py prints PyTorch's rows) ----\n");
     int grid_T[] = {1024, 2048, 4096, 8192, 16384, 32768};
     bench_attention_grid(grid_T, quick ? 4 : 6, 0);
@@ -1217,6 +1324,14 @@ int main(int argc, char** argv) {
         bench_fp8_gemm(2048);
         bench_fp8_gemm(4096);
         if (!quick) bench_fp8_gemm(8192);
+        // Block-scaled recipes at Llama-3 8B's shapes (qkv, gate|up, down).
+        for (int r = FP8_BLOCKWISE; r <= FP8_MXFP8; r++) {
+            bench_fp8_block_gemm((Fp8Recipe)r, "llama8b gate|up", 4096, 28672);
+            if (!quick) {
+                bench_fp8_block_gemm((Fp8Recipe)r, "llama8b qkv", 4096, 6144);
+                bench_fp8_block_gemm((Fp8Recipe)r, "llama8b down", 14336, 4096);
+            }
+        }
         bench_fp8_model(steps);
     } else {
         printf("---- FP8: this GPU has no FP8 tensor cores ----\n");

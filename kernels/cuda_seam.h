@@ -8,7 +8,7 @@
 //
 // Defined in: kernels/cuda/device.cu (count, select), device_memory.cu
 // (memory), gpu_info.cu (current device), backend.cu (the backend),
-// matmul.cu (epilogue counts), op_watch.cu (op profile),
+// matmul.cu (epilogue counts), op_watch.cu (op profile), fp8_block.cu (block-scaled FP8 quantisation),
 // attention_cudnn.cu (--attention),
 // llm/parallel/comm_nccl.cu (collectives on GPU memory).
 #pragma once
@@ -64,6 +64,19 @@ typedef struct {
     long calls;
 } CudaOpTime;
 int cuda_op_profile_take(CudaOpTime* out, int max) CUDA_SEAM;
+
+// ---- block-scaled FP8 (kernels/cuda/fp8_block.cu; the GEMM is Backend.fp8_block_matmul) -----------
+// op(x) (M, K) (x stored (M, K), or (K, M) with trans) of the backend's dtype
+// quantised in format f into E4M3 codes (M, K) row-major and one scale per
+// block in cuBLASLt's layout for the format's scale mode (its index:
+// cuda_fp8_block_scale_mode, a cublasLtMatmulMatrixScale_t). scales must hold
+// cuda_fp8_block_scale_bytes(M, K, f); scale (row r, block column kb) is
+// element cuda_fp8_block_scale_index of it (bytes for E8M0, floats for FP32).
+int cuda_fp8_block_scale_mode(Fp8BlockFormat f) CUDA_SEAM;
+size_t cuda_fp8_block_scale_bytes(int M, int K, Fp8BlockFormat f) CUDA_SEAM;
+size_t cuda_fp8_block_scale_index(Fp8BlockFormat f, int M, int K, int r, int kb) CUDA_SEAM;
+void cuda_fp8_block_quantize(Backend* be, uint8_t* codes, void* scales, const void* x, int trans, int M, int K,
+                             Fp8BlockFormat f) CUDA_SEAM;
 
 // ---- collectives on GPU memory (llm/parallel/comm.h) ----------------------------------------------
 // Groups of one rank need no NCCL; NCCL is loaded when a group has two or more.

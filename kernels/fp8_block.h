@@ -97,3 +97,21 @@ static inline FP8_HD float fp8_block_scale_from_amax(Fp8BlockScale mode, float a
 static inline FP8_HD float fp8_block_scale_value(Fp8BlockScale mode, uint32_t stored) {
     return mode == FP8_BLOCK_E8M0 ? fp8_e8m0_decode((uint8_t)stored) : fp8_bits_f32(stored);
 }
+
+// ---- on the GPU (kernels/cuda/fp8_block.cu, matmul.cu) ------------------------------------------------
+// Bytes of an (M, K) operand's scales in the layout cuBLASLt reads for its
+// format (the layouts and their sources: kernels/cuda/fp8_block.cu): 1x32
+// E8M0 (VEC32_UE8M0) in tiles of 128 rows x 4 block columns, both padded;
+// 1x128 FP32 (VEC128_32F) block columns of roundup(M, 4) floats; 128x128
+// FP32 (BLK128x128_32F) block rows of roundup(block columns, 4) floats.
+static inline FP8_HD size_t fp8_block_gpu_scale_bytes(int M, int K, Fp8BlockFormat f) {
+    size_t kb = ((size_t)K + f.bc - 1) / f.bc, kb4 = (kb + 3) / 4 * 4;
+    if (f.scale == FP8_BLOCK_E8M0) return ((size_t)M + 127) / 128 * 128 * kb4;
+    if (f.br == 1) return kb * (((size_t)M + 3) / 4 * 4) * 4;
+    return ((size_t)M + f.br - 1) / f.br * kb4 * 4;
+}
+
+// The CUDA block GEMM's buffer for one operand: its codes and its scales, each 256-byte aligned.
+static inline FP8_HD size_t fp8_block_gpu_operand_bytes(int M, int K, Fp8BlockFormat f) {
+    return ((size_t)M * K + 255) / 256 * 256 + (fp8_block_gpu_scale_bytes(M, K, f) + 255) / 256 * 256;
+}

@@ -312,7 +312,7 @@ correctness() {
     # The programs that test one small op (a few launches on a few MB) need a
     # context and little else: 8 s, not the 15 s of the op and model suites.
     est=15
-    case $name in test_gpu_adamw_*|test_gpu_scratch|test_gpu_fp8_cast|test_gpu_llama_ops|test_gpu_grad_dtype) est=8 ;; esac
+    case $name in test_gpu_adamw_*|test_gpu_scratch|test_gpu_fp8_cast|test_gpu_fp8_block|test_gpu_llama_ops|test_gpu_grad_dtype) est=8 ;; esac
     if ! step "$name" "$est" 120 env CUBLASLT_LOG_LEVEL=1 "$t"; then
       [ -f "$work/logs/$name.log" ] &&
         step "$name-again" 20 120 env CUDA_LAUNCH_BLOCKING=1 CUBLASLT_LOG_LEVEL=1 TRAIN_GPT_SYNC_CHECK=1 "$t"
@@ -329,6 +329,11 @@ correctness() {
     --checkpoint-dir "$work/ckpt" --checkpoint-every 10 --resume never
   step train-resume 15 120 "$self" --helper train train-resume "${tiny[@]}" --steps 20 --device cuda --precision bf16 \
     --checkpoint-dir "" --resume "$work/ckpt/step_00000010"
+  # The block-scaled FP8 recipe this GPU runs (blockwise on 9.0, mxfp8 on 10.x; issue 27) end to end.
+  block_recipe=blockwise
+  case $(nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null | head -n 1) in 10.*) block_recipe=mxfp8 ;; esac
+  step train-fp8-block 15 120 "$self" --helper train train-fp8-block --layers 2 --channels 256 --heads 4 --seq-len 128 \
+    --micro-batch 8 --steps 20 --device cuda --precision fp8 --fp8-recipe "$block_recipe" --checkpoint-dir ""
   # compute-sanitizer as far as the deadline allows: memcheck over two tests (native attention:
   # our kernels, not cuDNN's), then racecheck over the attention kernels.
   if [ "${#sanitizer[@]}" -gt 0 ]; then

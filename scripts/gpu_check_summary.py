@@ -76,6 +76,12 @@ def derived_checks(work):
     if fp8:
         good = all(math.isfinite(l) for _, l, _ in fp8) and fp8[-1][1] < fp8[0][1]
         rows.append(("fp8 trains (20 steps)", "ok" if good else "FAIL", f"loss {fp8[0][1]:.4f} -> {fp8[-1][1]:.4f}"))
+    block = losses(work, "train-fp8-block")  # the block-scaled recipe this GPU runs (blockwise or mxfp8)
+    if block:
+        good = all(math.isfinite(l) for _, l, _ in block) and block[-1][1] < block[0][1]
+        near = not fp8 or abs(block[-1][1] - fp8[-1][1]) <= 0.1
+        rows.append(("fp8 block recipe trains (20 steps)", "ok" if good and near else "FAIL",
+                     f"loss {block[0][1]:.4f} -> {block[-1][1]:.4f}" + (f" (per-tensor {fp8[-1][1]:.4f})" if fp8 else "")))
     first, resumed = losses(work, "train-ckpt"), losses(work, "train-resume")
     if first and resumed:
         want = [r for r in first if r[0] > 10]
@@ -205,7 +211,7 @@ def figures(work):
                 if t:
                     rows.append((f"  vs PyTorch {mode}", f"{tok:.0f} tok/s", f"{t:.0f} tok/s", f"{tok / t:.2f}x"))
     for line in ours:
-        if line.startswith("fp8/bf16"):
+        if line.startswith(("fp8/bf16", "blockwise/bf16", "mxfp8/bf16")):  # per-tensor and block-scaled FP8 rows
             rows.append((line.strip(), "", "", ""))
     return rows + grid_figures(work) + llama_figures(work)
 

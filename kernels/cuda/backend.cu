@@ -268,6 +268,7 @@ extern "C" Backend* cuda_backend_create(DType dtype) {
     be->fp8_update_scales = cuda_fp8_update_scales;
     be->fp8_matmul_forward = cuda_fp8_matmul_forward;
     be->fp8_matmul_backward = cuda_fp8_matmul_backward;
+    be->fp8_block_matmul = cuda_fp8_block_matmul;
 
     cuda_matmul_init(be);
     cuda_op_watch_install(be);  // TRAIN_GPT_SYNC_CHECK=1, TRAIN_GPT_OP_PROFILE=1 (op_watch.cu)

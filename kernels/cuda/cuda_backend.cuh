@@ -52,6 +52,9 @@ typedef struct {
     GemmPlan* plans;
     int plan_count, plan_cap;
     CudaEpilogueCounts epilogues;  // which GEMMs fused their epilogue (cuda_seam.h)
+    // The block-scaled FP8 GEMM's operand codes and scales (matmul.cu), grown to the largest GEMM's.
+    void* fp8_block_buf;
+    size_t fp8_block_bytes;
 
     // Pinned staging buffers for to_device, so host-to-device copies do not
     // wait for the stream (a pageable source would).
@@ -188,6 +191,10 @@ void cuda_fp8_matmul_forward(Backend* be, void* out, const Fp8Tensor* inp, const
                              const void* bias, int N, int C, int OC);
 void cuda_fp8_matmul_backward(Backend* be, void* dinp, void* dweight, const Fp8Tensor* dout,
                               const Fp8Tensor* inp, const Fp8Tensor* weight, int N, int C, int OC);
+void cuda_fp8_block_matmul(Backend* be, void* out, const void* a, int a_trans, Fp8BlockFormat fa, const void* b,
+                           int b_trans, Fp8BlockFormat fb, const void* bias, int M, int N, int K, float beta);
+size_t cuda_fp8_block_matmul_buffer_bytes(int M, int N, int K, Fp8BlockFormat fa, Fp8BlockFormat fb);
+void cuda_fp8_block_bias_rows(Backend* be, void* out, const void* bias, int M, int N);  // fp8_block.cu
 // FP8 GEMM layouts by compute capability: none before 8.9 (Ada); TN only on
 // 8.9, 9.x (Hopper) and 12.x; any layout on 10.x and 11.x (Blackwell) and
 // from 13.0, as TransformerEngine's nvte_is_non_tn_fp8_gemm_supported.

@@ -75,6 +75,9 @@ typedef struct {
     cudaDataType_t type_a, type_b;
     const float *scale_a, *scale_b;
     int fast_accum;
+    // Block-scaled FP8 (0: per-tensor scalars): cublasLtMatmulMatrixScale_t of A and B, whose
+    // scale_a / scale_b then point at the block scales in that mode's layout (fp8_block.cu).
+    int scale_mode_a, scale_mode_b;
 } Gemm;
 
 void cuda_matmul_init(Backend* be) {
@@ -88,6 +91,9 @@ void cuda_matmul_destroy(Backend* be) {
     CudaState* s = cuda_state(be);
     if (s->lt_workspace) be->free(be, s->lt_workspace);
     s->lt_workspace = NULL;
+    if (s->fp8_block_buf) be->free(be, s->fp8_block_buf);
+    s->fp8_block_buf = NULL;
+    s->fp8_block_bytes = 0;
     LT_CHECK(cublasLtDestroy(s->lt));
     free(s->plans);
     s->plans = NULL;
@@ -117,7 +123,7 @@ static int run_gemm(Backend* be, const Gemm* g) {
     int align_e = alignment_of(g->bias), align_x = alignment_of(g->aux);
     int key[18] = {g->transa, g->transb, g->m, g->n, g->k, g->lda, g->ldb, g->ldd, (int)be->dtype,
                    (int)g->epilogue, g->beta != 0.0f, align_a | align_b << 9, align_d | align_e << 9,
-                   (int)type_a, (int)type_b, g->fast_accum, 0, align_x};
+                   (int)type_a, (int)type_b, g->fast_accum, g->scale_mode_a | g->scale_mode_b << 8, align_x};
     GemmPlan* plan = NULL;
     for (int i = 0; i < s->plan_count && !plan; i++) {
         if (memcmp(s->plans[i].key, key, sizeof key) == 0) plan = &s->plans[i];
@@ -138,6 +144,11 @@ static int run_gemm(Backend* be, const Gemm* g) {
     }
     if (g->scale_a) set_attr(desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &g->scale_a, sizeof g->scale_a);
     if (g->scale_b) set_attr(desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &g->scale_b, sizeof g->scale_b);
+    if (g->scale_mode_a || g->scale_mode_b) {
+        int32_t ma = g->scale_mode_a, mb = g->scale_mode_b;
+        set_attr(desc, CUBLASLT_MATMUL_DESC_A_SCALE_MODE, &ma, sizeof ma);
+        set_attr(desc, CUBLASLT_MATMUL_DESC_B_SCALE_MODE, &mb, sizeof mb);
+    }
     if (g->type_a) {
         int8_t fast = (int8_t)g->fast_accum;
         set_attr(desc, CUBLASLT_MATMUL_DESC_FAST_ACCUM, &fast, sizeof fast);
@@ -449,6 +460,75 @@ void cuda_fp8_matmul_backward(Backend* be, void* dinp, void* dweight, const Fp8T
         g.epilogue = CUBLASLT_EPILOGUE_DEFAULT;
         run_gemm(be, &g);
     }
+}
+
+// ---- block-scaled FP8 (recipes blockwise and mxfp8) ------------------------------------------------
+// out (M, N) row-major = op(a) (M, K) @ op(b) (N, K)^T, read column-major as
+// out^T (N, M) = B' (stored K x N, transposed) @ A' (K x M): each operand is
+// quantised into codes (rows, K) with K contiguous (fp8_block.cu; a
+// transposed source gives the column-wise copy, from the 16-bit values), so
+// the GEMM is TN whichever way the sources are stored, the only layout
+// cuBLASLt's block scale modes take (VEC128_32F / BLK128x128_32F on 9.0,
+// VEC32_UE8M0 on 10.x). cuBLASLt's A is our b (its outer dimension m = N),
+// its B our a (n = M). A bias is written into every row of out first and the
+// GEMM accumulates onto it (beta 1: D = acc + C, one rounding), the path the
+// dweight GEMM takes anyway, rather than a BIAS epilogue, which cuBLASLt's
+// block-scaled kernels need not offer.
+// The codes and scales live in a buffer of their own that grows to the
+// largest GEMM's (the first step's calls; a stream sync each time it grows).
+
+// kernels/fp8_block.h's sizes, which llm/fp8/fp8.c bills for the planner.
+size_t cuda_fp8_block_matmul_buffer_bytes(int M, int N, int K, Fp8BlockFormat fa, Fp8BlockFormat fb) {
+    return fp8_block_gpu_operand_bytes(M, K, fa) + fp8_block_gpu_operand_bytes(N, K, fb);
+}
+
+static void* block_buffer(Backend* be, size_t bytes) {
+    CudaState* s = cuda_state(be);
+    if (bytes > s->fp8_block_bytes) {
+        if (s->fp8_block_buf) be->free(be, s->fp8_block_buf);
+        s->fp8_block_buf = be->alloc(be, bytes, "block-scaled FP8 codes and scales");
+        s->fp8_block_bytes = bytes;
+    }
+    return s->fp8_block_buf;
+}
+
+void cuda_fp8_block_matmul(Backend* be, void* out, const void* a, int a_trans, Fp8BlockFormat fa, const void* b,
+                           int b_trans, Fp8BlockFormat fb, const void* bias, int M, int N, int K, float beta) {
+    if (M <= 0 || N <= 0) return;
+    check_fp8_gemm(be, M, N, K);
+    uint8_t* buf = (uint8_t*)block_buffer(be, cuda_fp8_block_matmul_buffer_bytes(M, N, K, fa, fb));
+    uint8_t* qa = buf;                                              // (M, K) codes of op(a)
+    uint8_t* sa = qa + round_up((size_t)M * K, 256);                // its scales
+    uint8_t* qb = sa + round_up(cuda_fp8_block_scale_bytes(M, K, fa), 256);  // (N, K) codes of op(b)
+    uint8_t* sb = qb + round_up((size_t)N * K, 256);
+    cuda_fp8_block_quantize(be, qa, sa, a, a_trans, M, K, fa);
+    cuda_fp8_block_quantize(be, qb, sb, b, b_trans, N, K, fb);
+    Gemm g;
+    memset(&g, 0, sizeof g);
+    g.transa = 1;
+    g.m = N;
+    g.n = M;
+    g.k = K;
+    g.A = qb;
+    g.lda = K;
+    g.type_a = CUDA_R_8F_E4M3;
+    g.scale_a = (const float*)sb;
+    g.scale_mode_a = cuda_fp8_block_scale_mode(fb);
+    g.B = qa;
+    g.ldb = K;
+    g.type_b = CUDA_R_8F_E4M3;
+    g.scale_b = (const float*)sa;
+    g.scale_mode_b = cuda_fp8_block_scale_mode(fa);
+    g.D = out;
+    g.ldd = N;
+    g.beta = beta;
+    if (bias) {  // out starts as the bias in every row and the GEMM accumulates onto it: no epilogue needed
+        if (beta != 0.0f) fatal("block-scaled FP8 GEMM: a bias with beta %g (a caller bug: kernels/ops.h)", beta);
+        cuda_fp8_block_bias_rows(be, out, bias, M, N);
+        g.beta = 1.0f;
+    }
+    g.epilogue = CUBLASLT_EPILOGUE_DEFAULT;
+    run_gemm(be, &g);
 }
 
 extern "C" void cuda_epilogue_counts(Backend* be, CudaEpilogueCounts* out) { *out = cuda_state(be)->epilogues; }

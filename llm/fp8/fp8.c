@@ -189,13 +189,14 @@ static int cast_buffers(Fp8Support support) { return support == FP8_TN_ONLY ? 3 
 // The block-scaled recipes keep no FP8 weights or cast buffers (the
 // backend's block GEMM quantises its operands itself) and only the per-tensor
 // arrays every state has; the CPU's largest GEMM scratch is its three GEMMs'
-// largest at a full micro-batch.
-static Fp8Bytes block_state_bytes(const Fp8Shapes* sh, int B, int T, const uint8_t* skip) {
+// largest at a full micro-batch, and so is the CUDA block GEMM's buffer.
+static Fp8Bytes block_state_bytes(const Fp8Shapes* sh, int B, int T, const uint8_t* skip, Fp8Recipe recipe) {
     Fp8Bytes b;
     b.weights = 0;
     b.casts = 0;
     b.scaling = (size_t)12 * sh->layers * 3 * sizeof(float);
     b.cpu_gemm_scratch = 0;
+    b.gpu_block_buffer = 0;
     int used = 0, N = B * T;
     for (int l = 0; l < sh->layers; l++) used |= ~(skip ? skip[l] : 0) & ((1 << FP8_NUM_GEMMS) - 1);
     for (int g = 0; g < FP8_NUM_GEMMS; g++) {
@@ -206,6 +207,14 @@ static Fp8Bytes block_state_bytes(const Fp8Shapes* sh, int B, int T, const uint8
         size_t m = f > d ? f : d;
         m = m > w ? m : w;
         b.cpu_gemm_scratch = m > b.cpu_gemm_scratch ? m : b.cpu_gemm_scratch;
+        // The GPU's: both operands' codes and scales, for the forward, dweight and dinp GEMMs.
+        Fp8BlockFormat fx = fp8_block_format(recipe, FP8_INPUT), fw = fp8_block_format(recipe, FP8_WEIGHT);
+        size_t gf = fp8_block_gpu_operand_bytes(N, C, fx) + fp8_block_gpu_operand_bytes(OC, C, fw);
+        size_t gw = fp8_block_gpu_operand_bytes(OC, N, fx) + fp8_block_gpu_operand_bytes(C, N, fx);
+        size_t gd = fp8_block_gpu_operand_bytes(N, OC, fx) + fp8_block_gpu_operand_bytes(C, OC, fw);
+        size_t g2 = gf > gw ? gf : gw;
+        g2 = g2 > gd ? g2 : gd;
+        b.gpu_block_buffer = g2 > b.gpu_block_buffer ? g2 : b.gpu_block_buffer;
     }
     return b;
 }
@@ -214,7 +223,7 @@ Fp8Bytes fp8_state_bytes(const Fp8Shapes* sh, int B, int T, int zero_stage, Fp8S
                          Fp8Recipe recipe, int history, const uint8_t* skip) {
     Fp8Bytes b;
     size_t L = (size_t)sh->layers, n = 12 * L;
-    if (fp8_recipe_is_block(recipe)) return block_state_bytes(sh, B, T, skip);
+    if (fp8_recipe_is_block(recipe)) return block_state_bytes(sh, B, T, skip, recipe);
     size_t slot = gemm_offset(sh, FP8_NUM_GEMMS) * (support == FP8_TN_ONLY ? 2 : 1);
     b.weights = round_up(slot, 256) * (size_t)weight_slots(sh->layers, zero_stage);
     b.scaling = n * (3 + (recipe == FP8_DELAYED ? (size_t)history : 0)) * sizeof(float);
@@ -223,6 +232,7 @@ Fp8Bytes fp8_state_bytes(const Fp8Shapes* sh, int B, int T, int zero_stage, Fp8S
     int used = 0;
     for (int l = 0; l < sh->layers; l++) used |= ~(skip ? skip[l] : 0) & ((1 << FP8_NUM_GEMMS) - 1);
     b.cpu_gemm_scratch = 0;
+    b.gpu_block_buffer = 0;
     for (int g = 0; g < FP8_NUM_GEMMS; g++) {
         if (!(used & (1 << g))) continue;
         size_t rows = sh->rows[g], cols = sh->cols[g];

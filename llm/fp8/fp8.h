@@ -130,6 +130,7 @@ typedef struct {
     size_t scaling;  // amax, scale, scale_inv and history per tensor
     size_t casts;    // cast buffers for one GEMM's operands
     size_t cpu_gemm_scratch;  // the CPU backend's largest emulated FP8 GEMM's scratch (not allocated here)
+    size_t gpu_block_buffer;  // the CUDA block GEMM's codes and scales at its largest GEMM (kernels/cuda/matmul.cu)
 } Fp8Bytes;
 Fp8Bytes fp8_state_bytes(const Fp8Shapes* shapes, int B, int T, int zero_stage, Fp8Support support,
                          Fp8Recipe recipe, int history, const uint8_t* skip);

@@ -150,7 +150,7 @@ MemoryBill plan_bill(const PlanConfig* pc, const PlanDevice* dev) {
     act_layout_build_chunked(&b.acts, c, pc->B, pc->T, dt, &pc->recompute, plan_resolved_head_chunks(pc));
     b.activations = b.acts.bytes;
     size_t BT = (size_t)pc->B * pc->T;
-    size_t fp8_gemm_scratch = 0;
+    size_t fp8_gemm_scratch = 0, fp8_gpu_block = 0;
     if (pc->precision == PREC_FP8) {
         Fp8Bytes f = gpt_fp8_bytes(c, pc->B, pc->T, pc->zero_stage, dev->is_gpu ? dev->fp8_support : FP8_ANY_LAYOUT,
                                    fp8_recipe_is_block((Fp8Recipe)pc->fp8_recipe) ? (Fp8Recipe)pc->fp8_recipe
@@ -161,6 +161,7 @@ MemoryBill plan_bill(const PlanConfig* pc, const PlanDevice* dev) {
         b.fp8_scaling = f.scaling;
         b.activations += f.casts;
         fp8_gemm_scratch = f.cpu_gemm_scratch;
+        fp8_gpu_block = f.gpu_block_buffer;  // the block recipes' codes and scales (0 for per-tensor FP8)
     }
     b.tokens = 2 * BT * sizeof(int32_t) + 4 * sizeof(float);
     // The architecture's own tables (Llama's RoPE table (T, HS/2, 2) FP32) are billed with these small buffers.
@@ -172,7 +173,7 @@ MemoryBill plan_bill(const PlanConfig* pc, const PlanDevice* dev) {
     if (cp > 1)
         b.context_kv = 2 * (size_t)pc->B * T_seq * 2 * c->num_kv_heads * (c->channels / c->num_heads) * dtype_size(dt);
     if (dev->is_gpu) {
-        b.workspace = PLAN_CUBLASLT_WORKSPACE + plan_gpu_op_scratch(c, pc->B, pc->T) + PLAN_CUDA_NORM_TICKET;
+        b.workspace = PLAN_CUBLASLT_WORKSPACE + plan_gpu_op_scratch(c, pc->B, pc->T) + PLAN_CUDA_NORM_TICKET + fp8_gpu_block;
     } else {
         // One op's scratch at a time: the attention's, or an emulated FP8 GEMM's.
         size_t att = cpu_attention_scratch_bytes(T_seq, c->channels / c->num_heads, dev->cpu_threads);

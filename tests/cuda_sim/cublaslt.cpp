@@ -17,8 +17,12 @@
 // FP8 GEMMs), an FP8 GELU aux output, in-place C == D with different layouts, an algorithm used on
 // pointers less aligned than the preference it was chosen for. Matrices that
 // reach outside their allocations stop the program, as the fault would on a
-// GPU. Not simulated: FP8 fast accumulation's reduced precision, block-scaled
-// (MX) modes, ReLU bit-mask epilogues, alpha vectors.
+// GPU. Block scale modes (VEC128_32F, BLK128x128_32F on 9.0; VEC32_UE8M0 on
+// 10.x; check_block_modes says what else cuBLASLt asks) read each operand's
+// scales from their documented layouts (BlockScales) and multiply every
+// element by its block's scale before the product. Not simulated: FP8 fast
+// accumulation's reduced precision, NVFP4 (VEC16_UE4M3), outer-vector and
+// output (D_OUT) scales, ReLU bit-mask epilogues, alpha vectors.
 #include <cublasLt.h>
 #include <stdarg.h>
 
@@ -258,6 +262,98 @@ cublasStatus_t check_layout(const char* name, const Layout* l) {
     return CUBLAS_STATUS_SUCCESS;
 }
 
+// ---- block scale modes --------------------------------------------------------------------------------------------
+// What cuBLASLt takes (cublasLt.h's cublasLtMatmulMatrixScale_t; the cuBLAS
+// docs' "block scaling factors layout"; /work/shared/notes/fp8.md): the
+// 1 x 128 and 128 x 128 FP32 modes (DeepSeek-V3's) on compute capability 9.0
+// only (an NVIDIA maintainer in CUDALibrarySamples issue #310; Blackwell
+// runs that recipe as MXFP8, TransformerEngine's
+// nvte_swizzle_block_scaling_to_mxfp8_scaling_factors), never 128 x 128 on
+// both operands (TransformerEngine: "Only 1D by 1D, 1D by 2D, and 2D by 1D
+// block scaling supported"); 1 x 32 E8M0 (MXFP8) on 10.x and later; both
+// operands block-scaled, in the TN layout only, D not FP8 (a block-scaled
+// FP8 D takes D_OUT scale modes, not simulated). VEC16_UE4M3 (NVFP4, FP4
+// data) and OUTER_VEC_32F are not simulated.
+bool is_block_mode(int m) {
+    return m == CUBLASLT_MATMUL_MATRIX_SCALE_VEC32_UE8M0 || m == CUBLASLT_MATMUL_MATRIX_SCALE_VEC128_32F ||
+           m == CUBLASLT_MATMUL_MATRIX_SCALE_BLK128x128_32F;
+}
+
+const char* mode_name(int m) {
+    switch (m) {
+    case CUBLASLT_MATMUL_MATRIX_SCALE_SCALAR_32F: return "SCALAR_32F";
+    case CUBLASLT_MATMUL_MATRIX_SCALE_VEC32_UE8M0: return "VEC32_UE8M0";
+    case CUBLASLT_MATMUL_MATRIX_SCALE_VEC128_32F: return "VEC128_32F";
+    case CUBLASLT_MATMUL_MATRIX_SCALE_BLK128x128_32F: return "BLK128x128_32F";
+    }
+    return "an unsimulated scale mode";
+}
+
+cublasStatus_t check_block_modes(const Desc* d, int cc, int td) {
+    int ma = d->scale_mode[0], mb = d->scale_mode[1];
+    for (int m : {ma, mb})
+        if (m != CUBLASLT_MATMUL_MATRIX_SCALE_SCALAR_32F && !is_block_mode(m))
+            return reject(CUBLAS_STATUS_NOT_SUPPORTED, "scale mode %d is not simulated", m);
+    bool ba = is_block_mode(ma), bb = is_block_mode(mb);
+    if (!ba && !bb) return CUBLAS_STATUS_SUCCESS;
+    if (ba != bb)
+        return reject(CUBLAS_STATUS_NOT_SUPPORTED, "A scale mode %s with B %s: both operands must be block-scaled",
+                      mode_name(ma), mode_name(mb));
+    bool mx = ma == CUBLASLT_MATMUL_MATRIX_SCALE_VEC32_UE8M0 || mb == CUBLASLT_MATMUL_MATRIX_SCALE_VEC32_UE8M0;
+    if (mx && ma != mb)
+        return reject(CUBLAS_STATUS_NOT_SUPPORTED, "A scale mode %s with B %s", mode_name(ma), mode_name(mb));
+    if (mx && cc < 100)
+        return reject(CUBLAS_STATUS_NOT_SUPPORTED, "VEC32_UE8M0 (MXFP8) needs compute capability 10.x; this is sm_%d", cc);
+    if (!mx && cc != 90)
+        return reject(CUBLAS_STATUS_NOT_SUPPORTED, "%s x %s block scaling runs on compute capability 9.0 only; this is sm_%d",
+                      mode_name(ma), mode_name(mb), cc);
+    if (ma == CUBLASLT_MATMUL_MATRIX_SCALE_BLK128x128_32F && mb == CUBLASLT_MATMUL_MATRIX_SCALE_BLK128x128_32F)
+        return reject(CUBLAS_STATUS_NOT_SUPPORTED, "BLK128x128_32F on both A and B is not supported");
+    if (d->transa != CUBLAS_OP_T || d->transb != CUBLAS_OP_N)
+        return reject(CUBLAS_STATUS_NOT_SUPPORTED, "block-scaled FP8 needs TN (transa T, transb N), got %s%s",
+                      op_name(d->transa), op_name(d->transb));
+    if (is_fp8(td)) return reject(CUBLAS_STATUS_NOT_SUPPORTED, "block-scaled FP8 with an FP8 D is not simulated");
+    return CUBLAS_STATUS_SUCCESS;
+}
+
+// The block scales of one operand, in its mode's layout: op(X) is outer x k
+// (outer = m for A, n for B; blocks run along k). Written from the layout
+// descriptions (not shared with the backend's fp8_block.cu, so a wrong
+// layout there fails here): VEC128_32F (k/128, outer) column-major with the
+// leading dimension rounded up to 4 floats; BLK128x128_32F (outer/128, k/128)
+// row-major with the row length rounded up to 4 floats; VEC32_UE8M0 in
+// 512-byte tiles of 128 outer x 4 scales, tiles row-major, inside a tile
+// the 32 x 16-byte rows (outer % 32) holding 4 groups (outer / 32 % 4) of 4
+// scales (k / 32 % 4).
+struct BlockScales {
+    int mode = CUBLASLT_MATMUL_MATRIX_SCALE_SCALAR_32F;
+    const void* p = nullptr;
+    uint64_t outer = 0, k = 0;
+    uint64_t kblocks() const { return (k + (mode == CUBLASLT_MATMUL_MATRIX_SCALE_VEC32_UE8M0 ? 31 : 127)) /
+                                      (mode == CUBLASLT_MATMUL_MATRIX_SCALE_VEC32_UE8M0 ? 32 : 128); }
+    static uint64_t up(uint64_t x, uint64_t m) { return (x + m - 1) / m * m; }
+    size_t bytes() const {
+        switch (mode) {
+        case CUBLASLT_MATMUL_MATRIX_SCALE_VEC32_UE8M0: return up(outer, 128) * up(kblocks(), 4);
+        case CUBLASLT_MATMUL_MATRIX_SCALE_VEC128_32F: return kblocks() * up(outer, 4) * 4;
+        case CUBLASLT_MATMUL_MATRIX_SCALE_BLK128x128_32F: return (outer + 127) / 128 * up(kblocks(), 4) * 4;
+        }
+        return 0;
+    }
+    double at(uint64_t o, uint64_t kk) const {
+        switch (mode) {
+        case CUBLASLT_MATMUL_MATRIX_SCALE_VEC32_UE8M0: {
+            uint64_t kb = kk / 32, tile = (o / 128) * (up(kblocks(), 4) / 4) + kb / 4;
+            uint8_t e = ((const uint8_t*)p)[tile * 512 + (o % 32) * 16 + (o % 128 / 32) * 4 + kb % 4];
+            return e == 0xFF ? NAN : ldexp(1.0, (int)e - 127);
+        }
+        case CUBLASLT_MATMUL_MATRIX_SCALE_VEC128_32F: return ((const float*)p)[(kk / 128) * up(outer, 4) + o];
+        case CUBLASLT_MATMUL_MATRIX_SCALE_BLK128x128_32F: return ((const float*)p)[(o / 128) * up(kblocks(), 4) + kk / 128];
+        }
+        return 1.0;
+    }
+};
+
 cublasStatus_t check_problem(Problem* p) {
     const Desc* d = p->d;
     if (!d) return reject(CUBLAS_STATUS_INVALID_VALUE, "not a matmul descriptor created by cublasLtMatmulDescCreate");
@@ -279,9 +375,10 @@ cublasStatus_t check_problem(Problem* p) {
         if (op != CUBLAS_OP_N && op != CUBLAS_OP_T && op != CUBLAS_OP_C)
             return reject(CUBLAS_STATUS_INVALID_VALUE, "transpose %d is not a cublasOperation_t", op);
     if (!epilogue_known(d->epilogue)) return reject(CUBLAS_STATUS_NOT_SUPPORTED, "epilogue %u is not simulated", d->epilogue);
-    for (int i = 0; i < 5; i++)
+    for (int i = 2; i < 5; i++)
         if (d->scale_mode[i] != CUBLASLT_MATMUL_MATRIX_SCALE_SCALAR_32F)
-            return reject(CUBLAS_STATUS_NOT_SUPPORTED, "block-scaled modes are not simulated");
+            return reject(CUBLAS_STATUS_NOT_SUPPORTED, "%s scale mode %d: only A and B block scale modes are simulated",
+                          i == 2 ? "C" : i == 3 ? "D" : "aux", d->scale_mode[i]);
 
     // Shapes: D is m x n; op(A) m x k; op(B) k x n; C like D.
     p->m = D->rows;
@@ -321,6 +418,7 @@ cublasStatus_t check_problem(Problem* p) {
         // format)"; Blackwell (10.x, 11.x) takes any layout for per-tensor FP8.
         int cc = cuda_sim::compute_capability();
         bool any_layout = (cc >= 100 && cc < 120) || cc >= 130;
+        if ((st = check_block_modes(d, cc, td))) return st;
         if (!any_layout && (d->transa != CUBLAS_OP_T || d->transb != CUBLAS_OP_N))
             return reject(CUBLAS_STATUS_NOT_SUPPORTED, "FP8 on sm_%d needs TN (transa T, transb N), got %s%s", cc,
                           op_name(d->transa), op_name(d->transb));
@@ -340,6 +438,8 @@ cublasStatus_t check_problem(Problem* p) {
                           type_name(ta_t), type_name(tc), type_name(td));
         if (d->a_scale || d->b_scale || d->c_scale || d->d_scale)
             return reject(CUBLAS_STATUS_INVALID_VALUE, "scale pointers are for FP8 inputs, not %s", type_name(ta_t));
+        if (is_block_mode(d->scale_mode[0]) || is_block_mode(d->scale_mode[1]))
+            return reject(CUBLAS_STATUS_NOT_SUPPORTED, "block scale modes need FP8 A and B, not %s", type_name(ta_t));
         if (d->compute_type == CUBLAS_COMPUTE_32F_FAST_TF32 && ta_t != CUDA_R_32F)
             return reject(CUBLAS_STATUS_NOT_SUPPORTED, "FAST_TF32 compute with %s inputs", type_name(ta_t));
     }
@@ -755,7 +855,22 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t handle, cublasLtMatmulDesc_t desc
         check_memory(name, p, 4);
         return (double)*(const float*)p;
     };
-    const double sa = scale(ds->a_scale, "A_SCALE"), sb = scale(ds->b_scale, "B_SCALE"), sc = scale(ds->c_scale, "C_SCALE");
+    // Block scale modes: the scale pointers are tensors, 16-byte aligned and as large as their layout.
+    BlockScales bsa, bsb;
+    if (is_block_mode(ds->scale_mode[0])) {
+        bsa = BlockScales{ds->scale_mode[0], ds->a_scale, pr.m, pr.k};
+        bsb = BlockScales{ds->scale_mode[1], ds->b_scale, pr.n, pr.k};
+        for (const BlockScales* b : {&bsa, &bsb}) {
+            const char* name = b == &bsa ? "A_SCALE" : "B_SCALE";
+            if (!b->p) return reject(CUBLAS_STATUS_INVALID_VALUE, "%s mode %s needs a scale pointer", name, mode_name(b->mode));
+            if (alignment_of(b->p) < 16)
+                return reject(CUBLAS_STATUS_INVALID_VALUE, "%s (%s) at %p is not 16-byte aligned", name, mode_name(b->mode), b->p);
+            check_memory(name, b->p, b->bytes());
+        }
+    }
+    const bool block = bsa.p != nullptr;
+    const double sa = block ? 1.0 : scale(ds->a_scale, "A_SCALE"), sb = block ? 1.0 : scale(ds->b_scale, "B_SCALE");
+    const double sc = scale(ds->c_scale, "C_SCALE");
     const double sd = is_fp8(ld->type) ? scale(ds->d_scale, "D_SCALE") : 1.0;
     double amax = 0.0;
 
@@ -765,12 +880,16 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t handle, cublasLtMatmulDesc_t desc
         for (uint64_t i = 0; i < m; i++)
             for (uint64_t kk = 0; kk < k; kk++) {
                 size_t o = ds->transa == CUBLAS_OP_N ? offset(la, i, kk, bt) : offset(la, kk, i, bt);
-                opa[i * k + kk] = compute_input(load(A, o, la->type), ds->compute_type);
+                double v = load(A, o, la->type);
+                if (block) v *= bsa.at(i, kk);  // exact in double: an FP8 value times an FP32 or power-of-two scale
+                opa[i * k + kk] = compute_input(v, ds->compute_type);
             }
         for (uint64_t j = 0; j < n; j++)
             for (uint64_t kk = 0; kk < k; kk++) {
                 size_t o = ds->transb == CUBLAS_OP_N ? offset(lb, kk, j, bt) : offset(lb, j, kk, bt);
-                opb[j * k + kk] = compute_input(load(B, o, lb->type), ds->compute_type);
+                double v = load(B, o, lb->type);
+                if (block) v *= bsb.at(j, kk);
+                opb[j * k + kk] = compute_input(v, ds->compute_type);
             }
 #pragma omp parallel for schedule(static) if (m * n * k > (1u << 22))
         for (int64_t j = 0; j < (int64_t)n; j++)

@@ -412,6 +412,92 @@ static void rejected_like_cublaslt() {
     cublasLtMatmulDescDestroy(d);
 }
 
+// Block scale modes (issue 27): which combinations cuBLASLt takes on which
+// GPU, and scale tensors that are misaligned or smaller than their layout.
+static cublasStatus_t block_status(int32_t ma, int32_t mb, cublasOperation_t ta, cublasOperation_t tb, cudaDataType_t td_t,
+                                   bool run = false, size_t a_scale_bytes = 4096, int a_scale_skew = 0) {
+    const int m = 256, n = 64, k = 256;
+    uint8_t* A = device_alloc<uint8_t>((size_t)m * k);
+    uint8_t* B = device_alloc<uint8_t>((size_t)n * k);
+    uint8_t* sa = device_alloc<uint8_t>(a_scale_bytes + 16);
+    uint8_t* sb = device_alloc<uint8_t>(4096);
+    float* D = device_alloc<float>((size_t)m * n);
+    cudaMemset(A, 0x38, (size_t)m * k);  // E4M3 1.0
+    cudaMemset(B, 0x38, (size_t)n * k);
+    cudaMemset(sa, 0, a_scale_bytes + 16);
+    cudaMemset(sb, 0, 4096);
+    cublasLtHandle_t h;
+    cublasLtCreate(&h);
+    cublasLtMatmulDesc_t d;
+    cublasLtMatmulDescCreate(&d, CUBLAS_COMPUTE_32F, CUDA_R_32F);
+    cublasLtMatmulDescSetAttribute(d, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta);
+    cublasLtMatmulDescSetAttribute(d, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb);
+    cublasLtMatmulDescSetAttribute(d, CUBLASLT_MATMUL_DESC_A_SCALE_MODE, &ma, sizeof ma);
+    cublasLtMatmulDescSetAttribute(d, CUBLASLT_MATMUL_DESC_B_SCALE_MODE, &mb, sizeof mb);
+    const void* pa = sa + a_scale_skew;
+    const void* pb = sb;
+    cublasLtMatmulDescSetAttribute(d, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &pa, sizeof pa);
+    cublasLtMatmulDescSetAttribute(d, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &pb, sizeof pb);
+    cublasLtMatrixLayout_t la, lb, ld;
+    cublasLtMatrixLayoutCreate(&la, CUDA_R_8F_E4M3, ta == N ? m : k, ta == N ? k : m, ta == N ? m : k);
+    cublasLtMatrixLayoutCreate(&lb, CUDA_R_8F_E4M3, tb == N ? k : n, tb == N ? n : k, tb == N ? k : n);
+    cublasLtMatrixLayoutCreate(&ld, td_t, m, n, m);
+    cublasLtMatmulPreference_t p;
+    cublasLtMatmulPreferenceCreate(&p);
+    cublasLtMatmulHeuristicResult_t r;
+    int found = -1;
+    cublasLtMatrixLayout_t lc;  // an FP8 D takes a BF16 C
+    cublasLtMatrixLayoutCreate(&lc, td_t == CUDA_R_8F_E4M3 ? CUDA_R_16BF : td_t, m, n, m);
+    cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(h, d, la, lb, lc, ld, p, 1, &r, &found);
+    if (st == CUBLAS_STATUS_SUCCESS && found != 1) st = CUBLAS_STATUS_EXECUTION_FAILED;
+    if (st == CUBLAS_STATUS_SUCCESS && run) {
+        float alpha = 1, beta = 0;
+        st = cublasLtMatmul(h, d, &alpha, A, la, B, lb, &beta, D, ld, D, ld, nullptr, nullptr, 0, 0);
+    }
+    cublasLtMatmulPreferenceDestroy(p);
+    for (auto l : {la, lb, lc, ld}) cublasLtMatrixLayoutDestroy(l);
+    cublasLtMatmulDescDestroy(d);
+    cublasLtDestroy(h);
+    for (void* q : {(void*)A, (void*)B, (void*)sa, (void*)sb, (void*)D}) cudaFree(q);
+    return st;
+}
+
+static void block_scale_modes() {
+    const int32_t V32 = CUBLASLT_MATMUL_MATRIX_SCALE_VEC32_UE8M0, V128 = CUBLASLT_MATMUL_MATRIX_SCALE_VEC128_32F,
+                  B128 = CUBLASLT_MATMUL_MATRIX_SCALE_BLK128x128_32F, S = CUBLASLT_MATMUL_MATRIX_SCALE_SCALAR_32F;
+    const cudaDataType_t BF = CUDA_R_16BF, F = CUDA_R_32F;
+    const cublasStatus_t OK = CUBLAS_STATUS_SUCCESS, NO = CUBLAS_STATUS_NOT_SUPPORTED;
+    // Hopper (the emulator's default device): DeepSeek's 1x128 and 128x128 FP32 scales, TN only.
+    CHECK(block_status(B128, V128, T, N, BF) == OK, "BLK128x128 x VEC128 TN on sm_90");
+    CHECK(block_status(V128, V128, T, N, F) == OK, "VEC128 x VEC128 TN on sm_90");
+    CHECK(block_status(V128, B128, T, N, BF) == OK, "VEC128 x BLK128x128 TN on sm_90");
+    CHECK(block_status(B128, B128, T, N, BF) == NO, "BLK128x128 on both operands");
+    CHECK(block_status(B128, V128, N, N, BF) == NO, "block scales NN");
+    CHECK(block_status(B128, V128, T, T, BF) == NO, "block scales TT");
+    CHECK(block_status(B128, S, T, N, BF) == NO, "a block-scaled A with a scalar B");
+    CHECK(block_status(V128, V128, T, N, CUDA_R_8F_E4M3) == NO, "block scales with an FP8 D");
+    CHECK(block_status(V32, V32, T, N, BF) == NO, "MXFP8 on sm_90");
+    CHECK(block_status(CUBLASLT_MATMUL_MATRIX_SCALE_VEC16_UE4M3, CUBLASLT_MATMUL_MATRIX_SCALE_VEC16_UE4M3, T, N, BF) == NO,
+          "VEC16_UE4M3 (not simulated)");
+    // Blackwell: MXFP8, TN only although its per-tensor FP8 takes any layout; no 128-blocks.
+    setenv("CUDA_SIM_CC", "100", 1);
+    CHECK(block_status(V32, V32, T, N, BF) == OK, "MXFP8 TN on sm_100");
+    CHECK(block_status(V32, V32, N, N, BF) == NO, "MXFP8 NN on sm_100");
+    CHECK(block_status(V32, V128, T, N, BF) == NO, "VEC32 with VEC128");
+    CHECK(block_status(B128, V128, T, N, BF) == NO, "BLK128x128 x VEC128 on sm_100");
+    CHECK(block_status(V32, V32, T, N, BF, true, 256 * 8) == OK, "MXFP8 with a scale tensor of its layout's size runs");
+    CHECK(block_status(V32, V32, T, N, BF, true, 256 * 8, 4) == CUBLAS_STATUS_INVALID_VALUE,
+          "a scale tensor 4 bytes off 16-byte alignment");
+    // 256 rows x 8 scales is 4 tiles of 512 bytes: one byte short reads past the allocation (a GPU faults).
+    check_child_error([] { block_status(V32, V32, T, N, BF, true, 256 * 8 - 16 - 1); },
+                      {"cublasLtMatmul: A_SCALE at", "not inside one device allocation"});
+    unsetenv("CUDA_SIM_CC");
+    // VEC128: 2 block columns x 256 rows of FP32; the buffer is 16 bytes bigger than asked, so ask 17 less.
+    CHECK(block_status(V128, V128, T, N, BF, true, 2 * 256 * 4) == OK, "VEC128 with its layout's size runs");
+    check_child_error([] { block_status(V128, V128, T, N, BF, true, 2 * 256 * 4 - 17); },
+                      {"cublasLtMatmul: A_SCALE at", "not inside one device allocation"});
+}
+
 // Matrices that do not fit their allocations stop the program (a GPU faults).
 static void memory_errors_are_reported() {
     float* a = device_alloc<float>(16 * 16);
@@ -452,6 +538,7 @@ int main() {
     RUN(batches_and_row_major);
     RUN(fp8_gemms);
     RUN(rejected_like_cublaslt);
+    RUN(block_scale_modes);
     RUN(memory_errors_are_reported);
     return TESTS_DONE();
 }
