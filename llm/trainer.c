@@ -297,6 +297,7 @@ StepResult trainer_step(Trainer* tr, int step) {
         zero_begin_micro_step(&tr->zero, a, tr->accum);
         gpt_forward(m, m->inputs, m->targets, tr->B, tr->T, dloss);
         gpt_accumulate_loss(m, tr->B, tr->T, a > 0);
+        fp8_set_micro_batch(m->fp8, a * tr->world + tr->rank);  // nvfp4's random bits, whatever the ranks
         gpt_backward(m, m->inputs, tr->B, tr->T);  // the hooks reduce gradients unit by unit
     }
     dataloader_set_position(&tr->train, base + (uint64_t)windows_per_step);

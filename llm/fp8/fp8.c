@@ -579,6 +579,10 @@ void fp8_begin_step(Fp8State* s, int step) {
     if (s->history) s->be->zero(s->be, &s->history[(size_t)s->pos * s->n], (size_t)s->n * sizeof(float));
 }
 
+void fp8_set_micro_batch(Fp8State* s, int index) {
+    if (s) s->sr_pass = index;
+}
+
 void fp8_end_step(Fp8State* s, Comm* comm) {
     if (!s) return;
     Backend* be = s->be;

@@ -226,6 +226,11 @@ void fp8_params_changed(Fp8State* s);
 // ---- called by the trainer ---------------------------------------------------------
 // The start of training step `step` (delayed: the step's history row starts empty).
 void fp8_begin_step(Fp8State* s, int step);
+// The micro-batch about to run: its index in the step's global batch (micro-
+// step a of rank r is a * world + r), which keys nvfp4's random bits, so that
+// ranks splitting a batch draw the bits one rank accumulating it would.
+// Without it, a step's backward passes are counted from 0.
+void fp8_set_micro_batch(Fp8State* s, int index);
 // After an applied optimizer step on every rank: the amaxes made whole over
 // the ranks (comm may be NULL for one process), then (delayed) the scales.
 // A skipped step (the guard) calls neither gpt_update nor this.
