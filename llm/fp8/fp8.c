@@ -245,6 +245,18 @@ static Fp8Bytes block_state_bytes(const Fp8Shapes* sh, int B, int T, Fp8Recipe r
     return b;
 }
 
+size_t fp8_nvfp4_bytes(size_t n) { return (n + 1) / 2 + (n + NVFP4_BLOCK - 1) / NVFP4_BLOCK; }
+
+Fp8Bytes fp8_nvfp4_gpu_bytes(const Fp8Shapes* sh, int B, int T, int zero_stage, const uint8_t* skip) {
+    Fp8Bytes b = block_state_bytes(sh, B, T, FP8_NVFP4, skip);
+    b.cpu_gemm_scratch = 0;
+    size_t slot = 0;
+    for (int g = 0; g < FP8_NUM_GEMMS; g++) slot += 2 * (fp8_nvfp4_bytes(sh->rows[g] * sh->cols[g]) + 2 * sizeof(float));
+    b.weights = round_up(slot, 256) * (size_t)weight_slots(sh->layers, zero_stage);
+    b.casts = 4 * round_up(fp8_nvfp4_bytes((size_t)B * T * widest_activation(sh)), 256);
+    return b;
+}
+
 Fp8Bytes fp8_state_bytes(const Fp8Shapes* sh, int B, int T, int zero_stage, Fp8Support support,
                          Fp8Recipe recipe, int history, const uint8_t* skip) {
     Fp8Bytes b;

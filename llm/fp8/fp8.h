@@ -156,6 +156,18 @@ typedef struct {
 Fp8Bytes fp8_state_bytes(const Fp8Shapes* shapes, int B, int T, int zero_stage, Fp8Support support,
                          Fp8Recipe recipe, int history, const uint8_t* skip);
 
+// What nvfp4 needs on a GPU of compute capability 10.x (the planner bills
+// it; the CUDA backend has no NVFP4 GEMMs yet, so nothing allocates it):
+// each weight as E2M1 codes (half a byte) plus an E4M3 scale per 16 and two
+// FP32 tensor scales, twice (W and W^T: FP4 GEMMs take the TN layout only;
+// the 16x16 blocks make the two the same values), for every layer or at
+// ZeRO-3 the 2 in flight; one GEMM's four quantised operands (X, the
+// Hadamard-transformed X^T, dY, dY^T) of B*T*widest elements at 9/16 byte
+// each; the same per-tensor arrays as the other block recipes.
+Fp8Bytes fp8_nvfp4_gpu_bytes(const Fp8Shapes* shapes, int B, int T, int zero_stage, const uint8_t* skip);
+// Bytes of n elements in NVFP4: n/2 codes and n/16 E4M3 scales.
+size_t fp8_nvfp4_bytes(size_t n);
+
 typedef struct Fp8State {
     Fp8Options opt;
     uint8_t* skip;           // (L) owned copy
