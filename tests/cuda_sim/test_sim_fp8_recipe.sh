@@ -3,7 +3,7 @@
 # capability 9.0 and 10.0 (CUDA_SIM_CC): auto's choice is printed with its
 # reason, and a recipe the GPU cannot run stops before training with one line
 # naming the GPU and the recipe (llm/fp8/fp8.c, fp8_resolve_recipe and
-# fp8_recipe_runs).
+# fp8_recipe_runs); nvfp4 too (10.x only, and no NVFP4 GEMMs in this build).
 set -u
 cd "$(dirname "$0")/../.." || exit 1
 # shellcheck source=tests/lib.sh
@@ -31,3 +31,9 @@ expect_error sim_fp8_blockwise_on_hopper_needs_kernels "--fp8-recipe blockwise: 
 export CUDA_SIM_CC=100
 expect_error sim_fp8_blockwise_on_blackwell "--fp8-recipe blockwise: this GPU \($gpu, compute capability 10.0\) cannot run it: .*use mxfp8" \
   "$TG" "${tiny[@]}" --fp8-recipe blockwise
+# nvfp4: FP4 tensor cores need 10.x; this build's CUDA backend has no NVFP4 GEMMs yet.
+expect_error sim_fp8_nvfp4_on_blackwell_needs_kernels "^train_gpt: error: --fp8-recipe nvfp4: this GPU \($gpu, compute capability 10.0\) could run it, but this build's CUDA backend has no NVFP4 GEMMs yet" \
+  "$TG" "${tiny[@]}" --fp8-recipe nvfp4
+export CUDA_SIM_CC=90
+expect_error sim_fp8_nvfp4_on_hopper "^train_gpt: error: --fp8-recipe nvfp4: this GPU \($gpu, compute capability 9.0\) cannot run it: NVFP4's FP4 tensor cores \(cuBLASLt VEC16_UE4M3, TN only\) need compute capability 10.x" \
+  "$TG" "${tiny[@]}" --fp8-recipe nvfp4
