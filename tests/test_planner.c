@@ -324,7 +324,7 @@ static void gpu_bill_formulas(void) {
     CHECK(plan_gpu_op_scratch(&pc.model, 2, 16384) == d16 + ((size_t)256 << 20), "op scratch at T=16K, 256M %zu",
           plan_gpu_op_scratch(&pc.model, 2, 16384));
     unsetenv("TRAIN_GPT_CUDNN_WORKSPACE");
-    CHECK(b.workspace == PLAN_CUBLASLT_WORKSPACE + cudnn_ws, "workspace %zu", b.workspace);
+    CHECK(b.workspace == PLAN_CUBLASLT_WORKSPACE + cudnn_ws + PLAN_CUDA_NORM_TICKET, "workspace %zu", b.workspace);
     CHECK(b.reserve == PLAN_GPU_RUNTIME_RESERVE + b.allocated / 100 * 5, "reserve %zu", b.reserve);
     // Delayed scaling adds its amax histories.
     pc.fp8_history = 1024;
@@ -450,6 +450,7 @@ static void cost_hand_checked(void) {
     pc.precision = PREC_BF16;
     pc.B = 2;
     pc.zero_stage = 3;
+    pc.grad_bf16 = 1;  // BF16 gradients here; FP32 ones below
     PlanCost k = plan_cost(&pc, &b200, 3);
     double tok = 64, C = 64, L = 4, Vp = 256, H = 256, a = 2;
     // Parameters: wte 256x64, wpe 32x64, per layer 2 norms (4C), qkv 3C^2+3C, attproj C^2+C,
@@ -489,6 +490,27 @@ static void cost_hand_checked(void) {
           "one node: no all-reduce, no network");
     CHECK(near(k.step, 3 * k.t_micro + k.t_optimizer + k.exposed) && near(k.tokens_per_s_gpu, 3 * tok / k.step),
           "step %g", k.step);
+    // FP32 gradients (--grad-dtype fp32, auto's choice here): reduce-scattered
+    // at 4 bytes; per micro-step the BF16 scratch zeroed (2) and added into the
+    // zeroed FP32 staging slot (2 + 8 + 4), the shard accumulated at 3 x 4;
+    // AdamW reads and zeroes 4-byte gradients: 34 bytes. The gathers stay BF16.
+    pc.grad_bf16 = 0;
+    PlanCost f = plan_cost(&pc, &b200, 3);
+    CHECK(near(f.comm_bytes[COLL_REDUCE_SCATTER][LINK_NVLINK], 2 * rs) && near(f.comm_bytes[COLL_ALL_GATHER][LINK_NVLINK], ag),
+          "fp32 gradients: reduce-scatter %g (by hand %g)", f.comm_bytes[COLL_REDUCE_SCATTER][LINK_NVLINK], 2 * rs);
+    CHECK(near(f.mem_bytes[MB_GRAD_ACCUM], 3 * 16 * P + 2 * 3 * 4 * P / 4) && near(f.mem_bytes[MB_ADAMW], P / 4 * 34),
+          "fp32 gradients: accum %g adamw %g", f.mem_bytes[MB_GRAD_ACCUM], f.mem_bytes[MB_ADAMW]);
+    // BF16 moments (--adam-dtype bf16): m and v at 2 + 2 bytes each.
+    pc.adam_dtype = DTYPE_BF16;
+    CHECK(near(plan_cost(&pc, &b200, 3).mem_bytes[MB_ADAMW], P / 4 * 26), "bf16 moments: adamw %g",
+          plan_cost(&pc, &b200, 3).mem_bytes[MB_ADAMW]);
+    // At ZeRO-1 the FP32 gradients are the flat ones: no staging slot to zero, one reduce-scatter.
+    pc.zero_stage = 1;
+    pc.adam_dtype = DTYPE_F32;
+    PlanCost z1 = plan_cost(&pc, &b200, 3);
+    CHECK(near(z1.mem_bytes[MB_GRAD_ACCUM], 3 * 12 * P) && near(z1.comm_bytes[COLL_REDUCE_SCATTER][LINK_NVLINK], P * 4 * 0.75),
+          "zero-1 fp32 gradients: accum %g reduce-scatter %g", z1.mem_bytes[MB_GRAD_ACCUM],
+          z1.comm_bytes[COLL_REDUCE_SCATTER][LINK_NVLINK]);
     default_links();
 }
 

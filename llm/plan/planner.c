@@ -171,7 +171,7 @@ MemoryBill plan_bill(const PlanConfig* pc, const PlanDevice* dev) {
     // The architecture's own tables (Llama's RoPE table (T, HS/2, 2) FP32) are billed with these small buffers.
     b.tokens += gpt_arch_state_bytes(c, pc->T);
     if (dev->is_gpu) {
-        b.workspace = PLAN_CUBLASLT_WORKSPACE + plan_gpu_op_scratch(c, pc->B, pc->T);
+        b.workspace = PLAN_CUBLASLT_WORKSPACE + plan_gpu_op_scratch(c, pc->B, pc->T) + PLAN_CUDA_NORM_TICKET;
     } else {
         // One op's scratch at a time: the attention's, or an emulated FP8 GEMM's.
         size_t att = cpu_attention_scratch_bytes(pc->T, c->channels / c->num_heads, dev->cpu_threads);
