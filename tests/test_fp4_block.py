@@ -293,6 +293,7 @@ def gemm_case(tmp, rng, fa, ta, fb, tb, M, N, K, had):
     # quarter of a block's largest element at worst; summed over K it
     # averages down), measured relative to the product's overall magnitude.
     qerr = np.linalg.norm(out - exact) / np.linalg.norm(exact)
+    print(f"# {name}: relative L2 error {qerr:.4f} against the exact float64 product", flush=True)
     check(name, np.all(np.isfinite(out)) and err.max() < K * 2.0 ** -24 and qerr < 0.2,
           f"max error {err.max():.3g} of the magnitudes against float64 of the dequantised operands "
           f"(allowed {K * 2.0 ** -24:.3g}); relative L2 error {qerr:.3g} against the exact product")
