@@ -215,28 +215,39 @@ static void recommendations_hand_checked(void) {
     rq = request(shape(24, 2048, 16, 50257, 4096), 4096, 1);
     r = plan_recommend(&rq, &free_all, &b200);
     CHECK(r.fits && r.config.zero_stage == 0, "1B/4K on 1 rank: fits %d ZeRO-%d", r.fits, r.config.zero_stage);
-    // 7B at 128K on 8 x B200 needs full recompute of some layers. ZeRO-1, not
-    // ZeRO-0 at 98% of memory (issue 19): the same bytes moved, about 45 GiB
-    // less per GPU, and at most 90% of the memory planned.
+    // 7B at 128K on 8 x B200 needs full recompute of some layers. A sharded
+    // stage, not ZeRO-0 at 98% of memory (issue 19): about 45 GiB less per GPU,
+    // at most 90% of the memory planned (ZeRO-2 by time: fewer layers recomputed).
     rq = request(shape(32, 4096, 32, 50257, 131072), 131072, 8);
     r = plan_recommend(&rq, &free_all, &b200);
     CHECK(r.fits && r.config.recompute.full_layers > 0 && r.config.B == 1, "7B/128K: fits %d, full layers %d", r.fits,
           r.config.recompute.full_layers);
-    CHECK(r.config.zero_stage == 1 && (double)r.bill.total <= 0.9 * b200.memory,
+    CHECK(r.config.zero_stage >= 1 && (double)r.bill.total <= 0.9 * b200.memory,
           "7B/128K: ZeRO-%d at %.1f%% of memory", r.config.zero_stage, 100.0 * (double)r.bill.total / b200.memory);
     PlanConfig z0 = r.config;
     z0.zero_stage = 0;
     MemoryBill b0 = plan_bill(&z0, &b200);
-    CHECK((double)(b0.total - r.bill.total) > 40.0 * (1 << 30), "7B/128K: ZeRO-1 saves only %.1f GiB over ZeRO-0",
-          (double)(b0.total - r.bill.total) / (1 << 30));
+    CHECK((double)(b0.total - r.bill.total) > 40.0 * (1 << 30), "7B/128K: ZeRO-%d saves only %.1f GiB over ZeRO-0",
+          r.config.zero_stage, (double)(b0.total - r.bill.total) / (1 << 30));
     CHECK(plan_usable_memory(&b200) == 0.9 * b200.memory && !plan_fits(&(MemoryBill){.total = (size_t)(0.95 * b200.memory)}, &b200),
           "a plan at 95%% of a GPU's memory fits");
-    // 7B at 4K on 8 x H100 fits with ZeRO-1, not ZeRO-0 (16 bytes x 6.7B > 80 GiB).
+    // 7B at 4K on 8 x H100: not ZeRO-0 (16 bytes x 6.7B > 80 GiB). ZeRO-1 fits
+    // only with every layer recomputed; the stage is chosen by the time model,
+    // so ZeRO-3 without recompute wins, and it is faster than ZeRO-1's best.
     rq = request(shape(32, 4096, 32, 50257, 4096), 4096, 8);
     r = plan_recommend(&rq, &free_all, &h100);
-    CHECK(r.fits && r.config.zero_stage == 1, "7B/4K/H100: fits %d ZeRO-%d", r.fits, r.config.zero_stage);
-    // The same on 2 nodes shards inside each node (hybrid) when the network
-    // is slow (the choice by step time: cost_choice_follows_network).
+    PlanFixed at_z1 = free_all;
+    at_z1.zero_stage = 1;
+    PlanConfig rq1 = rq;
+    rq1.zero_stage = 1;
+    PlanResult r1 = plan_recommend(&rq1, &at_z1, &h100);
+    double tpt = plan_cost(&r.config, &h100, 1).step / r.config.B, tpt1 = plan_cost(&r1.config, &h100, 1).step / r1.config.B;
+    CHECK(r.fits && r1.fits && r.config.zero_stage == 3 && r.config.recompute.mode == RECOMPUTE_NONE &&
+              r1.config.recompute.full_layers == 32 && tpt < 0.99 * tpt1,
+          "7B/4K/H100: ZeRO-%d (%s) at %g s/seq; ZeRO-1 (%d full layers) at %g", r.config.zero_stage,
+          recompute_mode_name(r.config.recompute.mode), tpt, r1.config.recompute.full_layers, tpt1);
+    // On 2 nodes it shards inside each node (hybrid, at whichever stage is
+    // fastest) when the network is slow (the choice by step time: cost_choice_follows_network).
     // BF16 gradients (--grad-dtype bf16): FP32 ones leave ZeRO-1 no room here.
     setenv("TRAIN_GPT_PLAN_NET_GBS", "1", 1);
     rq = request(shape(32, 4096, 32, 50257, 4096), 4096, 16);
@@ -245,7 +256,7 @@ static void recommendations_hand_checked(void) {
     fixed_grads.grad_dtype = 1;
     r = plan_recommend(&rq, &fixed_grads, &h100);
     unsetenv("TRAIN_GPT_PLAN_NET_GBS");
-    CHECK(r.fits && r.config.zero_stage == 1 && r.config.hybrid && plan_shard_world(&r.config) == 8,
+    CHECK(r.fits && r.config.zero_stage >= 1 && r.config.hybrid && plan_shard_world(&r.config) == 8,
           "7B/4K on 16 H100: fits %d ZeRO-%d hybrid %d", r.fits, r.config.zero_stage, r.config.hybrid);
 
     // Explicit choices are kept: a fixed micro-batch and policy.
