@@ -29,6 +29,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "kernels/fp4_block.h"
 #include "kernels/fp8_block.h"
 #include "llm/util/util.h"
 
@@ -351,6 +352,11 @@ struct Backend {
     // copy comes from the source, never from the row-wise codes.
     void (*fp8_block_matmul)(Backend* be, void* out, const void* a, int a_trans, Fp8BlockFormat fa, const void* b,
                              int b_trans, Fp8BlockFormat fb, const void* bias, int M, int N, int K, float beta);
+    // NVFP4 GEMM (recipe nvfp4, kernels/fp4_block.h), or NULL where the
+    // backend has none: as fp8_block_matmul, each operand quantised here from
+    // its source in its Nvfp4Format (Hadamard transform, stochastic rounding).
+    void (*nvfp4_matmul)(Backend* be, void* out, const void* a, int a_trans, Nvfp4Format fa, const void* b,
+                         int b_trans, Nvfp4Format fb, const void* bias, int M, int N, int K, float beta);
 };
 
 // Backend constructors. Each exits with a clear error if its device is unusable.
@@ -363,6 +369,8 @@ size_t cpu_attention_scratch_bytes(int T, int HS, int threads);
 size_t cpu_fp8_matmul_scratch_bytes(int N, int C, int OC);
 // The same for one block-scaled GEMM (M,K) x (N,K)^T.
 size_t cpu_fp8_block_matmul_scratch_bytes(int M, int N, int K);
+// The same for one NVFP4 GEMM (M,K) x (N,K)^T.
+size_t cpu_nvfp4_matmul_scratch_bytes(int M, int N, int K);
 // Llama 3.1's long-context frequency scaling of RoPE (factor 0: none).
 typedef struct {
     float factor;            // 8 in Llama 3.1

@@ -120,6 +120,7 @@ static Fp8Recipe choose_fp8_recipe(Trainer* tr, const TrainConfig* cfg) {
     if (d.gpu && cuda_current_device_name) cuda_current_device_name(name, (int)sizeof name);
     d.name = name;
     d.block_gemms = tr->be->fp8_block_matmul != NULL;
+    d.nvfp4_gemms = tr->be->nvfp4_matmul != NULL;
     char why[512];
     Fp8Recipe r = fp8_resolve_recipe((Fp8Recipe)cfg->fp8_recipe, &d, why, sizeof why);
     if (!fp8_recipe_runs(r, &d, why, sizeof why)) fatal("%s", why);
@@ -162,7 +163,14 @@ static void setup_fp8(Trainer* tr, const TrainConfig* cfg) {
               "sequences x seq-len): use e.g. --seq-len %d",
               tr->T, multiple_of_16(tr->T));
     o.skip = skip;
+    int kept = fp8_recipe_skip(o.recipe, NULL, L);
+    if (o.recipe == FP8_NVFP4 && tr->rank == 0) {
+        if (kept) printf("fp8       | nvfp4 keeps the last %d of %d layers (%d-%d) in %s: 15%% of the layers, the final "
+                         "ones, as NVIDIA's NVFP4 recipe\n", kept, L, L - kept, L - 1, dtype_name(tr->be->dtype));
+        else printf("fp8       | nvfp4 keeps no layer in %s: 15%% of %d layers rounds to 0\n", dtype_name(tr->be->dtype), L);
+    }
     gpt_enable_fp8(m, &tr->fp8, &o);
+    tr->fp8.sr_seed = (uint64_t)cfg->seed;  // nvfp4's stochastic rounding
     free(skip);
 }
 
@@ -357,6 +365,7 @@ StepResult trainer_step(Trainer* tr, int step) {
         zero_begin_micro_step(&tr->zero, a, tr->accum);
         gpt_forward(m, m->inputs, m->targets, tr->B, tr->T_model, dloss);
         gpt_accumulate_loss(m, tr->B, tr->T_model, a > 0);
+        fp8_set_micro_batch(m->fp8, a * tr->dp_world + tr->dp_rank);  // nvfp4's random bits, whatever the ranks
         gpt_backward(m, m->inputs, tr->B, tr->T_model);  // the hooks reduce gradients unit by unit
     }
     dataloader_set_position(&tr->train, base + (uint64_t)windows_per_step);

@@ -180,7 +180,7 @@ if "$TG" --device cpu --steps 1 --val-every 0 --sample-every 0 --layers 1 --chan
 else fail precision_auto_cpu_says_why "no auto line"; fi
 run1=("$TG" --device cpu --steps 1 --val-every 0 --sample-every 0 --layers 2 --channels 64 --heads 2 --seq-len 32 --micro-batch 2)
 expect_error fp8_bad_precision "--precision 'fp16' is not one of fp32, bf16, fp8, auto" "${run1[@]}" --precision fp16
-expect_error fp8_bad_recipe "--fp8-recipe 'tensorwise' is not one of current, delayed, blockwise, mxfp8, auto" "${run1[@]}" --precision fp8 --fp8-recipe tensorwise
+expect_error fp8_bad_recipe "--fp8-recipe 'tensorwise' is not one of current, delayed, blockwise, mxfp8, nvfp4, auto" "${run1[@]}" --precision fp8 --fp8-recipe tensorwise
 expect_error fp8_bad_history "--fp8-amax-history must be at least 1" "${run1[@]}" --precision fp8 --fp8-recipe delayed --fp8-amax-history 0
 expect_error fp8_bad_margin "--fp8-margin 40 is outside 0..31" "${run1[@]}" --precision fp8 --fp8-margin 40
 expect_error fp8_skip_unknown "--fp8-skip 'mlp' is neither a GEMM" "${run1[@]}" --precision fp8 --fp8-skip qkv,mlp

@@ -350,6 +350,32 @@ static void gpu_bill_formulas(void) {
     b = plan_bill(&pc, &h100);
     CHECK(b.fp8_weights == 2 * 24 * C * C, "fp8 weights at ZeRO-3 %zu", b.fp8_weights);
     pc.fp8_history = 0;
+    // nvfp4 on Blackwell: each weight as E2M1 (half a byte) + an E4M3 scale
+    // per 16, twice (W and W^T), + 2 FP32 tensor scales each; four (B,T,4C)
+    // operands at 9/16 byte an element; 3 floats per scaled tensor.
+    pc.fp8_recipe = FP8_NVFP4;
+    pc.zero_stage = 1;
+    b = plan_bill(&pc, &b200);
+    size_t slot = 2 * (12 * C * C / 2 + 12 * C * C / 16) + 4 * 2 * 4;
+    CHECK(b.fp8_weights == 4 * ((slot + 255) / 256 * 256), "nvfp4 weights %zu, want %zu", b.fp8_weights,
+          4 * ((slot + 255) / 256 * 256));
+    CHECK(b.activations == b.acts.bytes + 4 * (BT * 4 * C / 2 + BT * 4 * C / 16), "nvfp4 operands %zu",
+          b.activations - b.acts.bytes);
+    CHECK(b.fp8_scaling == 4 * 12 * 3 * 4, "nvfp4 scaling %zu", b.fp8_scaling);
+    pc.zero_stage = 3;
+    b = plan_bill(&pc, &b200);
+    CHECK(b.fp8_weights == 2 * ((slot + 255) / 256 * 256), "nvfp4 weights at ZeRO-3 %zu", b.fp8_weights);
+    // The step estimate: the quantisations' bytes, at 9/16 byte per element
+    // written; the last layer of 4 (15%, rounded: 1) in BF16.
+    pc.zero_stage = 1;
+    PlanCost k4 = plan_cost(&pc, &b200, 1);
+    pc.fp8_recipe = FP8_MXFP8;
+    PlanCost k8 = plan_cost(&pc, &b200, 1);
+    double per_layer = 12.0 * C * C * 6 * BT;
+    CHECK(k8.mem_bytes[MB_CASTS] == 0 && k4.mem_bytes[MB_CASTS] > 0 &&
+              fabs(k4.gemm_flops_fp8 - 3 * per_layer) < 1e-6 * per_layer && fabs(k8.gemm_flops_fp8 - 4 * per_layer) < 1e-6 * per_layer,
+          "nvfp4 casts %g bytes, FP4 GEMM flops %g (want %g)", k4.mem_bytes[MB_CASTS], k4.gemm_flops_fp8, 3 * per_layer);
+    pc.fp8_recipe = FP8_CURRENT;
 
     // FLOPs per token: 6 N (without wpe) + 12 L h s; 40% of the peak.
     pc.precision = PREC_BF16;

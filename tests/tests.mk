@@ -36,6 +36,11 @@ $(BUILD)/tests/fp8_block_dump: tests/fp8_block_dump.c $(BUILD)/libtrain.a
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -o $@ $< $(BUILD)/libtrain.a $(LDLIBS)
 tests: $(BUILD)/tests/fp8_block_dump
+# test_fp4_block.py runs the CPU backend's NVFP4 quantisation and GEMM through this helper.
+$(BUILD)/tests/fp4_block_dump: tests/fp4_block_dump.c $(BUILD)/libtrain.a
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -o $@ $< $(BUILD)/libtrain.a $(LDLIBS)
+tests: $(BUILD)/tests/fp4_block_dump
 # All 2^32 float inputs against CUDA's conversion (about 3 minutes on 2 cores; not in make test).
 .PHONY: test-fp8-exhaustive
 test-fp8-exhaustive: $(BUILD)/tests/test_fp8_format

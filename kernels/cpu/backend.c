@@ -174,5 +174,6 @@ Backend* cpu_backend_create(DType dtype, int num_threads) {
     be->fp8_matmul_forward = cpu_fp8_matmul_forward;
     be->fp8_matmul_backward = cpu_fp8_matmul_backward;
     be->fp8_block_matmul = cpu_fp8_block_matmul;
+    be->nvfp4_matmul = cpu_nvfp4_matmul;
     return be;
 }

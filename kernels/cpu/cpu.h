@@ -185,3 +185,12 @@ void cpu_fp8_block_quantize(uint8_t* codes, void* scales, const float* x, int tr
 void cpu_fp8_block_dequantize(float* out, const uint8_t* codes, const void* scales, int M, int K, Fp8BlockFormat f);
 void cpu_fp8_block_matmul(Backend* be, void* out, const void* a, int a_trans, Fp8BlockFormat fa, const void* b,
                           int b_trans, Fp8BlockFormat fb, const void* bias, int M, int N, int K, float beta);
+// NVFP4 (fp4_block.c): op(x) (M, K) -> codes (M*K, one per byte), scales (one
+// E4M3 per block), the tensor's decode scale; work is (M, K) FP32 scratch.
+size_t cpu_nvfp4_scale_count(int M, int K, Nvfp4Format f);
+void cpu_nvfp4_quantize(uint8_t* codes, uint8_t* scales, float* s_dec, float* work, const float* x, int trans, int M,
+                        int K, Nvfp4Format f);
+void cpu_nvfp4_dequantize(float* out, const uint8_t* codes, const uint8_t* scales, float s_dec, int M, int K,
+                          Nvfp4Format f);
+void cpu_nvfp4_matmul(Backend* be, void* out, const void* a, int a_trans, Nvfp4Format fa, const void* b, int b_trans,
+                      Nvfp4Format fb, const void* bias, int M, int N, int K, float beta);

@@ -197,7 +197,9 @@ static void write_fp8(StrBuf* sb, const Manifest* man) {
     const Fp8Snapshot* f = &man->fp8;
     sb_printf(sb, "  \"fp8\": {\"recipe\": \"%s\", \"formats\": \"%s\", \"margin\": %d, \"tensors\": %d",
               fp8_recipe_name(f->recipe),
-              fp8_recipe_is_block(f->recipe) ? "e4m3 everywhere, block-scaled" : "e4m3 inputs and weights, e5m2 gradients",
+              f->recipe == FP8_NVFP4         ? "e2m1 everywhere, e4m3 block scales, fp32 tensor scales"
+              : fp8_recipe_is_block(f->recipe) ? "e4m3 everywhere, block-scaled"
+                                               : "e4m3 inputs and weights, e5m2 gradients",
               f->margin, f->tensors);
     if (f->history > 0) {
         sb_printf(sb, ", \"amax_history_len\": %d, \"position\": %d, \"steps_recorded\": %d", f->history, f->pos,

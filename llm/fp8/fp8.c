@@ -11,7 +11,7 @@
 static const char* GEMM_NAMES[FP8_NUM_GEMMS] = {"qkv", "attproj", "fc", "fcproj"};
 
 const char* fp8_gemm_name(Fp8Gemm g) { return GEMM_NAMES[g]; }
-static const char* RECIPE_NAMES[] = {"current", "delayed", "blockwise", "mxfp8", "auto"};
+static const char* RECIPE_NAMES[] = {"current", "delayed", "blockwise", "mxfp8", "nvfp4", "auto"};
 
 const char* fp8_recipe_name(Fp8Recipe r) { return (unsigned)r <= FP8_RECIPE_AUTO ? RECIPE_NAMES[r] : "?"; }
 
@@ -23,10 +23,30 @@ int fp8_recipe_lookup(const char* s) {
 
 Fp8Recipe fp8_parse_recipe(const char* s) {
     if (fp8_recipe_lookup(s) >= 0) return (Fp8Recipe)fp8_recipe_lookup(s);
-    fatal("--fp8-recipe '%s' is not one of current, delayed, blockwise, mxfp8", s);
+    fatal("--fp8-recipe '%s' is not one of current, delayed, blockwise, mxfp8, nvfp4", s);
 }
 
-int fp8_recipe_is_block(Fp8Recipe r) { return r == FP8_BLOCKWISE || r == FP8_MXFP8; }
+int fp8_recipe_is_block(Fp8Recipe r) { return r == FP8_BLOCKWISE || r == FP8_MXFP8 || r == FP8_NVFP4; }
+
+int fp8_recipe_skip(Fp8Recipe r, uint8_t* skip, int L) {
+    if (r != FP8_NVFP4 || L <= 0) return 0;
+    int n = (15 * L + 50) / 100;  // 15% of the layers, to the nearest layer: 12 layers 2, 32 layers 5, 2 layers 0
+    for (int l = L - n; skip && l < L; l++) skip[l] |= (1 << FP8_NUM_GEMMS) - 1;
+    return n;
+}
+
+Nvfp4Format fp8_nvfp4_format(Fp8Role role, int hadamard, uint64_t key) {
+    // arXiv 2509.25149: 16x16 weight blocks, so that the forward GEMM (along
+    // C) and the input gradient (along OC) read the same quantised weight;
+    // 1x16 along K for the rest; stochastic rounding for the gradients only.
+    Nvfp4Format f;
+    f.br = role == FP8_WEIGHT ? NVFP4_BLOCK : 1;
+    f.bc = NVFP4_BLOCK;
+    f.hadamard = hadamard;
+    f.stochastic = role == FP8_GRAD;
+    f.rng_key = key;
+    return f;
+}
 
 Fp8BlockFormat fp8_block_format(Fp8Recipe r, Fp8Role role) {
     Fp8BlockFormat f;
@@ -74,6 +94,19 @@ Fp8Recipe fp8_resolve_recipe(Fp8Recipe asked, const Fp8Device* d, char* why, siz
 
 int fp8_recipe_runs(Fp8Recipe r, const Fp8Device* d, char* why, size_t whysize) {
     if (!d->gpu || !fp8_recipe_is_block(r)) return 1;  // per-tensor FP8 needs 8.9+, checked with --precision fp8
+    if (r == FP8_NVFP4) {
+        // cuBLASLt's VEC16_UE4M3 scale mode (FP4 tensor cores, TN layout only): 10.x.
+        if (d->major != 10)
+            snprintf(why, whysize, "--fp8-recipe nvfp4: this GPU (%s, compute capability %d.%d) cannot run it: NVFP4's "
+                     "FP4 tensor cores (cuBLASLt VEC16_UE4M3, TN only) need compute capability 10.x (Blackwell); use "
+                     "%s here, or --device cpu to emulate nvfp4", d->name, d->major, d->minor,
+                     d->major == 9 && d->minor == 0 ? "current or blockwise" : "current");
+        else if (!d->nvfp4_gemms)
+            snprintf(why, whysize, "--fp8-recipe nvfp4: this GPU (%s, compute capability %d.%d) could run it, but this "
+                     "build's CUDA backend has no NVFP4 GEMMs yet (--device cpu emulates them)", d->name, d->major,
+                     d->minor);
+        return d->major == 10 && d->nvfp4_gemms;
+    }
     // cuBLASLt's block scale modes: VEC128_32F / BLK128x128_32F on 9.0 only
     // (Blackwell runs DeepSeek's recipe as MXFP8), VEC32_UE8M0 on 10.x.
     int cc_ok = r == FP8_BLOCKWISE ? d->major == 9 && d->minor == 0 : d->major == 10;
@@ -190,7 +223,7 @@ static int cast_buffers(Fp8Support support) { return support == FP8_TN_ONLY ? 3 
 // backend's block GEMM quantises its operands itself) and only the per-tensor
 // arrays every state has; the CPU's largest GEMM scratch is its three GEMMs'
 // largest at a full micro-batch, and so is the CUDA block GEMM's buffer.
-static Fp8Bytes block_state_bytes(const Fp8Shapes* sh, int B, int T, const uint8_t* skip, Fp8Recipe recipe) {
+static Fp8Bytes block_state_bytes(const Fp8Shapes* sh, int B, int T, Fp8Recipe recipe, const uint8_t* skip) {
     Fp8Bytes b;
     b.weights = 0;
     b.casts = 0;
@@ -198,16 +231,20 @@ static Fp8Bytes block_state_bytes(const Fp8Shapes* sh, int B, int T, const uint8
     b.cpu_gemm_scratch = 0;
     b.gpu_block_buffer = 0;
     int used = 0, N = B * T;
-    for (int l = 0; l < sh->layers; l++) used |= ~(skip ? skip[l] : 0) & ((1 << FP8_NUM_GEMMS) - 1);
+    int kept = fp8_recipe_skip(recipe, NULL, sh->layers);  // the recipe's own BF16 layers
+    for (int l = 0; l < sh->layers - kept; l++) used |= ~(skip ? skip[l] : 0) & ((1 << FP8_NUM_GEMMS) - 1);
     for (int g = 0; g < FP8_NUM_GEMMS; g++) {
         if (!(used & (1 << g))) continue;
         int OC = (int)sh->rows[g], C = (int)sh->cols[g];
-        size_t f = cpu_fp8_block_matmul_scratch_bytes(N, OC, C), d = cpu_fp8_block_matmul_scratch_bytes(N, C, OC),
-               w = cpu_fp8_block_matmul_scratch_bytes(OC, C, N);
+        size_t (*scratch)(int, int, int) =
+            recipe == FP8_NVFP4 ? cpu_nvfp4_matmul_scratch_bytes : cpu_fp8_block_matmul_scratch_bytes;
+        size_t f = scratch(N, OC, C), d = scratch(N, C, OC), w = scratch(OC, C, N);
         size_t m = f > d ? f : d;
         m = m > w ? m : w;
         b.cpu_gemm_scratch = m > b.cpu_gemm_scratch ? m : b.cpu_gemm_scratch;
-        // The GPU's: both operands' codes and scales, for the forward, dweight and dinp GEMMs.
+        // The GPU's: both operands' codes and scales, for the forward, dweight and
+        // dinp GEMMs (nvfp4's are billed by fp8_nvfp4_gpu_bytes).
+        if (recipe == FP8_NVFP4) continue;
         Fp8BlockFormat fx = fp8_block_format(recipe, FP8_INPUT), fw = fp8_block_format(recipe, FP8_WEIGHT);
         size_t gf = fp8_block_gpu_operand_bytes(N, C, fx) + fp8_block_gpu_operand_bytes(OC, C, fw);
         size_t gw = fp8_block_gpu_operand_bytes(OC, N, fx) + fp8_block_gpu_operand_bytes(C, N, fx);
@@ -219,11 +256,23 @@ static Fp8Bytes block_state_bytes(const Fp8Shapes* sh, int B, int T, const uint8
     return b;
 }
 
+size_t fp8_nvfp4_bytes(size_t n) { return (n + 1) / 2 + (n + NVFP4_BLOCK - 1) / NVFP4_BLOCK; }
+
+Fp8Bytes fp8_nvfp4_gpu_bytes(const Fp8Shapes* sh, int B, int T, int zero_stage, const uint8_t* skip) {
+    Fp8Bytes b = block_state_bytes(sh, B, T, FP8_NVFP4, skip);
+    b.cpu_gemm_scratch = 0;
+    size_t slot = 0;
+    for (int g = 0; g < FP8_NUM_GEMMS; g++) slot += 2 * (fp8_nvfp4_bytes(sh->rows[g] * sh->cols[g]) + 2 * sizeof(float));
+    b.weights = round_up(slot, 256) * (size_t)weight_slots(sh->layers, zero_stage);
+    b.casts = 4 * round_up(fp8_nvfp4_bytes((size_t)B * T * widest_activation(sh)), 256);
+    return b;
+}
+
 Fp8Bytes fp8_state_bytes(const Fp8Shapes* sh, int B, int T, int zero_stage, Fp8Support support,
                          Fp8Recipe recipe, int history, const uint8_t* skip) {
     Fp8Bytes b;
     size_t L = (size_t)sh->layers, n = 12 * L;
-    if (fp8_recipe_is_block(recipe)) return block_state_bytes(sh, B, T, skip, recipe);
+    if (fp8_recipe_is_block(recipe)) return block_state_bytes(sh, B, T, recipe, skip);
     size_t slot = gemm_offset(sh, FP8_NUM_GEMMS) * (support == FP8_TN_ONLY ? 2 : 1);
     b.weights = round_up(slot, 256) * (size_t)weight_slots(sh->layers, zero_stage);
     b.scaling = n * (3 + (recipe == FP8_DELAYED ? (size_t)history : 0)) * sizeof(float);
@@ -264,7 +313,9 @@ static void read_spike_hook(Fp8State* s) {
 void fp8_create(Fp8State* s, Backend* be, const Fp8Shapes* shapes, int B, int T, int zero_stage, const Fp8Options* o) {
     memset(s, 0, sizeof *s);
     if (be->fp8_support == FP8_NONE) fatal("--precision fp8: the %s backend has no FP8 GEMMs on this device", be->name);
-    if (fp8_recipe_is_block(o->recipe) && !be->fp8_block_matmul)
+    if (o->recipe == FP8_NVFP4 && !be->nvfp4_matmul)
+        fatal("--fp8-recipe nvfp4: the %s backend has no NVFP4 GEMMs", be->name);
+    if (fp8_recipe_is_block(o->recipe) && o->recipe != FP8_NVFP4 && !be->fp8_block_matmul)
         fatal("--fp8-recipe %s: the %s backend has no block-scaled FP8 GEMMs", fp8_recipe_name(o->recipe), be->name);
     if (o->recipe == FP8_RECIPE_AUTO || (unsigned)o->recipe > FP8_RECIPE_AUTO)
         fatal("fp8_create: recipe %d is not resolved (fp8_resolve_recipe)", (int)o->recipe);
@@ -279,6 +330,7 @@ void fp8_create(Fp8State* s, Backend* be, const Fp8Shapes* shapes, int B, int T,
     s->tn_only = be->fp8_support == FP8_TN_ONLY;
     s->skip = (uint8_t*)xcalloc((size_t)s->L, 1);
     if (o->skip) memcpy(s->skip, o->skip, (size_t)s->L);
+    fp8_recipe_skip(o->recipe, s->skip, s->L);
     s->opt.skip = s->skip;
 
     Fp8Bytes b = fp8_state_bytes(shapes, B, T, zero_stage, be->fp8_support, o->recipe, o->history, NULL);
@@ -353,7 +405,10 @@ static void pass_ends(Fp8State* s, Fp8Role role) {
 void fp8_begin_forward(Fp8State* s) { pass_begins(s, FP8_INPUT); }
 void fp8_end_forward(Fp8State* s) { pass_ends(s, FP8_INPUT); }
 void fp8_begin_backward(Fp8State* s) { pass_begins(s, FP8_GRAD); }
-void fp8_end_backward(Fp8State* s) { pass_ends(s, FP8_GRAD); }
+void fp8_end_backward(Fp8State* s) {
+    pass_ends(s, FP8_GRAD);
+    if (s) s->sr_pass++;  // the step's next backward pass (micro-batch) draws new bits
+}
 
 // The amax a quantisation derives its scale from, or NULL to use the stored
 // scale: current scaling always; delayed scaling until its first step is in.
@@ -442,6 +497,13 @@ void fp8_linear_forward(Fp8State* s, int l, Fp8Gemm g, void* out, void* pre_gelu
     Backend* be = s->be;
     if (s->step == s->spike_step && l == s->spike_layer && (int)g == s->spike_gemm)
         apply_spike(s, inp, (size_t)N * C, fp8_amax_slot(s, l, g, FP8_INPUT));
+    if (s->opt.recipe == FP8_NVFP4) {
+        // out (N,OC) = X (N,C) @ W (OC,C)^T, both quantised along C, to nearest.
+        be->nvfp4_matmul(be, pre_gelu ? pre_gelu : out, inp, 0, fp8_nvfp4_format(FP8_INPUT, 0, 0), weight, 0,
+                         fp8_nvfp4_format(FP8_WEIGHT, 0, 0), bias, N, OC, C, 0.0f);
+        if (pre_gelu) be->gelu_forward(be, out, pre_gelu, (size_t)N * OC, out_amax);
+        return;
+    }
     if (s->block) {
         // out (N,OC) = X (N,C) @ W (OC,C)^T, both quantised along C.
         be->fp8_block_matmul(be, pre_gelu ? pre_gelu : out, inp, 0, fp8_block_format(s->opt.recipe, FP8_INPUT), weight,
@@ -470,9 +532,34 @@ static void block_linear_backward(Fp8State* s, void* dinp, void* dweight, void* 
     if (dinp) be->fp8_block_matmul(be, dinp, dout, 0, fa, weight, 1, fw, NULL, N, C, OC, 0.0f);
 }
 
+// NVFP4's backward (arXiv 2509.25149): dY stochastically rounded in both
+// GEMMs (its row-wise and column-wise copies draw different bits); the
+// weight gradient's two operands Hadamard-transformed along the tokens (N is
+// a multiple of 16: fp8_gemm_on), which cancels in dY^T X.
+static void nvfp4_linear_backward(Fp8State* s, int l, Fp8Gemm g, void* dinp, void* dweight, void* dbias,
+                                  const void* dout, const void* inp, const void* weight, int N, int C, int OC) {
+    Backend* be = s->be;
+    uint64_t tensor = ((uint64_t)l * FP8_NUM_GEMMS + (uint64_t)g) * 2;
+    uint64_t key_row = nvfp4_rng_key(s->sr_seed, (uint64_t)s->step, (uint64_t)s->sr_pass, tensor);
+    uint64_t key_col = nvfp4_rng_key(s->sr_seed, (uint64_t)s->step, (uint64_t)s->sr_pass, tensor + 1);
+    if (dbias) be->matmul_backward(be, NULL, NULL, dbias, dout, NULL, NULL, N, C, OC);
+    // dW (OC,C) += dY^T (OC,N) @ X^T (C,N)^T: before dinp, which may overwrite inp.
+    if (dweight)
+        be->nvfp4_matmul(be, dweight, dout, 1, fp8_nvfp4_format(FP8_GRAD, 1, key_col), inp, 1,
+                         fp8_nvfp4_format(FP8_INPUT, 1, 0), NULL, OC, C, N, 1.0f);
+    // dX (N,C) = dY (N,OC) @ W^T (C,OC)^T: the weight's 16x16 blocks read along OC.
+    if (dinp)
+        be->nvfp4_matmul(be, dinp, dout, 0, fp8_nvfp4_format(FP8_GRAD, 0, key_row), weight, 1,
+                         fp8_nvfp4_format(FP8_WEIGHT, 0, 0), NULL, N, C, OC, 0.0f);
+}
+
 void fp8_linear_backward(Fp8State* s, int l, Fp8Gemm g, void* dinp, void* dweight, void* dbias, const void* dout,
                          const void* inp, const void* weight, int N, int C, int OC) {
     Backend* be = s->be;
+    if (s->opt.recipe == FP8_NVFP4) {
+        nvfp4_linear_backward(s, l, g, dinp, dweight, dbias, dout, inp, weight, N, C, OC);
+        return;
+    }
     if (s->block) {
         block_linear_backward(s, dinp, dweight, dbias, dout, inp, weight, N, C, OC);
         return;
@@ -512,7 +599,12 @@ void fp8_params_changed(Fp8State* s) {
 void fp8_begin_step(Fp8State* s, int step) {
     if (!s) return;
     s->step = step;
+    s->sr_pass = 0;
     if (s->history) s->be->zero(s->be, &s->history[(size_t)s->pos * s->n], (size_t)s->n * sizeof(float));
+}
+
+void fp8_set_micro_batch(Fp8State* s, int index) {
+    if (s) s->sr_pass = index;
 }
 
 void fp8_end_step(Fp8State* s, Comm* comm) {

@@ -69,7 +69,18 @@ typedef enum { FP8_INPUT = 0, FP8_WEIGHT, FP8_GRAD, FP8_NUM_ROLES } Fp8Role;
 // backend's block-scaled GEMM (Backend.fp8_block_matmul), row-wise or
 // column-wise as that GEMM reads it. FP8_RECIPE_AUTO is --fp8-recipe's
 // default, resolved by fp8_resolve_recipe before anything is built.
-typedef enum { FP8_CURRENT = 0, FP8_DELAYED = 1, FP8_BLOCKWISE = 2, FP8_MXFP8 = 3, FP8_RECIPE_AUTO = 4 } Fp8Recipe;
+// nvfp4 (NVIDIA's NVFP4 recipe, kernels/fp4_block.h) is block-scaled too:
+// E2M1 elements, E4M3 scales per 16 elements and an FP32 scale per tensor,
+// through Backend.nvfp4_matmul; its last layers stay in the model's dtype
+// (fp8_recipe_skip).
+typedef enum {
+    FP8_CURRENT = 0,
+    FP8_DELAYED = 1,
+    FP8_BLOCKWISE = 2,
+    FP8_MXFP8 = 3,
+    FP8_NVFP4 = 4,
+    FP8_RECIPE_AUTO = 5
+} Fp8Recipe;
 
 const char* fp8_gemm_name(Fp8Gemm g);
 const char* fp8_recipe_name(Fp8Recipe r);
@@ -79,6 +90,16 @@ Fp8Recipe fp8_parse_recipe(const char* s);
 // The recipe of that name (not auto), or -1.
 int fp8_recipe_lookup(const char* s);
 int fp8_recipe_is_block(Fp8Recipe r);
+// The layers a recipe itself keeps in the model's dtype: nvfp4 keeps the
+// last 15% of the layers (rounded to the nearest whole layer; NVIDIA's 12B
+// run kept about 16%, mostly the final layers, which are the most sensitive
+// to FP4); the others none. Returns how many, the last ones; ORs every GEMM
+// of those layers into skip (L entries) when skip is not NULL.
+int fp8_recipe_skip(Fp8Recipe r, uint8_t* skip, int L);
+// The NVFP4 formats of a GEMM operand: activations (1x16, nearest), weights
+// (16x16, nearest), output gradients (1x16, stochastic rounding with the
+// bits of key); hadamard for the weight-gradient GEMM's two operands.
+Nvfp4Format fp8_nvfp4_format(Fp8Role role, int hadamard, uint64_t key);
 // The block formats of a block-scaled recipe's GEMM operands: activations
 // and output gradients, and weights.
 Fp8BlockFormat fp8_block_format(Fp8Recipe r, Fp8Role role);
@@ -90,6 +111,7 @@ typedef struct {
     int major, minor;   // compute capability
     const char* name;   // the GPU's name, for messages
     int block_gemms;    // Backend.fp8_block_matmul is there
+    int nvfp4_gemms;    // Backend.nvfp4_matmul is there
 } Fp8Device;
 // --fp8-recipe auto: MXFP8 on compute capability 10.x (Blackwell's native
 // block scaling), per-tensor current scaling on 9.0 and below (Hopper's
@@ -135,6 +157,18 @@ typedef struct {
 Fp8Bytes fp8_state_bytes(const Fp8Shapes* shapes, int B, int T, int zero_stage, Fp8Support support,
                          Fp8Recipe recipe, int history, const uint8_t* skip);
 
+// What nvfp4 needs on a GPU of compute capability 10.x (the planner bills
+// it; the CUDA backend has no NVFP4 GEMMs yet, so nothing allocates it):
+// each weight as E2M1 codes (half a byte) plus an E4M3 scale per 16 and two
+// FP32 tensor scales, twice (W and W^T: FP4 GEMMs take the TN layout only;
+// the 16x16 blocks make the two the same values), for every layer or at
+// ZeRO-3 the 2 in flight; one GEMM's four quantised operands (X, the
+// Hadamard-transformed X^T, dY, dY^T) of B*T*widest elements at 9/16 byte
+// each; the same per-tensor arrays as the other block recipes.
+Fp8Bytes fp8_nvfp4_gpu_bytes(const Fp8Shapes* shapes, int B, int T, int zero_stage, const uint8_t* skip);
+// Bytes of n elements in NVFP4: n/2 codes and n/16 E4M3 scales.
+size_t fp8_nvfp4_bytes(size_t n);
+
 typedef struct Fp8State {
     Fp8Options opt;
     uint8_t* skip;           // (L) owned copy
@@ -163,6 +197,11 @@ typedef struct Fp8State {
     // that GEMM's input by FACTOR in the forward passes of that step.
     int spike_step, spike_layer, spike_gemm;
     float spike_factor;
+    // nvfp4: the stochastic rounding's random bits are a function of
+    // (sr_seed, step, backward pass of the step, tensor, element): the
+    // trainer sets sr_seed to --seed; sr_pass counts the step's backward passes.
+    uint64_t sr_seed;
+    int sr_pass;
 } Fp8State;
 
 // Allocates the state for a model of these shapes, micro-batches up to
@@ -200,6 +239,11 @@ void fp8_params_changed(Fp8State* s);
 // ---- called by the trainer ---------------------------------------------------------
 // The start of training step `step` (delayed: the step's history row starts empty).
 void fp8_begin_step(Fp8State* s, int step);
+// The micro-batch about to run: its index in the step's global batch (micro-
+// step a of rank r is a * world + r), which keys nvfp4's random bits, so that
+// ranks splitting a batch draw the bits one rank accumulating it would.
+// Without it, a step's backward passes are counted from 0.
+void fp8_set_micro_batch(Fp8State* s, int index);
 // After an applied optimizer step on every rank: the amaxes made whole over
 // the ranks (comm may be NULL for one process), then (delayed) the scales.
 // A skipped step (the guard) calls neither gpt_update nor this.

@@ -138,6 +138,9 @@ PlanCost plan_cost(const PlanConfig* pc, const PlanDevice* dev, int accum) {
     LayerGemms g = layer_gemms(c);
     const double H = g.k[3];
     const int fp8 = pc->precision == PREC_FP8, block = fp8_recipe_is_block((Fp8Recipe)pc->fp8_recipe);
+    const int nvfp4 = fp8 && pc->fp8_recipe == FP8_NVFP4;
+    // nvfp4 keeps its last layers in BF16 (fp8_recipe_skip), on top of --fp8-skip.
+    const int first_kept = L - (fp8 ? fp8_recipe_skip((Fp8Recipe)pc->fp8_recipe, NULL, L) : 0);
     int full = pc->recompute.mode == RECOMPUTE_FULL ? L : pc->recompute.full_layers;
     if (full > L) full = L;
     int selective = pc->recompute.mode == RECOMPUTE_SELECTIVE ? L - full : 0;
@@ -147,7 +150,7 @@ PlanCost plan_cost(const PlanConfig* pc, const PlanDevice* dev, int accum) {
     for (int l = 0; l < L; l++)
         for (int i = 0; i < 4; i++) {
             double flops = tok * g.w[i] * (6.0 + (l < full && i < 3 ? 2.0 : 0.0));
-            int in_fp8 = fp8 && !(pc->fp8_skip && (pc->fp8_skip[l] & (1 << i)));
+            int in_fp8 = fp8 && l < first_kept && !(pc->fp8_skip && (pc->fp8_skip[l] & (1 << i)));
             if (in_fp8) r.gemm_flops_fp8 += flops;
             else r.gemm_flops_bf16 += flops;
         }
@@ -179,6 +182,19 @@ PlanCost plan_cost(const PlanConfig* pc, const PlanDevice* dev, int accum) {
                 if (pc->fp8_skip && (pc->fp8_skip[l] & (1 << i))) continue;
                 mb[MB_CASTS] += (a + 1) * (g.k[i] + g.n[i]);  // the input forward, the output gradient backward
                 casts_per_microstep += (a + wcopies) * g.w[i];  // the weight (and its transpose), every micro-step
+            }
+    }
+    if (nvfp4) {
+        // NVFP4's quantisations at 9/16 byte an element (codes and E4M3
+        // scales): X read twice (row-wise forward, Hadamard-transformed
+        // column-wise for the weight gradient), dY twice (row-wise, column-
+        // wise), each writing its copy; the weight read once and written as
+        // W and W^T (TN only) every micro-step.
+        for (int l = 0; l < first_kept; l++)
+            for (int i = 0; i < 4; i++) {
+                if (pc->fp8_skip && (pc->fp8_skip[l] & (1 << i))) continue;
+                mb[MB_CASTS] += (2 * a + 9.0 / 8) * (g.k[i] + g.n[i]);
+                casts_per_microstep += (a + 9.0 / 8) * g.w[i];
             }
     }
     mb[MB_RECOMPUTE] = selective * (2 * 2 * a * C + act_fwd) + full * (2 * 2 * a * C + act_fwd + 3 * a * C + 2 * a * rope_w);

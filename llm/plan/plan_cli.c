@@ -236,6 +236,8 @@ void plan_print_bill(FILE* f, const PlanConfig* pc, const MemoryBill* b, const P
                  z == 3 ? "2 layers in flight" : "every layer");
         if (fp8_recipe_is_block((Fp8Recipe)pc->fp8_recipe))
             snprintf(how, sizeof how, "none: %s's GEMMs quantise their operands", fp8_recipe_name((Fp8Recipe)pc->fp8_recipe));
+        if (pc->fp8_recipe == FP8_NVFP4 && dev->is_gpu)
+            snprintf(how, sizeof how, "E2M1 W and W^T + E4M3 scales per 16 x %s", z == 3 ? "2 layers in flight" : "every layer");
         line(f, "fp8 weights", how, (double)b->fp8_weights, u);
         if (fp8_recipe_is_block((Fp8Recipe)pc->fp8_recipe))
             snprintf(how, sizeof how, "block scales: in the GEMMs' scratch");
@@ -271,7 +273,9 @@ void plan_print_bill(FILE* f, const PlanConfig* pc, const MemoryBill* b, const P
     line(f, "  other", "embeddings output, final norm, losses, alignment",
          (double)al->bytes - kept - working - scratch - logits, u);
     if (pc->precision == PREC_FP8)
-        line(f, "  fp8 casts", "one GEMM's operands in fp8 (kept inputs stay 16-bit)",
+        line(f, "  fp8 casts",
+             pc->fp8_recipe == FP8_NVFP4 && dev->is_gpu ? "one GEMM's 4 operands in nvfp4 (X, X^T, dY, dY^T)"
+                                                        : "one GEMM's operands in fp8 (kept inputs stay 16-bit)",
              (double)b->activations - (double)al->bytes, u);
     line(f, "tokens", pc->model.arch == ARCH_LLAMA ? "inputs, targets (int32), scalars, RoPE table"
                                                     : "inputs, targets (int32), scalars",

@@ -157,6 +157,11 @@ MemoryBill plan_bill(const PlanConfig* pc, const PlanDevice* dev) {
                                    : pc->fp8_history                                ? FP8_DELAYED
                                                                                     : FP8_CURRENT,
                                    pc->fp8_history, pc->fp8_skip);
+        if (dev->is_gpu && pc->fp8_recipe == FP8_NVFP4) {  // what a GPU's NVFP4 GEMMs will need (fp8.h)
+            Fp8Shapes sh;
+            gpt_fp8_shapes(c, &sh);
+            f = fp8_nvfp4_gpu_bytes(&sh, pc->B, pc->T, pc->zero_stage, pc->fp8_skip);
+        }
         b.fp8_weights = f.weights;
         b.fp8_scaling = f.scaling;
         b.activations += f.casts;

@@ -217,10 +217,16 @@ void report_run_summary(const Trainer* tr) {
             snprintf(recipe, sizeof recipe, "blockwise scaling (1x128 activations and gradients, 128x128 weights, FP32 scales)");
         else if (f->opt.recipe == FP8_MXFP8)
             snprintf(recipe, sizeof recipe, "mxfp8 scaling (1x32 blocks, E8M0 scales)");
+        else if (f->opt.recipe == FP8_NVFP4)
+            snprintf(recipe, sizeof recipe, "nvfp4 (E2M1, 1x16 and 16x16 blocks, E4M3 and FP32 scales, stochastic dY, Hadamard wgrad)");
         else
             snprintf(recipe, sizeof recipe, "current scaling");
         printf("fp8       | %d of %d linear layers in FP8 (%s), %s; %s%s | FP8 GEMM layout %s\n", 4 * f->L - skipped,
-               4 * f->L, f->block ? "E4M3 everywhere" : "E4M3 x E4M3 forward, E5M2 gradients", recipe,
+               4 * f->L,
+               f->opt.recipe == FP8_NVFP4 ? "FP4 E2M1 everywhere"
+               : f->block                 ? "E4M3 everywhere"
+                                          : "E4M3 x E4M3 forward, E5M2 gradients",
+               recipe,
                dtype_name(m->dtype), strcmp(tr->be->name, "cpu") ? " elsewhere" : " storage, FP8 GEMMs emulated",
                f->block ? "row- and column-wise copies from the source" : f->tn_only ? "TN with transposed copies (Hopper)" : "any");
     }

@@ -9,6 +9,7 @@
 # emulation of the same recipe: every step's loss within 0.05 (the FP8
 # tolerance of tests/gpu/test_gpu_fp8.c), the loss falls, and the device's
 # peak memory is the planner's bill to the byte.
+# nvfp4 (10.x only, and no NVFP4 GEMMs in this build) is refused on both.
 set -u
 cd "$(dirname "$0")/../.." || exit 1
 # shellcheck source=tests/lib.sh
@@ -34,6 +35,12 @@ expect_error sim_fp8_mxfp8_on_hopper "^train_gpt: error: --fp8-recipe mxfp8: thi
 export CUDA_SIM_CC=100
 expect_error sim_fp8_blockwise_on_blackwell "--fp8-recipe blockwise: this GPU \($gpu, compute capability 10.0\) cannot run it: .*use mxfp8" \
   "$TG" "${tiny[@]}" --fp8-recipe blockwise
+# nvfp4: FP4 tensor cores need 10.x; this build's CUDA backend has no NVFP4 GEMMs yet.
+expect_error sim_fp8_nvfp4_on_blackwell_needs_kernels "^train_gpt: error: --fp8-recipe nvfp4: this GPU \($gpu, compute capability 10.0\) could run it, but this build's CUDA backend has no NVFP4 GEMMs yet" \
+  "$TG" "${tiny[@]}" --fp8-recipe nvfp4
+export CUDA_SIM_CC=90
+expect_error sim_fp8_nvfp4_on_hopper "^train_gpt: error: --fp8-recipe nvfp4: this GPU \($gpu, compute capability 9.0\) cannot run it: NVFP4's FP4 tensor cores \(cuBLASLt VEC16_UE4M3, TN only\) need compute capability 10.x" \
+  "$TG" "${tiny[@]}" --fp8-recipe nvfp4
 unset CUDA_SIM_CC
 
 # follows_cpu NAME CC RECIPE: 4 steps on the simulated GPU at compute capability CC against the CPU backend.
