@@ -39,7 +39,7 @@ SIM_SCRIPTS      += $(if $(SIM_NCCL),tests/cuda_sim/test_sim_grad_dtype.sh)
 SIM_TESTS        := $(if $(SIM_ENABLED),$(SIM_SELF_TESTS) $(SIM_GPU_TESTS) $(SIM_GPU_RANDOM) $(SIM_SCRIPTS),)
 SIM_LINK_LIBS    := $(SIM)/libkernels.a $(SIM)/libcudasim.a $(BUILD)/libtrain.a
 # The harness's symbols that the fake cuDNN (dlopen'ed) looks up in the program.
-SIM_EXPORTS      := -Wl,--export-dynamic-symbol=cuda_sim_device_range
+SIM_EXPORTS      := -Wl,--export-dynamic-symbol=cuda_sim_device_range -Wl,--export-dynamic-symbol=cuda_sim_capture
 
 # Keep the test programs' objects (make would delete them as intermediates).
 .PRECIOUS: $(SIM)/tests/cuda_sim/%.o $(SIM)/tests/gpu/%.o
