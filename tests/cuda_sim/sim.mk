@@ -34,6 +34,8 @@ SIM_SCRIPTS      += tests/cuda_sim/test_sim_gpu_run.sh
 SIM_SCRIPTS      += tests/cuda_sim/test_sim_llama.sh
 # FP8 recipes by compute capability (issue 27).
 SIM_SCRIPTS      += tests/cuda_sim/test_sim_fp8_recipe.sh
+# --cuda-graphs on against off, bit for bit (issue 28).
+SIM_SCRIPTS      += tests/cuda_sim/test_sim_cuda_graphs.sh
 # --grad-dtype fp32 in BF16 runs, 2 ranks over the harness's NCCL, against the CPU (issue 25).
 SIM_SCRIPTS      += $(if $(SIM_NCCL),tests/cuda_sim/test_sim_grad_dtype.sh)
 SIM_TESTS        := $(if $(SIM_ENABLED),$(SIM_SELF_TESTS) $(SIM_GPU_TESTS) $(SIM_GPU_RANDOM) $(SIM_SCRIPTS),)
