@@ -80,8 +80,10 @@ void step_graphs_micro_step(StepGraphs* sg, Zero* z, int B, int T, int first, fl
     long uses_before = z->uses;
     comm_compute_wait_all(z->comm);
     be->graph_begin(be);
+    comm_capture_begin(z->comm);
     run_micro_step(m, B, T, first, dloss);
     comm_compute_wait_all(z->comm);  // joins the communication stream back into the capture
+    comm_capture_end(z->comm);
     g->graph = be->graph_end(be);
     zero_host_state(z, &g->after);
     g->uses = z->uses - uses_before;

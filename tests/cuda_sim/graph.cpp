@@ -24,7 +24,9 @@
 //   - later work on an invalidated capture: cudaErrorStreamCaptureInvalidated,
 //     which cudaStreamEndCapture also returns (with no graph);
 //   - capture on the legacy default stream: cudaErrorStreamCaptureUnsupported;
-//   - ending with a forked stream not joined back: cudaErrorStreamCaptureUnjoined.
+//   - ending with a forked stream not joined back: cudaErrorStreamCaptureUnjoined;
+//   - a capturing stream waiting for an event recorded outside the capture:
+//     cudaErrorStreamCaptureIsolation (only in-stream order crosses the boundary).
 // Events: cudaEventRecord on a capturing stream makes the event a node of
 // the capture; cudaStreamWaitEvent on such an event pulls the waiting stream
 // into the capture (fork), and a wait by another member on an event recorded
@@ -157,12 +159,20 @@ bool capture_event_record(cudaEvent_t e, cudaStream_t s) {
 
 // A wait on an event recorded inside a capture: fork (s joins the capture) or
 // join (the recording stream's work up to the event is waited for).
-cudaError_t capture_stream_wait(cudaStream_t s, cudaEvent_t e) {
+cudaError_t capture_stream_wait(cudaStream_t s, cudaEvent_t e, bool recorded) {
     std::lock_guard<std::recursive_mutex> lock(g_mutex);
     if (t_replaying) return cudaSuccess;
     auto it = g_events.find(e);
     Capture* mine = capture_of(s);
-    if (it == g_events.end()) return cudaSuccess;  // an ordinary event
+    if (it == g_events.end()) {
+        // "A dependency would have been created which crosses the capture
+        // sequence boundary" (cudaErrorStreamCaptureIsolation): only in-stream
+        // order may cross it.
+        if (mine && recorded)
+            return invalidate(mine, cudaErrorStreamCaptureIsolation, "cudaStreamWaitEvent",
+                              "the event was recorded outside the capture");
+        return cudaSuccess;  // an ordinary wait, or an event never recorded (no dependency)
+    }
     Capture* c = it->second.capture;
     if (mine && mine != c) {
         fprintf(stderr, "cuda_sim: cudaStreamWaitEvent: the stream and the event belong to different captures\n");

@@ -723,7 +723,7 @@ cudaError_t cudaStreamQuery(cudaStream_t s) {
 }
 cudaError_t cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t e, unsigned int) {
     if (!stream_exists(s) || !event_of(e)) return record(cudaErrorInvalidResourceHandle);
-    return capture_stream_wait(s, e);
+    return capture_stream_wait(s, e, ((SimEvent*)e)->recorded);
 }
 cudaError_t cudaStreamGetPriority(cudaStream_t s, int* priority) {
     if (!stream_exists(s)) return record(cudaErrorInvalidResourceHandle);

@@ -194,6 +194,14 @@ void refusals_return_cuda_errors() {
     expect_refusal("cudaMemcpyAsync from pageable memory", cudaStreamCaptureModeGlobal, [&](cudaStream_t s) {
         return cudaMemcpyAsync(d, pageable.data(), 64, cudaMemcpyHostToDevice, s);
     }, cudaErrorStreamCaptureUnsupported);
+    cudaEvent_t outside;
+    cudaEventCreateWithFlags(&outside, cudaEventDisableTiming);
+    cudaStream_t other = new_stream();
+    cudaEventRecord(outside, other);
+    expect_refusal("cudaStreamWaitEvent on an event recorded outside the capture", cudaStreamCaptureModeGlobal,
+                   [&](cudaStream_t s) { return cudaStreamWaitEvent(s, outside, 0); }, cudaErrorStreamCaptureIsolation);
+    cudaEventDestroy(outside);
+    cudaStreamDestroy(other);
     expect_refusal("cudaMemcpyAsync to pageable memory", cudaStreamCaptureModeGlobal, [&](cudaStream_t s) {
         return cudaMemcpyAsync(pageable.data(), d, 64, cudaMemcpyDeviceToHost, s);
     }, cudaErrorStreamCaptureUnsupported);
