@@ -7,7 +7,9 @@
 #include "llm/util/util.h"
 
 const char* step_graphs_refusal(const Backend* be, const GPT* m, int fp8) {
-    if (!be->graph_begin) return "the CPU backend has no CUDA graphs (it needs --device cuda)";
+    if (!strcmp(be->name, "cpu")) return "the CPU backend has no CUDA graphs (it needs --device cuda)";
+    if (!be->graph_begin)
+        return "TRAIN_GPT_SYNC_CHECK and TRAIN_GPT_OP_PROFILE wait for the GPU after every op, which a capture cannot";
     // The FP8 recipes decide on the host, step by step, which scales a GEMM
     // reads (delayed scaling's history, the first step's current scaling):
     // not yet shown to be the same in every replayed micro-step.

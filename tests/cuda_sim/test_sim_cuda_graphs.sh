@@ -68,5 +68,6 @@ refused() {
 }
 refused cpu "needs --device cuda" --device cpu --val-every 0 --steps 1
 refused fp8 "precision fp8" --precision fp8 --val-every 0 --steps 1
+TRAIN_GPT_SYNC_CHECK=1 refused sync_check "TRAIN_GPT_SYNC_CHECK" --precision bf16 --val-every 0 --steps 1
 
 finish
