@@ -49,6 +49,9 @@
 //   bench_gpu [--quick]     --quick: fewer repetitions and only the first model
 //   bench_gpu --headline [--quick]   only the headline rows
 //   bench_gpu --llama8b [--quick]    only part 4 (--quick: 3 steps instead of 10)
+//   bench_gpu --step-bytes [--tiny]  only the memory-bound ops of a GPT-2 124M step,
+//                                    measured beside the planner's bytes (--tiny: a
+//                                    2-layer model, for the emulator)
 #include <cuda_runtime.h>
 #include <math.h>
 #include <stdarg.h>
@@ -672,14 +675,14 @@ static void bench_norms(void) {
 }
 
 // The planner's byte count of the memory-bound kernels per step (issue 28),
-// op by op from shapes, by the function --plan prints it with (plan_cost), for
-// the model and micro-batch bench_memory_ops times: the first GPU run shows
-// the planned bytes beside the measured kernels below.
-static void print_planned_bytes(GPTConfig g, int B, int T) {
+// op by op from shapes, by the function --plan prints it with (plan_cost),
+// for a BF16 model on one GPU at one micro-step (so BF16 gradients, as
+// --grad-dtype auto runs it), on the GPU present when the planner knows it.
+static PlanCost planned_cost(GPTConfig g, int B, int T, PlanDevice* d) {
     struct cudaDeviceProp prop;
-    PlanDevice d;
-    plan_device_gpu(&d, "h100");  // the table's figures when the GPU is not one it knows
-    if (cudaGetDeviceProperties(&prop, 0) == cudaSuccess) plan_device_set_peaks_from_name(&d, prop.name);
+    plan_device_gpu(d, "h100");  // the table's figures when the GPU is not one it knows
+    if (cudaGetDeviceProperties(&prop, 0) == cudaSuccess) plan_device_set_peaks_from_name(d, prop.name);
+    gpt_config_finish(&g);
     PlanConfig pc;
     memset(&pc, 0, sizeof pc);
     pc.model = g;
@@ -687,10 +690,7 @@ static void print_planned_bytes(GPTConfig g, int B, int T) {
     pc.B = B;
     pc.T = T;
     pc.world = pc.ranks_per_node = 1;
-    PlanCost k = plan_cost(&pc, &d, 1);
-    printf("planned bytes per step, memory-bound ops (llm/plan/cost.c), B x T = %d x %d (op, GB, ms at %.0f%% of %s's "
-           "%.0f GB/s):\n", B, T, PLAN_HBM_EFF * 100, d.name, k.links.hbm / 1e9);
-    plan_cost_print_bytes(stdout, &k);
+    return plan_cost(&pc, d, 1);
 }
 
 static void bench_memory_ops(int B, int T, int C, int V) {
@@ -965,6 +965,85 @@ static double model_step_seconds(GPTConfig c, int B, int T, int steps, int fp8) 
     return sec;
 }
 
+// The memory-bound ops of a BF16 training step measured beside the planner's
+// bytes (issue 28: the first GPU run shows each kernel's achieved bandwidth).
+// A second backend with the op profile (TRAIN_GPT_OP_PROFILE,
+// kernels/cuda/op_watch.cu: CUDA events around each op, the host waiting
+// after each) runs the steps; each planner row gets the GPU time of the ops
+// that do its work. A row whose ops never ran was fused into a GEMM's
+// epilogue (GELU, bias gradients) or has no kernel in this configuration.
+typedef struct {
+    const char* row;
+    MemOp billed[2];  // -1: none
+    const char* ops[7];
+} StepBytesRow;
+
+static const StepBytesRow STEP_BYTES_ROWS[] = {
+    {"norms + residual adds", {MB_NORMS, MB_RESIDUAL},
+     {"layernorm_forward", "residual_layernorm_forward", "layernorm_backward", "rmsnorm_forward",
+      "residual_rmsnorm_forward", "rmsnorm_backward"}},
+    {"gelu/swiglu", {MB_ACT, (MemOp)-1}, {"gelu_forward", "gelu_backward", "swiglu_forward", "swiglu_backward"}},
+    {"bias grads", {MB_BIAS_GRAD, (MemOp)-1}, {NULL}},
+    {"rope", {MB_ROPE, (MemOp)-1}, {"rope_forward", "rope_backward"}},
+    {"embeddings", {MB_EMBED, (MemOp)-1}, {"encoder_forward", "encoder_backward"}},
+    {"loss", {MB_LOSS, (MemOp)-1}, {"cross_entropy"}},
+    {"fp8 casts", {MB_CASTS, (MemOp)-1}, {"fp8_quantize", "amax", "fp8_amax_fold", "fp8_update_scales"}},
+    {"grad accum", {MB_GRAD_ACCUM, (MemOp)-1}, {"accumulate_f32"}},
+    {"adamw", {MB_ADAMW, (MemOp)-1}, {"adamw", "adamw_tensors"}},
+    {"grad norm (unbilled)", {(MemOp)-1, (MemOp)-1}, {"sum_squares", "sum_squares_f32"}},
+};
+
+static void bench_step_bytes(const char* name, GPTConfig g, int B, int T, int steps) {
+    if (!cuda_op_profile_take) return;
+    PlanDevice d;
+    PlanCost k = planned_cost(g, B, T, &d);
+    Backend* plain = be;
+    setenv("TRAIN_GPT_OP_PROFILE", "1", 1);
+    be = cuda_backend_create(DTYPE_BF16);
+    unsetenv("TRAIN_GPT_OP_PROFILE");
+    CudaOpTime t[64];
+    model_step_seconds(g, B, T, 1, 0);  // warm-up: 3 steps, not counted
+    cuda_op_profile_take(t, 64);
+    model_step_seconds(g, B, T, steps, 0);
+    int n = cuda_op_profile_take(t, 64), ran = steps + 2;
+    be->destroy(be);
+    be = plain;
+    printf("memory-bound ops of a %s BF16 step (B x T = %d x %d, %d steps): planned bytes (llm/plan/cost.c) and the "
+           "measured GPU time of the ops doing that work (TRAIN_GPT_OP_PROFILE)\n", name, B, T, ran);
+    printf("  %-22s %10s %10s %12s %10s %8s\n", "op", "planned GB", "plan ms", "measured ms", "GB/s", "calls");
+    double plan_total = 0, ms_total = 0;
+    for (size_t r = 0; r < sizeof STEP_BYTES_ROWS / sizeof STEP_BYTES_ROWS[0]; r++) {
+        const StepBytesRow* row = &STEP_BYTES_ROWS[r];
+        double bytes = 0, ms = 0;
+        long calls = 0;
+        for (int b = 0; b < 2; b++)
+            if ((int)row->billed[b] >= 0) bytes += k.mem_bytes[row->billed[b]];
+        for (int o = 0; o < 7 && row->ops[o]; o++)
+            for (int i = 0; i < n; i++)
+                if (!strcmp(t[i].op, row->ops[o])) {
+                    ms += t[i].ms / ran;
+                    calls += t[i].calls;
+                }
+        if (bytes <= 0 && calls == 0) continue;
+        plan_total += bytes;
+        ms_total += ms;
+        char gbs[32] = "n/a";
+        if (calls && bytes > 0 && ms > 0) snprintf(gbs, sizeof gbs, "%.0f", bytes / (ms * 1e-3) / 1e9);
+        if (calls) {
+            printf("  %-22s %10.3f %10.3f %12.3f %10s %8.1f\n", row->row, bytes / 1e9,
+                   bytes / (PLAN_HBM_EFF * k.links.hbm) * 1e3, ms, gbs, (double)calls / ran);
+        } else {
+            printf("  %-22s %10.3f %10.3f %12s %10s %8s  (%s)\n", row->row, bytes / 1e9,
+                   bytes / (PLAN_HBM_EFF * k.links.hbm) * 1e3, "-", "-", "0",
+                   row->ops[0] ? "no kernel ran: fused or not used" : "inside matmul_backward");
+        }
+    }
+    printf("  %-22s %10.3f %10.3f %12.3f %10s\n", "= total", plan_total / 1e9,
+           plan_total / (PLAN_HBM_EFF * k.links.hbm) * 1e3, ms_total, "");
+    add_row("%s memory-bound ops: planned %.3f GB %.3f ms at %.0f%% of %s HBM, measured %.3f ms", name, plan_total / 1e9,
+            plan_total / (PLAN_HBM_EFF * k.links.hbm) * 1e3, PLAN_HBM_EFF * 100, d.name, ms_total);
+}
+
 static void bench_fp8_model(int steps) {
     GPTConfig c;
     memset(&c, 0, sizeof c);
@@ -1051,23 +1130,34 @@ static void print_summary(void) {
 }
 
 int main(int argc, char** argv) {
-    int quick = 0, llama8b = 0, headline = 0;
+    int quick = 0, llama8b = 0, headline = 0, step_bytes = 0, tiny = 0;
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--quick") == 0) quick = 1;
         else if (strcmp(argv[i], "--llama8b") == 0) llama8b = 1;
         else if (strcmp(argv[i], "--headline") == 0) headline = 1;
+        else if (strcmp(argv[i], "--step-bytes") == 0) step_bytes = 1;
+        else if (strcmp(argv[i], "--tiny") == 0) tiny = 1;
         else {
-            fprintf(stderr, "bench_gpu: unknown argument '%s' (bench_gpu [--quick] [--llama8b | --headline])\n",
-                    argv[i]);
+            fprintf(stderr, "bench_gpu: unknown argument '%s' (bench_gpu [--quick] [--llama8b | --headline | "
+                            "--step-bytes [--tiny]])\n", argv[i]);
             return 2;
         }
     }
     if (quick) reps = 5;
     be = cuda_backend_create(DTYPE_BF16);
     device_info();
+    if (step_bytes) {
+        // --tiny: a 2-layer model at B x T = 2 x 64, for the emulator (tests/cuda_sim/test_sim_bench_bytes.sh).
+        if (tiny) bench_step_bytes("tiny gpt2", gpt2(2, 64, 2, 512), 2, 64, 1);
+        else bench_step_bytes("gpt2-124M", gpt2(12, 768, 12, 50257), 16, 1024, quick ? 2 : 5);
+        print_summary();
+        be->destroy(be);
+        return 0;
+    }
     if (headline) {
         printf("---- headline: GPT-2 124M BF16 step; attention cuDNN and native, T = 1K, 4K, 8K, HS 64 and 128 ----\n");
         bench_model("gpt2-124M", gpt2(12, 768, 12, 50257), 16, 1024, quick ? 3 : 10);
+        bench_step_bytes("gpt2-124M", gpt2(12, 768, 12, 50257), 16, 1024, quick ? 2 : 5);
         int head_T[] = {1024, 4096, 8192};
         bench_attention_grid(head_T, 3, 1);
         print_summary();
@@ -1097,7 +1187,6 @@ int main(int argc, char** argv) {
     if (!quick) bench_attention(1, 32768, 16, 128);
     bench_attention_gqa(1, 8192, 32, 8, 128);
     bench_copy();
-    print_planned_bytes(gpt2(12, 768, 12, 50257), 16, 1024);
     bench_memory_ops(16, 1024, 768, 50257);
     bench_norms();
     if (be->fp8_support != FP8_NONE) bench_fp8_casts();
@@ -1109,6 +1198,7 @@ int main(int argc, char** argv) {
     int steps = quick ? 3 : 10;
     GPTConfig g124 = gpt2(12, 768, 12, 50257);
     bench_model("gpt2-124M", g124, 16, 1024, steps);
+    bench_step_bytes("gpt2-124M", g124, 16, 1024, quick ? 2 : 5);
     bench_head_chunks(g124, 16, 1024, steps);
     if (!quick) {
         bench_model("24L-2048C", gpt2(24, 2048, 16, 50257), 8, 1024, steps);

@@ -8,7 +8,7 @@
 //
 // Defined in: kernels/cuda/device.cu (count, select), device_memory.cu
 // (memory), gpu_info.cu (current device), backend.cu (the backend),
-// matmul.cu (epilogue counts),
+// matmul.cu (epilogue counts), op_watch.cu (op profile),
 // attention_cudnn.cu (--attention),
 // llm/parallel/comm_nccl.cu (collectives on GPU memory).
 #pragma once
@@ -53,6 +53,17 @@ typedef struct {
     long fused[3], fallback[3];
 } CudaEpilogueCounts;
 void cuda_epilogue_counts(Backend* be, CudaEpilogueCounts* out) CUDA_SEAM;
+
+// TRAIN_GPT_OP_PROFILE=1 (kernels/cuda/op_watch.cu): the GPU milliseconds
+// and calls per op name since the last take, which starts them again from
+// zero; returns the number of rows written (at most max). What a caller has
+// taken is not printed again at exit.
+typedef struct {
+    const char* op;  // the Backend member's name: "layernorm_backward"
+    double ms;
+    long calls;
+} CudaOpTime;
+int cuda_op_profile_take(CudaOpTime* out, int max) CUDA_SEAM;
 
 // ---- collectives on GPU memory (llm/parallel/comm.h) ----------------------------------------------
 // Groups of one rank need no NCCL; NCCL is loaded when a group has two or more.

@@ -277,6 +277,22 @@ def op_shares(work, top=10):
     return rows[:top]
 
 
+def step_bytes(work):
+    """bench_gpu's table of a step's memory-bound ops (planned bytes beside measured ms): its lines, as printed."""
+    lines, on = [], False
+    for line in logs(work, "bench-headline", "bench-gpu"):
+        if line.startswith("memory-bound ops of a "):
+            if lines:
+                break  # the headline's table; the long run's repeats it
+            on = True
+            lines.append(line)
+        elif on and line.startswith("  "):
+            lines.append(line)
+        elif on:
+            on = False
+    return lines
+
+
 def main():
     args = [a for a in sys.argv[1:] if a != "--partial"]
     if len(args) != 4:
@@ -305,6 +321,11 @@ def main():
         print("\nop shares of GPT-2 124M BF16 steps (B=16, T=1024; TRAIN_GPT_OP_PROFILE=1):")
         for name, calls, ms, share in shares:
             print(f"  {name:<28} {share:5.1f}%  ({calls} calls, {ms:.1f} ms)")
+    table = step_bytes(work)
+    if table:
+        print()
+        for line in table:
+            print(line)
     bad = [s for s in steps if s[1] in ("FAIL", "TIMEOUT")]
     bad += [d for d in derived_checks(work) if d[1] == "FAIL"]
     print(f"\n{len(bad)} failed" + (": " + ", ".join(b[0] for b in bad) if bad else ""))

@@ -194,6 +194,13 @@ printf '========= ERROR SUMMARY: 3 errors\n' >"$w/logs/sanitizer-memcheck-test_g
   printf '%-26s %-34s %9.3f ms %8.1f TFLOP/s %5.1f%% of peak\n' "attention fwd" "B=16 T=1024 NH=12 HS=64" 0.5 150.0 15.2
   printf 'model %-20s %-30s %8.1f ms/step %10.0f tok/s  MFU %5.1f%%  (loss %.3f, %.1f GiB)\n' gpt2-124M "L=12 C=768 B=16 T=1024" 50.0 327680 33.1 10.9 20.0
   printf 'fp8/bf16 hidden 4096  fwd 1.60x (1.40x with cast) | bwd 1.50x (1.30x with casts)\n'
+  # bench_step_bytes's table: the header, the column names, rows, the total.
+  printf 'memory-bound ops of a gpt2-124M BF16 step (B x T = 16 x 1024, 7 steps): planned bytes\n'
+  printf '  %-22s %10s %10s %12s %10s %8s\n' op "planned GB" "plan ms" "measured ms" GB/s calls
+  printf '  %-22s %10.3f %10.3f %12.3f %10s %8.1f\n' "norms + residual adds" 3.775 0.983 1.500 2517 98.0
+  printf '  %-22s %10.3f %10.3f %12s %10s %8s  (%s)\n' gelu/swiglu 1.208 0.315 - - 0 "no kernel ran: fused or not used"
+  printf '  %-22s %10.3f %10.3f %12.3f %10s\n' "= total" 4.983 1.298 1.500 ""
+  printf 'model that follows the table\n'
 } >"$w/logs/bench-gpu.log"
 # reference.py --cuda-bench's formats: "torch " + the same op line, and the model line.
 {
@@ -233,6 +240,8 @@ if grep -Eq '^test_gpu_ops +ok .* 2 passed, 1 failed' "$s" && grep -Eq '^sanitiz
    grep -Eq '^attention fwd cudnn T=4096 HS=128 +450.0 TFLOP/s +500.0 TFLOP/s +0.90x' "$s" &&
    grep -Eq '^attention bwd cudnn T=4096 HS=128 +n/a +300.0 TFLOP/s +n/a' "$s" &&
    grep -Eq '^attention bwd native T=4096 HS=128 +150.0 TFLOP/s +300.0 TFLOP/s +0.50x' "$s" &&
+   grep -Eq '^memory-bound ops of a gpt2-124M BF16 step' "$s" && grep -Eq '^  norms \+ residual adds +3.775 +0.983 +1.500 +2517' "$s" &&
+   grep -Eq '^  = total +4.983' "$s" && ! grep -q '^model that follows the table' "$s" &&
    tail -n 1 "$s" | grep -q '^1 failed: sanitizer-memcheck-test_gpu_ops'; then
   ok gpu_check_summary_checks
 else

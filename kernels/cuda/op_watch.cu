@@ -50,6 +50,7 @@ int op_count;
 cudaEvent_t ev_start, ev_end;
 
 void print_profile() {
+    if (op_count == 0) return;  // nothing timed, or all of it taken by cuda_op_profile_take
     double total = 0;
     for (int i = 0; i < op_count; i++) total += op_times[i].ms;
     fprintf(stderr, "op profile | %-28s %8s %12s %7s\n", "op (TRAIN_GPT_OP_PROFILE=1)", "calls", "GPU ms", "share");
@@ -95,6 +96,13 @@ struct Wrap<void (*)(Backend*, A...), M> {
 };
 
 }  // namespace
+
+extern "C" int cuda_op_profile_take(CudaOpTime* out, int max) {
+    int n = op_count < max ? op_count : max;
+    for (int i = 0; i < n; i++) out[i] = CudaOpTime{op_times[i].name, op_times[i].ms, op_times[i].calls};
+    op_count = 0;
+    return n;
+}
 
 // Whether the environment variable is on (1), off (unset, empty, 0); fatal otherwise.
 static int env_switch(const char* name) {

@@ -277,7 +277,6 @@ void ckpt_restore(GPT* m, const Manifest* man, const char* dir) {
     size_t es = dtype_size(m->dtype);
     size_t biggest = largest_unit(pl);
     float* buf = (float*)xmalloc(biggest * sizeof(float));
-    float* staging = NULL;
 
     // Parameters: whole at ZeRO stages 0-2; at stage 3 the pieces this rank
     // owns, at the optimizer state's index.
@@ -291,10 +290,8 @@ void ckpt_restore(GPT* m, const Manifest* man, const char* dir) {
             be->to_device(be, dst, buf, n * es);
         } else {
             // A checkpoint from an FP32 run (or another 16-bit type): round the masters.
-            if (!staging) staging = (float*)be->alloc(be, biggest * sizeof(float), "checkpoint staging");
             read_range(&r, m, s_master, u, lo, lo + n, buf);
-            be->to_device(be, staging, buf, n * sizeof(float));
-            be->convert(be, dst, m->dtype, staging, DTYPE_F32, n);
+            gpt_upload_f32_as(be, dst, m->dtype, buf, n);
         }
     }
     // Optimizer state: the pieces this rank owns, the moments converted where
@@ -335,7 +332,6 @@ void ckpt_restore(GPT* m, const Manifest* man, const char* dir) {
     free(narrow);
     free(wide);
     m->adam_step = man->adam_step;
-    if (staging) be->free(be, staging);
     be->synchronize(be);
     for (int i = 0; i < man->layout_world; i++)
         if (r.fds[i] >= 0) close(r.fds[i]);

@@ -183,6 +183,11 @@ void gpt_set_params_f32(GPT* m, const float* host_flat);
 // flat layout. With ZeRO-3 only the owned pieces are written (zero.h's
 // zero_gather_params_f32 assembles the whole model from every rank).
 void gpt_get_params_f32(const GPT* m, float* host_flat);
+// n FP32 host values into a device buffer of dtype dt (FP32 or BF16), and
+// back: rounded (to nearest even) or widened on the host in bounded pieces,
+// so loading and saving a model allocates nothing on the device.
+void gpt_upload_f32_as(Backend* be, void* dst, DType dt, const float* src, size_t n);
+void gpt_download_as_f32(Backend* be, float* dst, const void* src, DType dt, size_t n);
 
 // Forward over inputs (B, T) already on the backend. With targets, computes
 // per-token losses; returns nothing (read the loss via gpt_accumulate_loss).

@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "kernels/bf16.h"
 #include "llm/fp8/fp8.h"
 #include "llm/model/internal.h"
 #include "llm/util/rng.h"
@@ -80,17 +81,55 @@ void gpt_init_random(GPT* m, uint64_t seed) {
     free(host);
 }
 
+// FP32 host values to and from the model's parameter dtype, rounded on the
+// host and copied in bounded pieces: a device-side FP32 staging copy of the
+// whole model (4 bytes a parameter) would be a transient the planner does
+// not bill, above the plan at every start, export and checkpoint. f32_to_bf16
+// rounds to nearest even, as both backends' convert does.
+#define HOST_CONVERT_PIECE ((size_t)1 << 22)  // elements: 8 MiB of BF16 on the host
+
+void gpt_upload_f32_as(Backend* be, void* dst, DType dt, const float* src, size_t n) {
+    if (dt == DTYPE_F32) {
+        be->to_device(be, dst, src, n * sizeof(float));
+        return;
+    }
+    if (dt != DTYPE_BF16) fatal("internal: parameters of dtype %s", dtype_name(dt));
+    uint16_t* piece = (uint16_t*)malloc((n < HOST_CONVERT_PIECE ? n : HOST_CONVERT_PIECE) * sizeof(uint16_t) + 1);
+    if (!piece) fatal("out of host memory converting %zu parameters to BF16", n);
+    for (size_t at = 0; at < n; at += HOST_CONVERT_PIECE) {
+        size_t len = n - at < HOST_CONVERT_PIECE ? n - at : HOST_CONVERT_PIECE;
+#pragma omp parallel for simd schedule(static)
+        for (size_t i = 0; i < len; i++) piece[i] = f32_to_bf16(src[at + i]);
+        be->to_device(be, (uint16_t*)dst + at, piece, len * sizeof(uint16_t));
+    }
+    free(piece);
+}
+
+void gpt_download_as_f32(Backend* be, float* dst, const void* src, DType dt, size_t n) {
+    if (dt == DTYPE_F32) {
+        be->to_host(be, dst, src, n * sizeof(float));
+        return;
+    }
+    if (dt != DTYPE_BF16) fatal("internal: parameters of dtype %s", dtype_name(dt));
+    // The 16-bit values land in the second half of each FP32 piece and are
+    // widened front to back in place: writing element i's 4 bytes reaches
+    // only 16-bit values already read (i < len), so nothing is lost.
+    for (size_t at = 0; at < n; at += HOST_CONVERT_PIECE) {
+        size_t len = n - at < HOST_CONVERT_PIECE ? n - at : HOST_CONVERT_PIECE;
+        uint16_t* half = (uint16_t*)(dst + at) + len;  // bytes [2 len, 4 len) of the piece
+        be->to_host(be, half, (const uint16_t*)src + at, len * sizeof(uint16_t));
+        for (size_t i = 0; i < len; i++) dst[at + i] = bf16_to_f32(half[i]);
+    }
+}
+
 // ZeRO-3: the owned pieces become the parameter shard (and master).
 static void set_sharded_params_f32(GPT* m, const float* host_flat) {
     Backend* be = m->be;
-    float* staging = (float*)be->alloc(be, m->opt_size * sizeof(float), "parameter staging");
     for (int u = 0; u < m->layout.num_units; u++) {
         size_t lo, off, len = gpt_owned_piece(m, u, &lo, &off);
-        be->to_device(be, staging + off, host_flat + lo, len * sizeof(float));
+        gpt_upload_f32_as(be, (char*)m->params + off * dtype_size(m->dtype), m->dtype, host_flat + lo, len);
+        if (m->master) be->to_device(be, m->master + off, host_flat + lo, len * sizeof(float));
     }
-    be->convert(be, m->params, m->dtype, staging, DTYPE_F32, m->opt_size);
-    if (m->master) be->copy(be, m->master, staging, m->opt_size * sizeof(float));
-    be->free(be, staging);
 }
 
 void gpt_set_params_f32(GPT* m, const float* host_flat) {
@@ -101,20 +140,13 @@ void gpt_set_params_f32(GPT* m, const float* host_flat) {
         set_sharded_params_f32(m, host_flat);
         return;
     }
-    if (m->dtype == DTYPE_F32) {
-        be->to_device(be, m->params, host_flat, n * sizeof(float));
-        return;
-    }
     // 16-bit parameters: the FP32 values become the master copy and the
-    // parameters are rounded from it (to nearest even, deterministically).
-    float* staging = (float*)be->alloc(be, n * sizeof(float), "parameter staging");
-    be->to_device(be, staging, host_flat, n * sizeof(float));
-    be->convert(be, m->params, m->dtype, staging, DTYPE_F32, n);
-    for (int u = 0; u < m->layout.num_units; u++) {
+    // parameters are rounded from them (to nearest even, deterministically).
+    gpt_upload_f32_as(be, m->params, m->dtype, host_flat, n);
+    for (int u = 0; m->master && u < m->layout.num_units; u++) {
         size_t lo, off, len = gpt_owned_piece(m, u, &lo, &off);
-        be->copy(be, m->master + off, staging + lo, len * sizeof(float));
+        be->to_device(be, m->master + off, host_flat + lo, len * sizeof(float));
     }
-    be->free(be, staging);
 }
 
 void gpt_get_params_f32(const GPT* m, float* host_flat) {
@@ -129,14 +161,7 @@ void gpt_get_params_f32(const GPT* m, float* host_flat) {
         }
         return;
     }
-    if (m->dtype == DTYPE_F32) {
-        be->to_host(be, host_flat, m->params, n * sizeof(float));
-        return;
-    }
-    float* staging = (float*)be->alloc(be, n * sizeof(float), "parameter staging");
-    be->convert(be, staging, DTYPE_F32, m->params, m->dtype, n);
-    be->to_host(be, host_flat, staging, n * sizeof(float));
-    be->free(be, staging);
+    gpt_download_as_f32(be, host_flat, m->params, m->dtype, n);
     // Where this process holds the FP32 master, it is the exact value.
     for (int u = 0; m->master && u < m->layout.num_units; u++) {
         size_t lo, off, len = gpt_owned_piece(m, u, &lo, &off);

@@ -185,12 +185,25 @@ PlanCost plan_cost(const PlanConfig* pc, const PlanDevice* dev, int accum) {
     for (int op = 0; op < NUM_MB_OPS; op++) r.mem_bytes[op] = mb[op] * tok * r.accum;
     r.mem_bytes[MB_CASTS] += casts_per_microstep * r.accum;
 
-    // The optimizer and the shard's gradient accumulation.
+    // The optimizer and the gradients' accumulation. FP32 gradients in a
+    // 16-bit run (--grad-dtype, llm/parallel/README.md) cost every micro-step
+    // the scratch's zeroing (a) and its add into the FP32 unit (read a, read
+    // and write 4), at ZeRO 2/3 the FP32 staging slot's zeroing (4) too; they
+    // are summed across ranks in 4 bytes and read by AdamW in 4.
     double P = (double)gpt_num_params(c);
     int n = plan_shard_world(pc);
     double shard = pc->zero_stage >= 1 ? P / n : P;
-    if (pc->zero_stage >= 2) r.mem_bytes[MB_GRAD_ACCUM] = (r.accum - 1) * 3 * a * shard;
-    r.mem_bytes[MB_ADAMW] = shard * (pc->precision == PREC_FP32 ? 28 : a + a + 4 + 8 + 4 + 8 + a);
+    // grad_bf16 0 is --grad-dtype auto's FP32 (or an explicit fp32), which auto
+    // keeps for steps that accumulate or reduce: one micro-step on one rank is BF16.
+    const int grad_f32 = pc->precision != PREC_FP32 && pc->grad_bf16 == 0 && (r.accum > 1 || pc->world > 1);
+    const double gb = grad_f32 ? 4 : a;                       // gradient bytes: accumulated, reduced, read by AdamW
+    const double mom = pc->adam_dtype == DTYPE_BF16 ? 2 : 4;  // AdamW moment bytes (--adam-dtype)
+    if (pc->zero_stage >= 2) r.mem_bytes[MB_GRAD_ACCUM] = (r.accum - 1) * 3 * gb * shard;
+    if (grad_f32) r.mem_bytes[MB_GRAD_ACCUM] += r.accum * P * (a + a + 8 + (pc->zero_stage >= 2 ? 4 : 0));
+    // FP32 runs: read the gradient, read and write the weight, m and v. 16-bit
+    // runs: the gradient read and zeroed, the FP32 master read and written, m
+    // and v, the 16-bit weight written.
+    r.mem_bytes[MB_ADAMW] = shard * (pc->precision == PREC_FP32 ? 4 + 8 + 4 * mom : gb + gb + 8 + 4 * mom + a);
     double hbm = PLAN_HBM_EFF * r.links.hbm, micro_mem = 0;
     for (int op = 0; op < NUM_MB_OPS; op++) {
         r.t_mem += r.mem_bytes[op] / hbm;
@@ -211,7 +224,7 @@ PlanCost plan_cost(const PlanConfig* pc, const PlanDevice* dev, int accum) {
     LinkKind lg = n <= rpn ? LINK_NVLINK : LINK_NETWORK, lw = world <= rpn ? LINK_NVLINK : LINK_NETWORK, lr = lw;
     double bw_g = n <= rpn ? nv : node_net, bw_w = world <= rpn ? nv : node_net;
     double bw_r = world <= rpn ? nv : PLAN_LINK_EFF * r.links.network;
-    double Pb = P * a;  // on the wire in the model's dtype
+    double Pb = P * a, Pg = P * gb;  // on the wire: parameters in the model's dtype, gradients in theirs
     double layer_b = 0;
     for (int k = 0; k < NUM_PARAM_KINDS; k++)
         if (param_kind_is_per_layer((ParamKind)k)) layer_b += (double)gpt_kind_elems(c, (ParamKind)k) * a;
@@ -229,12 +242,12 @@ PlanCost plan_cost(const PlanConfig* pc, const PlanDevice* dev, int accum) {
     } while (0)
     int K = pc->zero3_prefetch > 1 ? pc->zero3_prefetch : 1;
     switch (pc->zero_stage) {
-    case 0: BILL(COLL_ALL_REDUCE, lw, bw_w, 2 * Pb * ring(world), 1, last); break;
+    case 0: BILL(COLL_ALL_REDUCE, lw, bw_w, 2 * Pg * ring(world), 1, last); break;
     case 1:
     case 2:
-        if (pc->zero_stage == 1) BILL(COLL_REDUCE_SCATTER, lg, bw_g, Pb * ring(n), 1, last);
-        else BILL(COLL_REDUCE_SCATTER, lg, bw_g, Pb * ring(n), r.accum, bwd);
-        BILL(COLL_ALL_REDUCE, lr, bw_r, 2 * Pb / n * ring(reps), 1, last);
+        if (pc->zero_stage == 1) BILL(COLL_REDUCE_SCATTER, lg, bw_g, Pg * ring(n), 1, last);
+        else BILL(COLL_REDUCE_SCATTER, lg, bw_g, Pg * ring(n), r.accum, bwd);
+        BILL(COLL_ALL_REDUCE, lr, bw_r, 2 * Pg / n * ring(reps), 1, last);
         BILL(COLL_ALL_GATHER, lg, bw_g, Pb * ring(n), 1, post);
         break;
     default: {
@@ -242,8 +255,8 @@ PlanCost plan_cost(const PlanConfig* pc, const PlanDevice* dev, int accum) {
         if (regathered < 0) regathered = 0;
         BILL(COLL_ALL_GATHER, lg, bw_g, (other_b + regathered / 2 * layer_b) * ring(n), r.accum, fwd);
         BILL(COLL_ALL_GATHER, lg, bw_g, regathered / 2 * layer_b * ring(n), r.accum, bwd);
-        BILL(COLL_REDUCE_SCATTER, lg, bw_g, Pb * ring(n), r.accum, bwd);
-        BILL(COLL_ALL_REDUCE, lr, bw_r, 2 * Pb / n * ring(reps), 1, last);
+        BILL(COLL_REDUCE_SCATTER, lg, bw_g, Pg * ring(n), r.accum, bwd);
+        BILL(COLL_ALL_REDUCE, lr, bw_r, 2 * Pg / n * ring(reps), 1, last);
         break;
     }
     }

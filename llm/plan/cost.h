@@ -45,7 +45,7 @@ typedef enum {
     MB_LOSS,       // softmax + cross-entropy + the logits' gradient, 3 passes over the logits
     MB_CASTS,      // FP8: the GEMM inputs and output gradients, and the weights, cast to E4M3
     MB_RECOMPUTE,  // the forward memory-bound ops recompute re-runs
-    MB_GRAD_ACCUM, // ZeRO-2/3: the shard's accumulation of each micro-step's gradient
+    MB_GRAD_ACCUM, // ZeRO-2/3: the shard's accumulation of each micro-step's gradient; FP32 gradients: the scratch's add
     MB_ADAMW,      // the optimizer over this rank's shard: params, grads, master, m, v
     NUM_MB_OPS
 } MemOp;

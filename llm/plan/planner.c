@@ -166,7 +166,7 @@ MemoryBill plan_bill(const PlanConfig* pc, const PlanDevice* dev) {
     // The architecture's own tables (Llama's RoPE table (T, HS/2, 2) FP32) are billed with these small buffers.
     b.tokens += gpt_arch_state_bytes(c, pc->T);
     if (dev->is_gpu) {
-        b.workspace = PLAN_CUBLASLT_WORKSPACE + plan_gpu_op_scratch(c, pc->B, pc->T);
+        b.workspace = PLAN_CUBLASLT_WORKSPACE + plan_gpu_op_scratch(c, pc->B, pc->T) + PLAN_CUDA_NORM_TICKET;
     } else {
         // One op's scratch at a time: the attention's, or an emulated FP8 GEMM's.
         size_t att = cpu_attention_scratch_bytes(pc->T, c->channels / c->num_heads, dev->cpu_threads);
@@ -307,20 +307,24 @@ static int search(const PlanConfig* req, const PlanFixed* fx, const PlanDevice* 
     // ZeRO-1 moves the bytes of ZeRO-0 (a reduce-scatter and an all-gather
     // are one all-reduce) and keeps only a shard of the optimizer state, so
     // on more than one rank it comes first; ZeRO-2 and 3 communicate more.
+    // Of every stage's plans, the one with the least time per token; a later
+    // stage (more communication, or more recompute where an earlier one fits
+    // only with it) must be 1% faster to be chosen. Without a time model: the
+    // first stage in this order where anything fits.
     PlanConfig one = base;
     one.zero_stage = 1;
     int order[4] = {0, 1, 2, 3};
     if (plan_shard_world(&one) > 1) order[0] = 1, order[1] = 0;
+    int found = 0;
+    double best = 0;
     for (int i = 0; i < 4; i++) {
         int z = order[i];
         if (fx->zero_stage && z != req->zero_stage) continue;
-        // At the first stage where anything fits: of the shardings, and of the
-        // cheapest recompute that fits and full recompute, each at its largest
-        // micro-batch, the plan with the least time per token, by 1% or more (the first that
-        // fits where the device has no time model).
-        int hy[MAX_SHARDINGS], gr[MAX_SHARDINGS], found = 0;
+        // Of the shardings, and of the cheapest recompute that fits and full
+        // recompute, each at its largest micro-batch, the plan with the least
+        // time per token, by 1% or more.
+        int hy[MAX_SHARDINGS], gr[MAX_SHARDINGS];
         int ns = shardings(req, fx, z, hy, gr);
-        double best = 0;
         for (int s = 0; s < ns; s++) {
             PlanConfig pc = base;
             pc.zero_stage = z;
@@ -347,9 +351,8 @@ static int search(const PlanConfig* req, const PlanFixed* fx, const PlanDevice* 
                 if (t <= 0) return 1;  // no time model: the first that fits
             }
         }
-        if (found) return 1;
     }
-    return 0;
+    return found;
 }
 
 // The configuration with the least memory that the fixed choices allow:

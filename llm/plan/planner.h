@@ -87,13 +87,15 @@ typedef struct {
     ActLayout acts;           // the arena (16/32-bit)
     size_t activations;       // arena bytes, plus the FP8 cast buffers
     size_t tokens;            // inputs, targets (int32) and the 4 scalars
-    size_t workspace;         // CPU: attention scratch; GPU: cuBLASLt workspace + plan_gpu_op_scratch
+    size_t workspace;         // CPU: attention scratch; GPU: cuBLASLt workspace + plan_gpu_op_scratch + the norm ticket
     size_t allocated;         // the sum of the above: the backend's peak
     size_t reserve;           // GPU: runtime (1 GiB) + 5% of allocated; CPU: 0
     size_t total;             // allocated + reserve
 } MemoryBill;
 
 #define PLAN_CUBLASLT_WORKSPACE ((size_t)32 << 20)
+// The CUDA layernorm backward's completion counter (one unsigned, kernels/cuda/backend.cu).
+#define PLAN_CUDA_NORM_TICKET sizeof(unsigned)
 #define PLAN_GPU_RUNTIME_RESERVE ((size_t)1 << 30)
 #define PLAN_FRAGMENTATION_PERCENT 5
 

@@ -38,15 +38,17 @@ SIM_SCRIPTS      += tests/cuda_sim/test_sim_fp8_recipe.sh
 SIM_SCRIPTS      += tests/cuda_sim/test_sim_cuda_graphs.sh
 # --grad-dtype fp32 in BF16 runs, 2 ranks over the harness's NCCL, against the CPU (issue 25).
 SIM_SCRIPTS      += $(if $(SIM_NCCL),tests/cuda_sim/test_sim_grad_dtype.sh)
+# dev/bench_gpu's step byte table (issue 28) on the simulated GPU: the op names it maps to the planner's rows.
+SIM_SCRIPTS      += tests/cuda_sim/test_sim_bench_bytes.sh
 SIM_TESTS        := $(if $(SIM_ENABLED),$(SIM_SELF_TESTS) $(SIM_GPU_TESTS) $(SIM_GPU_RANDOM) $(SIM_SCRIPTS),)
 SIM_LINK_LIBS    := $(SIM)/libkernels.a $(SIM)/libcudasim.a $(BUILD)/libtrain.a
 # The harness's symbols that the fake cuDNN (dlopen'ed) looks up in the program.
 SIM_EXPORTS      := -Wl,--export-dynamic-symbol=cuda_sim_device_range -Wl,--export-dynamic-symbol=cuda_sim_capture
 
 # Keep the test programs' objects (make would delete them as intermediates).
-.PRECIOUS: $(SIM)/tests/cuda_sim/%.o $(SIM)/tests/gpu/%.o
+.PRECIOUS: $(SIM)/tests/cuda_sim/%.o $(SIM)/tests/gpu/%.o $(SIM)/dev/%.o
 .PHONY: sim-tests
-sim-tests: $(SIM_TESTS) $(if $(SIM_ENABLED),$(SIM)/train_gpt)
+sim-tests: $(SIM_TESTS) $(if $(SIM_ENABLED),$(SIM)/train_gpt $(SIM)/bin/bench_gpu)
 
 $(SIM)/libcudasim.a: $(SIM_HARNESS_OBJS)
 	@rm -f $@
@@ -78,6 +80,11 @@ endef
 $(SIM)/bin/%: $(SIM)/tests/cuda_sim/%.o $(SIM_LINK_LIBS) tests/cuda_sim/gen_dynamic_smem.sh
 	$(sim_link)
 $(SIM)/bin/gpu_%: $(SIM)/tests/gpu/%.o $(SIM_LINK_LIBS) tests/cuda_sim/gen_dynamic_smem.sh
+	$(sim_link)
+$(SIM)/dev/%.o: dev/%.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -DCUDA_SIM -isystem $(CUDA_HOME)/include -MMD -MP -c $< -o $@
+$(SIM)/bin/bench_gpu: $(SIM)/dev/bench_gpu.o $(SIM_LINK_LIBS) tests/cuda_sim/gen_dynamic_smem.sh
 	$(sim_link)
 $(SIM)/bin/%.random: $(SIM)/bin/% tests/cuda_sim/random_schedule.sh
 	printf '#!/bin/sh\nexec $(CURDIR)/tests/cuda_sim/random_schedule.sh $(abspath $<) "$$@"\n' > $@

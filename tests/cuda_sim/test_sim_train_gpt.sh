@@ -49,7 +49,7 @@ fi
 
 # 3. BF16 learns, and two runs are bit-identical.
 run bf16a --device cuda --precision bf16 --steps 12 --sample-every 0 --val-every 0
-run bf16b --device cuda --precision bf16 --steps 12 --sample-every 0 --val-every 0
+run bf16b --device cuda --precision bf16 --steps 12 --sample-every 0 --val-every 0 --export "$T/bf16.bin"
 first=$(step_losses "$T/bf16a.metrics" | head -n 1 | cut -d' ' -f1)
 last=$(step_losses "$T/bf16a.metrics" | tail -n 1 | cut -d' ' -f1)
 if [ "$(step_losses "$T/bf16a.metrics" | wc -l)" -eq 12 ] && awk -v f="$first" -v l="$last" 'BEGIN { exit !(l < f - 0.5) }'; then
@@ -61,6 +61,14 @@ if [ -n "$first" ] && [ "$(step_losses "$T/bf16a.metrics")" = "$(step_losses "$T
   ok sim_bf16_deterministic
 else
   fail sim_bf16_deterministic "two runs differ"
+fi
+# The peak the GPU backend allocates is the planner's bill, to the byte, with
+# a BF16 model loaded and exported (both convert on the host: a device-side
+# FP32 copy of the model went 1.4 MB above the plan) and in FP32.
+if grep -q '^memory .* | as planned$' "$T/bf16b.log" && grep -q '^memory .* | as planned$' "$T/gpu.log" && [ -s "$T/bf16.bin" ]; then
+  ok sim_peak_memory_as_planned
+else
+  fail sim_peak_memory_as_planned "$(grep -h '^memory .* peak' "$T/bf16b.log" "$T/gpu.log" | tr '\n' ';')"
 fi
 
 # 4. BF16 moments (--adam-dtype bf16): FP32 on the GPU follows the CPU's run
