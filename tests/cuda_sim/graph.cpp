@@ -24,6 +24,7 @@
 //   - later work on an invalidated capture: cudaErrorStreamCaptureInvalidated,
 //     which cudaStreamEndCapture also returns (with no graph);
 //   - capture on the legacy default stream: cudaErrorStreamCaptureUnsupported;
+//   - querying or synchronizing an event recorded inside the capture: the same;
 //   - ending with a forked stream not joined back: cudaErrorStreamCaptureUnjoined;
 //   - a capturing stream waiting for an event recorded outside the capture:
 //     cudaErrorStreamCaptureIsolation (only in-stream order crosses the boundary).
@@ -143,6 +144,17 @@ cudaError_t capture_refuse_pageable(cudaStream_t s, const char* api) {
     if (!c || t_replaying) return cudaSuccess;
     return invalidate(c, cudaErrorStreamCaptureUnsupported, api,
                       "a copy with pageable host memory (cudaMallocHost or cudaHostRegister it)");
+}
+
+// cudaEventQuery / cudaEventSynchronize of an event last recorded inside an
+// active capture: prohibited even in relaxed mode (cudaThreadExchangeStreamCaptureMode's
+// documentation), cudaErrorStreamCaptureUnsupported, the capture invalidated.
+cudaError_t capture_refuse_event_wait(cudaEvent_t e, const char* api) {
+    std::lock_guard<std::recursive_mutex> lock(g_mutex);
+    auto it = g_events.find(e);
+    if (it == g_events.end() || t_replaying) return cudaSuccess;
+    return invalidate(it->second.capture, cudaErrorStreamCaptureUnsupported, api,
+                      "the event was recorded inside the capture, so it has no state to query");
 }
 
 // An event recorded on a capturing stream; false if s is not capturing.

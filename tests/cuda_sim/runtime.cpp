@@ -762,8 +762,14 @@ cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s) {
     return cudaSuccess;
 }
 cudaError_t cudaEventRecordWithFlags(cudaEvent_t e, cudaStream_t s, unsigned int) { return cudaEventRecord(e, s); }
-cudaError_t cudaEventSynchronize(cudaEvent_t e) { return event_of(e) ? cudaSuccess : record(cudaErrorInvalidResourceHandle); }
-cudaError_t cudaEventQuery(cudaEvent_t e) { return event_of(e) ? cudaSuccess : record(cudaErrorInvalidResourceHandle); }
+cudaError_t cudaEventSynchronize(cudaEvent_t e) {
+    if (!event_of(e)) return record(cudaErrorInvalidResourceHandle);
+    return capture_refuse_event_wait(e, "cudaEventSynchronize");
+}
+cudaError_t cudaEventQuery(cudaEvent_t e) {
+    if (!event_of(e)) return record(cudaErrorInvalidResourceHandle);
+    return capture_refuse_event_wait(e, "cudaEventQuery");
+}
 cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t start, cudaEvent_t end) {
     SimEvent* a = event_of(start);
     SimEvent* b = event_of(end);

@@ -66,6 +66,7 @@ cudaError_t capture_refuse_sync(cudaStream_t s, const char* api);
 cudaError_t capture_refuse_unsafe(const char* api);
 cudaError_t capture_refuse_pageable(cudaStream_t s, const char* api);
 bool capture_event_record(cudaEvent_t e, cudaStream_t s);
+cudaError_t capture_refuse_event_wait(cudaEvent_t e, const char* api);
 // recorded: the event was recorded outside any capture (a capturing stream
 // may not wait for it: cudaErrorStreamCaptureIsolation).
 cudaError_t capture_stream_wait(cudaStream_t s, cudaEvent_t e, bool recorded);

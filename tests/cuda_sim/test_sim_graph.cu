@@ -202,6 +202,14 @@ void refusals_return_cuda_errors() {
                    [&](cudaStream_t s) { return cudaStreamWaitEvent(s, outside, 0); }, cudaErrorStreamCaptureIsolation);
     cudaEventDestroy(outside);
     cudaStreamDestroy(other);
+    cudaEvent_t inside;
+    cudaEventCreateWithFlags(&inside, cudaEventDisableTiming);
+    expect_refusal("cudaEventQuery on an event recorded inside the capture", cudaStreamCaptureModeRelaxed,
+                   [&](cudaStream_t s) {
+                       cudaEventRecord(inside, s);
+                       return cudaEventQuery(inside);
+                   }, cudaErrorStreamCaptureUnsupported);
+    cudaEventDestroy(inside);
     expect_refusal("cudaMemcpyAsync to pageable memory", cudaStreamCaptureModeGlobal, [&](cudaStream_t s) {
         return cudaMemcpyAsync(pageable.data(), d, 64, cudaMemcpyDeviceToHost, s);
     }, cudaErrorStreamCaptureUnsupported);
