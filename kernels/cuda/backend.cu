@@ -189,11 +189,13 @@ static void cuda_destroy(Backend* be) {
 }
 
 // ---- CUDA graphs (kernels/ops.h: graph_begin ... graph_free) ----------------------------------------
-// Global capture mode: a cudaMalloc, a synchronous copy or a device-wide
-// synchronisation from any thread during the capture is an error (CUDA
-// invalidates the capture), so that nothing the step needs is left out of it.
+// Thread-local capture mode: a cudaMalloc, a synchronous copy or a
+// device-wide synchronisation from this thread during the capture is an
+// error (CUDA invalidates the capture), so that nothing the step needs is
+// left out of it; the other threads (the collective watchdog's event polls,
+// background checkpoint writes) may go on, which global mode would forbid.
 static void cuda_graph_begin(Backend* be) {
-    CUDA_CHECK(cudaStreamBeginCapture(cuda_stream(be), cudaStreamCaptureModeGlobal));
+    CUDA_CHECK(cudaStreamBeginCapture(cuda_stream(be), cudaStreamCaptureModeThreadLocal));
 }
 
 static void* cuda_graph_end(Backend* be) {

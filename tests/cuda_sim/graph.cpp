@@ -16,8 +16,9 @@
 // and the programming guide's "Prohibited and Unhandled Operations"):
 //   - synchronizing or querying a capturing stream (cudaStreamSynchronize,
 //     cudaStreamQuery), cudaDeviceSynchronize, synchronous cudaMemcpy/cudaMemset
-//     and cudaMalloc while a global-mode capture is active ("potentially unsafe
-//     API calls"): cudaErrorStreamCaptureUnsupported, and the capture is
+//     and cudaMalloc/cudaFree ("potentially unsafe API calls") from any thread
+//     during a global-mode capture, from the capturing thread during a
+//     thread-local one: cudaErrorStreamCaptureUnsupported, and the capture is
 //     invalidated;
 //   - an async copy between the device and pageable (not pinned) host memory
 //     on a capturing stream: cudaErrorStreamCaptureUnsupported, invalidated;
@@ -33,13 +34,13 @@
 // into the capture (fork), and a wait by another member on an event recorded
 // after a forked stream's last work joins that stream back.
 // Not modelled: implicit synchronization with the legacy stream
-// (cudaErrorStreamCaptureImplicit), captures from several host threads at once
-// (one host thread captures at a time here), graph nodes added by hand.
+// (cudaErrorStreamCaptureImplicit), graph nodes added by hand.
 #include <map>
 #include <memory>
 #include <mutex>
 #include <set>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "tests/cuda_sim/sim_internal.h"
@@ -55,6 +56,7 @@ struct Op {
 struct Capture {
     cudaStream_t origin;
     cudaStreamCaptureMode mode;
+    std::thread::id thread;  // the thread that began it (thread-local mode restricts only that one)
     bool invalidated = false;
     std::vector<Op> ops;
     // Per member stream: how many ops it issued, and up to which of them a
@@ -79,10 +81,11 @@ Capture* capture_of(cudaStream_t s) {
     return it == g_capturing.end() ? nullptr : it->second;
 }
 
-bool global_capture_active() {
-    for (Capture* c : g_live)
-        if (c->mode != cudaStreamCaptureModeRelaxed) return true;
-    return false;
+// Whether a capture prohibits this thread's potentially unsafe calls: a
+// global-mode one from any thread, a thread-local one from its own thread.
+bool restricts_this_thread(const Capture* c) {
+    if (c->mode == cudaStreamCaptureModeGlobal) return true;
+    return c->mode == cudaStreamCaptureModeThreadLocal && c->thread == std::this_thread::get_id();
 }
 
 cudaError_t invalidate(Capture* c, cudaError_t e, const char* api, const char* why) {
@@ -129,12 +132,12 @@ cudaError_t capture_refuse_sync(cudaStream_t s, const char* api) {
 
 cudaError_t capture_refuse_unsafe(const char* api) {
     std::lock_guard<std::recursive_mutex> lock(g_mutex);
-    if (t_replaying || !global_capture_active()) return cudaSuccess;
+    if (t_replaying) return cudaSuccess;
     cudaError_t e = cudaSuccess;
     for (Capture* c : g_live)
-        if (c->mode != cudaStreamCaptureModeRelaxed)
+        if (restricts_this_thread(c))
             e = invalidate(c, cudaErrorStreamCaptureUnsupported, api,
-                           "a potentially unsafe call while a global-mode capture is active");
+                           "a potentially unsafe call while a capture that prohibits them is active");
     return e;
 }
 
@@ -244,6 +247,7 @@ cudaError_t cudaStreamBeginCapture(cudaStream_t s, enum cudaStreamCaptureMode mo
     Capture* c = new Capture();
     c->origin = s;
     c->mode = mode;
+    c->thread = std::this_thread::get_id();
     c->issued[s] = 0;
     g_capturing[s] = c;
     g_live.insert(c);

@@ -7,6 +7,7 @@
 // invalidates the capture; event record/wait forks and joins a second stream.
 #include <cublasLt.h>
 
+#include <thread>
 #include <vector>
 
 #include "tests/cuda_sim/sim_test.h"
@@ -214,6 +215,38 @@ void refusals_return_cuda_errors() {
         return cudaMemcpyAsync(pageable.data(), d, 64, cudaMemcpyDeviceToHost, s);
     }, cudaErrorStreamCaptureUnsupported);
 
+    // Thread-local mode: the capturing thread's cudaMalloc is refused, another thread's is not.
+    expect_refusal("cudaMalloc (thread-local mode)", cudaStreamCaptureModeThreadLocal, [](cudaStream_t) {
+        void* p;
+        return cudaMalloc(&p, 64);
+    }, cudaErrorStreamCaptureUnsupported);
+    {
+        cudaStream_t t = new_stream();
+        CHECK(cudaStreamBeginCapture(t, cudaStreamCaptureModeThreadLocal) == cudaSuccess, "thread-local begin");
+        cudaError_t other = cudaErrorUnknown;
+        void* q = nullptr;
+        std::thread([&] { other = cudaMalloc(&q, 64); }).join();
+        CHECK(other == cudaSuccess, "another thread's cudaMalloc during a thread-local capture: %s", cudaGetErrorName(other));
+        cudaGraph_t tg;
+        CHECK(cudaStreamEndCapture(t, &tg) == cudaSuccess, "thread-local capture still valid");
+        cudaGraphDestroy(tg);
+        cudaFree(q);
+        cudaStreamDestroy(t);
+    }
+    // ... and a global-mode capture refuses another thread's.
+    {
+        cudaStream_t t = new_stream();
+        CHECK(cudaStreamBeginCapture(t, cudaStreamCaptureModeGlobal) == cudaSuccess, "global begin");
+        cudaError_t other = cudaSuccess;
+        void* q = nullptr;
+        std::thread([&] { other = cudaMalloc(&q, 64); }).join();
+        CHECK(other == cudaErrorStreamCaptureUnsupported, "another thread's cudaMalloc during a global capture: %s",
+              cudaGetErrorName(other));
+        cudaGraph_t tg;
+        CHECK(cudaStreamEndCapture(t, &tg) == cudaErrorStreamCaptureInvalidated, "global capture invalidated");
+        cudaGetLastError();
+        cudaStreamDestroy(t);
+    }
     // Relaxed mode allows cudaMalloc (not captured: it happens now).
     cudaStream_t s = new_stream();
     CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeRelaxed) == cudaSuccess, "relaxed begin");
