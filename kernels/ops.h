@@ -126,6 +126,17 @@ struct Backend {
     // too), so that no training step allocates device memory (a cudaMalloc
     // or cudaFree inside a step would stall the stream).
     void (*reserve_scratch)(Backend* be, int B, int T, int C, int widest, int NH, int NKV);
+    // Optional (NULL: this backend cannot capture; --cuda-graphs on is
+    // refused). CUDA graphs of the compute stream (llm/step_graph.c):
+    // between graph_begin and graph_end the ops' work (and what other streams
+    // join through events) is recorded, not run, with its arguments as they
+    // are now and its pointers as pointers; graph_end returns the
+    // instantiated graph, graph_launch runs it on the compute stream. No op
+    // may allocate, free or wait for the device in between (CUDA refuses it).
+    void (*graph_begin)(Backend* be);
+    void* (*graph_end)(Backend* be);
+    void (*graph_launch)(Backend* be, void* graph);
+    void (*graph_free)(Backend* be, void* graph);
 
     // ---- conversions ----------------------------------------------------------
     // dst[i] = src[i] converted (round-to-nearest-even into 16-bit types).

@@ -114,6 +114,7 @@ typedef struct {
     int max_rollbacks;    // rollbacks to the same checkpoint before stopping
     double collective_timeout;  // seconds a collective may take; 0: no watchdog
     int threads;          // CPU threads; 0: all cores (shared by the ranks of a machine)
+    int cuda_graphs;      // --cuda-graphs off|on (0|1): the training micro-step captured and replayed
     // distributed
     int zero_stage;       // 0..3
     ShardScope shard_scope;

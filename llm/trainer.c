@@ -294,6 +294,11 @@ void trainer_setup(Trainer* tr, const TrainConfig* cfg, Backend* be, Comm* comm)
                config_enum_name("grad-dtype", cfg->grad_dtype));
     zero_init(&tr->zero, &tr->model, comm);
     if (cfg->precision == PRECISION_FP8) setup_fp8(tr, cfg);
+    if (cfg->cuda_graphs) {
+        const char* why = step_graphs_refusal(be, &tr->model, cfg->precision == PRECISION_FP8);
+        if (why) fatal("--cuda-graphs on: %s", why);
+    }
+    step_graphs_init(&tr->graphs, cfg->cuda_graphs);
     if (cfg->init_from[0] && hf_is_folder(cfg->init_from)) hf_load_weights(&tr->model, cfg->init_from);
     else if (cfg->init_from[0]) llmc_load_weights(&tr->model, cfg->init_from);
     else gpt_init_random(&tr->model, (uint64_t)cfg->seed);
@@ -309,6 +314,10 @@ void trainer_setup(Trainer* tr, const TrainConfig* cfg, Backend* be, Comm* comm)
 }
 
 void trainer_free(Trainer* tr) {
+    if (tr->graphs.enabled && tr->rank == 0)
+        printf("graphs    | --cuda-graphs on: %ld micro-steps captured, %ld replayed, %ld run eagerly (warm-ups, "
+               "ZeRO-3's first steps)\n", tr->graphs.captured, tr->graphs.replayed, tr->graphs.eager);
+    step_graphs_free(&tr->graphs, tr->be);
     zero_free(&tr->zero);
     gpt_free(&tr->model);
     dataloader_free(&tr->train);
@@ -363,10 +372,10 @@ StepResult trainer_step(Trainer* tr, int step) {
     for (int a = 0; a < tr->accum; a++) {
         load_micro_batch(tr, &tr->train, base + ((uint64_t)a * tr->dp_world + tr->dp_rank) * tr->B, tr->B);
         zero_begin_micro_step(&tr->zero, a, tr->accum);
-        gpt_forward(m, m->inputs, m->targets, tr->B, tr->T_model, dloss);
-        gpt_accumulate_loss(m, tr->B, tr->T_model, a > 0);
         fp8_set_micro_batch(m->fp8, a * tr->dp_world + tr->dp_rank);  // nvfp4's random bits, whatever the ranks
-        gpt_backward(m, m->inputs, tr->B, tr->T_model);  // the hooks reduce gradients unit by unit
+        // forward, loss, backward (the hooks reduce gradients unit by unit):
+        // eagerly, or captured and replayed (--cuda-graphs on)
+        step_graphs_micro_step(&tr->graphs, &tr->zero, tr->B, tr->T_model, a == 0, dloss);
     }
     dataloader_set_position(&tr->train, base + (uint64_t)windows_per_step);
     if (guard_inject_nan_at(&tr->guard, step + 1)) guard_poison_gradient(m);

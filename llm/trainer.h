@@ -12,6 +12,7 @@
 #include "llm/guard.h"
 #include "llm/schedule.h"
 #include "llm/parallel/zero.h"
+#include "llm/step_graph.h"
 
 EXTERN_C_BEGIN
 
@@ -42,6 +43,7 @@ typedef struct {
     Guard guard;           // skips non-finite (and spiking) steps
     Fp8State fp8;          // --precision fp8 (model.fp8 points here), else unused
     int stop_requested;    // a stop signal cut validation or a sample short (every rank agrees)
+    StepGraphs graphs;     // --cuda-graphs on: the captured micro-steps
 } Trainer;
 
 typedef struct {

@@ -23,7 +23,8 @@
 #                loads); train_gpt as users run it (make run's command at a
 #                small shape with cuDNN: samples, validation, the eval, the
 #                export, then --generate); 200 BF16 steps against the CPU's loss
-#                curve, 20 FP8 steps, a checkpoint and a bit-for-bit resume;
+#                curve, the same 200 with --cuda-graphs on (the same losses bit
+#                for bit), 20 FP8 steps, a checkpoint and a bit-for-bit resume;
 #                then compute-sanitizer as far as time allows: memcheck over
 #                test_gpu_ops and test_gpu_attention_mma with native attention,
 #                then racecheck over the attention kernels.
@@ -37,7 +38,9 @@
 #                step in BF16 and FP8 (bench_gpu --llama8b --quick) beside
 #                PyTorch's (reference.py --cuda-bench --llama8b --quick). Then
 #                the long grids, as time allows.
-#   perf-long    the long grids alone, for a second call: each op's share of a
+#   perf-long    the long grids alone, for a second call: GPT-2 124M step times
+#                with --cuda-graphs off and on (B=4, T=256 first; B=16, T=1024
+#                last), each op's share of a
 #                GPT-2 124M step (TRAIN_GPT_OP_PROFILE=1), the whole bench_gpu
 #                (ops, memory-bound kernels, attention to T = 32K, models, FP8),
 #                PyTorch at the same shapes (reference.py --cuda-bench, eager
@@ -323,6 +326,9 @@ correctness() {
   # train_gpt end to end: BF16 against the CPU (FP32) over 200 steps, FP8, checkpoint and resume.
   step train-cpu 30 120 "$self" --helper train train-cpu "${tiny[@]}" --steps 200 --device cpu --precision fp32 --checkpoint-dir ""
   step train-bf16 20 120 "$self" --helper train train-bf16 "${tiny[@]}" --steps 200 --device cuda --precision bf16 --checkpoint-dir ""
+  # The same run with the micro-step captured in a CUDA graph and replayed: the same losses, bit for bit.
+  step train-graphs 20 120 "$self" --helper train train-graphs "${tiny[@]}" --steps 200 --device cuda --precision bf16 \
+    --checkpoint-dir "" --cuda-graphs on
   step train-fp8 15 120 "$self" --helper train train-fp8 --layers 2 --channels 256 --heads 4 --seq-len 128 --micro-batch 8 --steps 20 \
     --device cuda --precision fp8 --checkpoint-dir ""
   step train-ckpt 15 120 "$self" --helper train train-ckpt "${tiny[@]}" --steps 20 --device cuda --precision bf16 \
@@ -362,12 +368,25 @@ perf_headline() {
   step bench-torch-llama8b 75 180 python3 "$src/dev/reference.py" --cuda-bench --llama8b --quick
 }
 perf_long() {
+  # CUDA graphs off and on (the summary compares the step times): a launch-bound GPT-2 124M step
+  # at B=4, T=256 first (40 s of the phase), GPT-2 124M at B=16, T=1024 after the grids.
+  graphs_pair small 20 --micro-batch 4 --seq-len 256
   # Each op's share of GPT-2 124M BF16 steps at B=16, T=1024 (the bundled corpus, GPT-2's vocabulary).
   step op-profile 60 180 env TRAIN_GPT_OP_PROFILE=1 "$self" --helper train op-profile --model gpt2-124M \
     --vocab-size 50257 --micro-batch 16 --seq-len 1024 --steps 4 --device cuda --precision bf16 --checkpoint-dir ""
   step bench-gpu 200 300 "$bin/bench_gpu" "${q[@]}"
   step bench-torch 120 300 python3 "$src/dev/reference.py" --cuda-bench "${q[@]}"
   step bench-torch-attention 90 240 python3 "$src/dev/bench_attention_torch.py" "${q[@]}"
+  graphs_pair 124m 35 --micro-batch 16 --seq-len 1024
+}
+# graphs_pair NAME ESTIMATE ARGS...: 12 BF16 steps of GPT-2 124M with --cuda-graphs off, then on.
+graphs_pair() {
+  local name=$1 est=$2 g
+  shift 2
+  for g in off on; do
+    step "graphs-$g-$name" "$est" 150 "$self" --helper train "graphs-$g-$name" --model gpt2-124M --vocab-size 50257 \
+      --steps 12 --device cuda --precision bf16 --checkpoint-dir "" --cuda-graphs "$g" "$@"
+  done
 }
 
 case $phase in

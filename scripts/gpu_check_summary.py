@@ -47,6 +47,21 @@ def losses(work, run):
     return out
 
 
+def step_ms(work, run):
+    """The median step time in ms of WORK/run/metrics.jsonl after the first three steps (warm-up,
+    and with --cuda-graphs on the capture); None without enough steps."""
+    times = []
+    for line in read(os.path.join(work, run, "metrics.jsonl")).splitlines():
+        try:
+            rec = json.loads(line)
+        except ValueError:
+            continue
+        if rec.get("type") == "step" and rec.get("step", 0) > 3:
+            times.append(1e3 * rec["step_time_s"])
+    times.sort()
+    return times[len(times) // 2] if times else None
+
+
 def detail_of(work, name):
     """What a step's log says in one line: test counts, sanitizer errors."""
     log = read(os.path.join(work, "logs", name + ".log"))
@@ -82,6 +97,16 @@ def derived_checks(work):
         near = not fp8 or abs(block[-1][1] - fp8[-1][1]) <= 0.1
         rows.append(("fp8 block recipe trains (20 steps)", "ok" if good and near else "FAIL",
                      f"loss {block[0][1]:.4f} -> {block[-1][1]:.4f}" + (f" (per-tensor {fp8[-1][1]:.4f})" if fp8 else "")))
+    plain, graphs = losses(work, "train-bf16"), losses(work, "train-graphs")
+    if graphs:
+        same = plain == graphs
+        rows.append(("--cuda-graphs on: the same losses bit for bit", "ok" if same else "FAIL",
+                     f"{len(graphs)} steps vs {len(plain)} without graphs, " + ("identical" if same else "differ")))
+    for shape in ("small", "124m"):
+        off, on = step_ms(work, f"graphs-off-{shape}"), step_ms(work, f"graphs-on-{shape}")
+        if off and on:
+            rows.append((f"cuda graphs step time ({shape})", "info",
+                         f"off {off:.2f} ms, on {on:.2f} ms ({100 * (on - off) / off:+.1f}%), median of steps 4-12"))
     first, resumed = losses(work, "train-ckpt"), losses(work, "train-resume")
     if first and resumed:
         want = [r for r in first if r[0] > 10]

@@ -188,6 +188,33 @@ static void cuda_destroy(Backend* be) {
     free(be);
 }
 
+// ---- CUDA graphs (kernels/ops.h: graph_begin ... graph_free) ----------------------------------------
+// Thread-local capture mode: a cudaMalloc, a synchronous copy or a
+// device-wide synchronisation from this thread during the capture is an
+// error (CUDA invalidates the capture), so that nothing the step needs is
+// left out of it; the other threads (the collective watchdog's event polls,
+// background checkpoint writes) may go on, which global mode would forbid.
+static void cuda_graph_begin(Backend* be) {
+    CUDA_CHECK(cudaStreamBeginCapture(cuda_stream(be), cudaStreamCaptureModeThreadLocal));
+}
+
+static void* cuda_graph_end(Backend* be) {
+    cudaGraph_t graph = NULL;
+    cudaGraphExec_t exec = NULL;
+    CUDA_CHECK(cudaStreamEndCapture(cuda_stream(be), &graph));
+    CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+    CUDA_CHECK(cudaGraphDestroy(graph));  // the executable graph keeps what it needs
+    return (void*)exec;
+}
+
+static void cuda_graph_launch(Backend* be, void* graph) {
+    CUDA_CHECK(cudaGraphLaunch((cudaGraphExec_t)graph, cuda_stream(be)));
+}
+
+static void cuda_graph_free(Backend* be, void* graph) {
+    if (graph) CUDA_CHECK(cudaGraphExecDestroy((cudaGraphExec_t)graph));
+}
+
 // ---- creation -----------------------------------------------------------------------------------------
 
 extern "C" Backend* cuda_backend_create(DType dtype) {
@@ -233,6 +260,10 @@ extern "C" Backend* cuda_backend_create(DType dtype) {
     be->destroy = cuda_destroy;
     be->native_stream = cuda_native_stream;
     be->reserve_scratch = cuda_reserve_scratch;
+    be->graph_begin = cuda_graph_begin;
+    be->graph_end = cuda_graph_end;
+    be->graph_launch = cuda_graph_launch;
+    be->graph_free = cuda_graph_free;
 
     be->convert = cuda_convert;
     be->encoder_forward = cuda_encoder_forward;

@@ -125,6 +125,8 @@ void cuda_op_watch_install(Backend* be) {
     sync_check = env_switch("TRAIN_GPT_SYNC_CHECK");
     int want_profile = env_switch("TRAIN_GPT_OP_PROFILE");
     if (!sync_check && !want_profile) return;
+    // Watched ops wait for the GPU after each call, which a CUDA graph capture refuses.
+    be->graph_begin = NULL;
     if (want_profile && !profile) {
         profile = 1;
         CUDA_CHECK(cudaEventCreate(&ev_start));

@@ -471,16 +471,30 @@ void comm_all_gather(Comm* c, CommGroup g, const void* mine, void* buf, size_t c
     watchdog_disarm();
 }
 
-void comm_wait_compute(Comm* c) { device_of(c)->wait_compute(c->dev); }
+void comm_wait_compute(Comm* c) {
+    device_of(c)->wait_compute(c->dev);
+    if (c->capturing) c->forked = 1;  // the communication stream joins the capture
+}
 void comm_record(Comm* c, int event) {
     if (event < 0 || event >= COMM_MAX_EVENTS) fatal("internal: communication event %d out of range", event);
     device_of(c)->record(c->dev, event);
+    if (c->capturing) c->recorded_in_capture[event] = 1;
 }
 void comm_compute_wait(Comm* c, int event) {
     if (event < 0 || event >= COMM_MAX_EVENTS) fatal("internal: communication event %d out of range", event);
+    if (c->capturing && !c->recorded_in_capture[event]) return;  // before the capture: waited for already
     device_of(c)->compute_wait(c->dev, event);
 }
-void comm_compute_wait_all(Comm* c) { device_of(c)->compute_wait_all(c->dev); }
+void comm_compute_wait_all(Comm* c) {
+    if (c->capturing && !c->forked) return;  // nothing of the capture on the communication stream
+    device_of(c)->compute_wait_all(c->dev);
+}
+void comm_capture_begin(Comm* c) {
+    c->capturing = 1;
+    c->forked = 0;
+    memset(c->recorded_in_capture, 0, sizeof c->recorded_in_capture);
+}
+void comm_capture_end(Comm* c) { c->capturing = 0; }
 
 // ---------------------------------------------------------------------------
 // collectives on host memory

@@ -65,6 +65,11 @@ typedef struct Comm {
     CommGroupInfo group[COMM_NUM_GROUPS];
     CommDevice* dev;              // collectives on backend memory (comm_attach_backend)
     void* mpi;                    // private: the MPI communicators
+    // While the compute stream captures a CUDA graph (comm_capture_begin):
+    // whether the communication stream has joined the capture, and which
+    // events were recorded inside it.
+    int capturing, forked;
+    unsigned char recorded_in_capture[COMM_MAX_EVENTS];
 } Comm;
 
 // Builds without MPI (make NO_MPI=1, llm/parallel/mpi_single.h) are a world
@@ -114,6 +119,15 @@ void comm_wait_compute(Comm* c);
 void comm_record(Comm* c, int event);
 void comm_compute_wait(Comm* c, int event);
 void comm_compute_wait_all(Comm* c);
+// Around a CUDA graph capture of the compute stream (llm/step_graph.c), with
+// comm_compute_wait_all before it: a capture may not wait for an event
+// recorded outside it (cudaErrorStreamCaptureIsolation), so inside the capture
+// waits for communication issued before it are left out (the compute stream
+// waited for all of it before the capture, and waits again before each
+// launch of the graph), and comm_compute_wait_all joins the communication
+// stream back only if it forked into the capture.
+void comm_capture_begin(Comm* c);
+void comm_capture_end(Comm* c);
 
 // ---- collectives on host memory (MPI) ---------------------------------------
 // x[0..n) becomes the sum over the group's ranks, added in rank order.

@@ -142,6 +142,13 @@ static void retire_finished(NcclDevice* d) {
 
 // Records the collective just queued on the communication stream.
 static void track(NcclDevice* d) {
+    // Inside a CUDA graph capture (--cuda-graphs on) the event would be a node
+    // of the graph, which no thread may query (CUDA refuses it and invalidates
+    // the capture), and which never completes outside the graph: the
+    // collectives of a captured micro-step are not tracked one by one.
+    cudaStreamCaptureStatus capturing = cudaStreamCaptureStatusNone;
+    CUDA_CHECK(cudaStreamIsCapturing(d->stream, &capturing));
+    if (capturing != cudaStreamCaptureStatusNone) return;
     pthread_mutex_lock(&d->lock);
     retire_finished(d);
     if (d->count == TRACKED) {

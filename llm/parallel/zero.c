@@ -327,6 +327,40 @@ void zero_update(Zero* z, float lr, float beta1, float beta2, float eps, float w
     }
 }
 
+void zero_host_state(const Zero* z, ZeroHostState* s) {
+    memset(s, 0, sizeof *s);
+    s->communicate = z->communicate;
+    s->last_micro = z->last_micro;
+    for (int k = 0; k < NUM_STAGING; k++) {
+        s->param_unit[k] = z->param_unit[k];
+        s->param_busy[k] = z->param_busy[k];
+        s->param_age[k] = z->param_unit[k] < 0 ? 0 : z->uses - z->param_used[k];
+        s->grad_unit[k] = z->grad_unit[k];
+        s->scratch_unit[k] = z->scratch_unit[k];
+    }
+    s->order_known = z->order_known;
+    s->order_len = z->order_len;
+    s->order_has_backward = z->order_has_backward;
+    s->pos = z->pos;
+}
+
+void zero_set_host_state(Zero* z, const ZeroHostState* s, long uses) {
+    z->uses += uses;
+    z->communicate = s->communicate;
+    z->last_micro = s->last_micro;
+    for (int k = 0; k < NUM_STAGING; k++) {
+        z->param_unit[k] = s->param_unit[k];
+        z->param_busy[k] = s->param_busy[k];
+        z->param_used[k] = s->param_unit[k] < 0 ? z->param_used[k] : z->uses - s->param_age[k];
+        z->grad_unit[k] = s->grad_unit[k];
+        z->scratch_unit[k] = s->scratch_unit[k];
+    }
+    z->order_known = s->order_known;
+    z->order_len = s->order_len;
+    z->order_has_backward = s->order_has_backward;
+    z->pos = s->pos;
+}
+
 void zero_params_changed(Zero* z) {
     for (int s = 0; s < NUM_STAGING; s++) {
         z->param_unit[s] = -1;

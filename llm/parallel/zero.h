@@ -62,6 +62,23 @@ typedef struct {
     int scratch_unit[NUM_STAGING];  // --grad-dtype: unit whose micro-step gradients are in each scratch slot
 } Zero;
 
+// The host-side bookkeeping that a micro-step reads and changes (which unit
+// is gathered into which staging slot, the position in ZeRO-3's recorded
+// order, which unit accumulates in each gradient slot), for
+// llm/step_graph.c: a micro-step captured in a CUDA graph is valid only when
+// replayed from the same state, and leaves the state its capture left.
+// Comparable with memcmp (zero_host_state clears the padding).
+typedef struct {
+    int communicate, last_micro;
+    int param_unit[NUM_STAGING], param_busy[NUM_STAGING];
+    long param_age[NUM_STAGING];  // uses since the slot's unit was last used (0: empty slot)
+    int order_known, order_len, order_has_backward, pos;
+    int grad_unit[NUM_STAGING], scratch_unit[NUM_STAGING];
+} ZeroHostState;
+void zero_host_state(const Zero* z, ZeroHostState* s);
+// Sets the state to s after `uses` more parameter uses (the replayed micro-step's).
+void zero_set_host_state(Zero* z, const ZeroHostState* s, long uses);
+
 // Installs the hooks on a model created with gpt_create(..., shard world,
 // shard rank, stage) for the comm's COMM_SHARD group.
 void zero_init(Zero* z, GPT* m, Comm* comm);

@@ -838,7 +838,19 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t handle, cublasLtMatmulDesc_t desc
     check_memory("D", D, extent_bytes(ld));
     if (D == A || D == B) fatal("cublasLtMatmul: D aliases an input matrix");
 
+    // What a stream capture freezes (graph.cpp): the descriptors' contents and
+    // host-mode alpha and beta, as they are now. Device-mode alpha/beta and
+    // every matrix, bias, aux and scale are read through their pointers when
+    // the work runs, at each graph launch.
+    const Desc dsc = *ds;
+    const Layout lac = *la, lbc = *lb, lcc = *lc, ldc = *ld;
+    const bool device_mode = ds->pointer_mode == CUBLASLT_POINTER_MODE_DEVICE;
     const uint64_t m = pr.m, n = pr.n, k = pr.k;
+    auto run = [=]() {
+    const Desc* ds = &dsc;
+    const Layout *la = &lac, *lb = &lbc, *lc = &lcc, *ld = &ldc;
+    const double alpha_now = device_mode ? *(const float*)alpha_p : alpha;
+    const double beta_now = device_mode ? *(const float*)beta_p : beta;
     const int batches = ld->batch_count;
     const uint32_t e = ds->epilogue;
     const int t_bias = bias_type(ds, la->type, ld->type), t_aux = aux_type(ds, ld->type);
@@ -898,8 +910,8 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t handle, cublasLtMatmulDesc_t desc
                 const double* y = &opb[j * k];
                 double acc = 0;
                 for (uint64_t kk = 0; kk < k; kk++) acc += x[kk] * y[kk];
-                double v = alpha * sa * sb * acc;
-                if (use_c) v += beta * sc * load(C, offset(lc, i, j, bt), lc->type);
+                double v = alpha_now * sa * sb * acc;
+                if (use_c) v += beta_now * sc * load(C, offset(lc, i, j, bt), lc->type);
                 out[j * m + i] = v;
             }
         const size_t bias_off = (size_t)bt * (size_t)ds->bias_batch_stride;
@@ -942,6 +954,10 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t handle, cublasLtMatmulDesc_t desc
         *(float*)ds->amax_d = (float)amax;
     }
     cuda_sim::check_canaries("cublasLtMatmul");
+    };
+    cuda_sim::CaptureResult captured = cuda_sim::capture_record(stream, "cublasLtMatmul", run);
+    if (captured == cuda_sim::CAPTURE_INVALIDATED) return CUBLAS_STATUS_EXECUTION_FAILED;
+    if (captured == cuda_sim::CAPTURE_NONE) run();
     return CUBLAS_STATUS_SUCCESS;
 }
 

@@ -215,7 +215,16 @@ void check_buffer(const char* api, const char* which, const void* p, size_t byte
 }
 
 // Runs now, or at ncclGroupEnd inside a group.
-ncclResult_t submit(std::function<ncclResult_t()> run) {
+// A collective: run now, at the group's end, or (on a capturing stream) at
+// each launch of the graph, with the buffers read then (graph.cpp). Every
+// rank captures and replays the same sequence, as real NCCL requires.
+ncclResult_t submit(cudaStream_t stream, std::function<ncclResult_t()> run) {
+    auto replay = [run] {
+        if (run() != ncclSuccess) cuda_sim::fatal("an NCCL collective captured in a CUDA graph failed when the graph ran");
+    };
+    cuda_sim::CaptureResult captured = cuda_sim::capture_record(stream, "NCCL collective", replay);
+    if (captured == cuda_sim::CAPTURE_RECORDED) return ncclSuccess;
+    if (captured == cuda_sim::CAPTURE_INVALIDATED) return ncclInvalidUsage;
     if (g_group_depth > 0) {
         PendingOp op{PendingOp::COLLECTIVE, std::move(run), nullptr, nullptr, 0, 0, nullptr};
         g_pending.push_back(std::move(op));
@@ -464,7 +473,7 @@ ncclResult_t ncclAllReduce(const void* send, void* recv, size_t count, ncclDataT
     size_t bytes = count * type_size(t);
     check_buffer("ncclAllReduce", "sendbuff", send, bytes);
     check_buffer("ncclAllReduce", "recvbuff", recv, bytes);
-    return submit([=] {
+    return submit(stream, [=] {
         std::vector<unsigned char> all = gather_all(comm, send, bytes);
         std::vector<const void*> in;
         for (int i = 0; i < comm->nranks; i++) in.push_back(all.data() + i * bytes);
@@ -481,7 +490,7 @@ ncclResult_t ncclReduce(const void* send, void* recv, size_t count, ncclDataType
     size_t bytes = count * type_size(t);
     check_buffer("ncclReduce", "sendbuff", send, bytes);
     if (comm->rank == root) check_buffer("ncclReduce", "recvbuff", recv, bytes);
-    return submit([=] {
+    return submit(stream, [=] {
         std::vector<unsigned char> all = gather_all(comm, send, bytes);
         if (comm->rank != root) return ncclSuccess;
         std::vector<const void*> in;
@@ -498,7 +507,7 @@ ncclResult_t ncclReduceScatter(const void* send, void* recv, size_t recvcount, n
     size_t bytes = recvcount * type_size(t);
     check_buffer("ncclReduceScatter", "sendbuff", send, bytes * comm->nranks);
     check_buffer("ncclReduceScatter", "recvbuff", recv, bytes);
-    return submit([=] {
+    return submit(stream, [=] {
         // Chunk r of every rank's send buffer goes to rank r.
         int n = comm->nranks;
         std::vector<unsigned char> mine((const unsigned char*)send, (const unsigned char*)send + bytes * n), chunks(bytes * n);
@@ -520,7 +529,7 @@ ncclResult_t ncclAllGather(const void* send, void* recv, size_t sendcount, ncclD
     size_t bytes = sendcount * type_size(t);
     check_buffer("ncclAllGather", "sendbuff", send, bytes);
     check_buffer("ncclAllGather", "recvbuff", recv, bytes * comm->nranks);
-    return submit([=] {
+    return submit(stream, [=] {
         std::vector<unsigned char> all = gather_all(comm, send, bytes);
         memcpy(recv, all.data(), all.size());
         return ncclSuccess;
@@ -535,7 +544,7 @@ ncclResult_t ncclBroadcast(const void* send, void* recv, size_t count, ncclDataT
     size_t bytes = count * type_size(t);
     if (comm->rank == root) check_buffer("ncclBroadcast", "sendbuff", send, bytes);
     check_buffer("ncclBroadcast", "recvbuff", recv, bytes);
-    return submit([=] {
+    return submit(stream, [=] {
         std::vector<unsigned char> buf(bytes);
         if (comm->rank == root) memcpy(buf.data(), send, bytes);
         if (comm->nranks > 1) MPI_Bcast(buf.data(), (int)bytes, MPI_BYTE, root, comm->mpi);
@@ -555,7 +564,7 @@ ncclResult_t ncclAllToAll(const void* send, void* recv, size_t count, ncclDataTy
     size_t bytes = count * type_size(t);
     check_buffer("ncclAllToAll", "sendbuff", send, bytes * comm->nranks);
     check_buffer("ncclAllToAll", "recvbuff", recv, bytes * comm->nranks);
-    return submit([=] {
+    return submit(stream, [=] {
         std::vector<unsigned char> mine((const unsigned char*)send, (const unsigned char*)send + bytes * comm->nranks);
         if (comm->nranks == 1)
             memcpy(recv, mine.data(), bytes);

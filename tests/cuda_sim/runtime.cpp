@@ -232,9 +232,19 @@ cudaError_t check_side(const char* api, const char* side, const void* p, size_t 
     return cudaSuccess;
 }
 
-cudaError_t copy(const char* api, void* dst, const void* src, size_t n, cudaMemcpyKind kind) {
+// The host side of a copy is pinned (cudaMallocHost) or registered memory.
+bool host_pinned(const void* p) {
+    const Allocation* a = find(p);
+    return a && (a->kind == ALLOC_PINNED || a->kind == ALLOC_REGISTERED || a->kind == ALLOC_MANAGED);
+}
+
+// A copy, on `stream` for the async calls (nullptr for the synchronous ones):
+// checked now, and on a capturing stream recorded (pointers as pointers) for
+// the graph's launches instead of done.
+cudaError_t copy(const char* api, void* dst, const void* src, size_t n, cudaMemcpyKind kind, cudaStream_t stream = nullptr) {
     if (n == 0) return cudaSuccess;
     if (!dst || !src) return misuse(cudaErrorInvalidValue, "%s: null pointer", api);
+    bool pageable = false;
     {
         std::lock_guard<std::mutex> lock(g_mem_mutex);
         bool dst_dev, src_dev;
@@ -257,15 +267,21 @@ cudaError_t copy(const char* api, void* dst, const void* src, size_t n, cudaMemc
             cudaError_t e = check_side(api, "source", src, n, src_dev, kind);
             if (e) return e;
         }
+        pageable = (dst_dev != src_dev) && !host_pinned(dst_dev ? src : dst);
     }
     const char* d = (const char*)dst;
     const char* s = (const char*)src;
     if (d < s + n && s < d + n) return misuse(cudaErrorInvalidValue, "%s: source and destination overlap", api);
+    if (stream && stream_capturing(stream)) {
+        if (pageable) return capture_refuse_pageable(stream, api);
+        CaptureResult r = capture_record(stream, api, [dst, src, n] { memcpy(dst, src, n); });
+        return r == CAPTURE_INVALIDATED ? cudaErrorStreamCaptureInvalidated : cudaSuccess;
+    }
     memcpy(dst, src, n);
     return cudaSuccess;
 }
 
-cudaError_t fill(const char* api, void* p, int value, size_t n) {
+cudaError_t fill(const char* api, void* p, int value, size_t n, cudaStream_t stream = nullptr) {
     if (n == 0) return cudaSuccess;
     {
         std::lock_guard<std::mutex> lock(g_mem_mutex);
@@ -273,6 +289,10 @@ cudaError_t fill(const char* api, void* p, int value, size_t n) {
         if (!range_ok(p, n, &a))
             return misuse(cudaErrorInvalidValue, "%s(%p, %zu bytes): %s", api, p, n,
                           a ? "runs past the end of its allocation" : "not device memory");
+    }
+    if (stream) {
+        CaptureResult r = capture_record(stream, api, [p, value, n] { memset(p, value, n); });
+        if (r != CAPTURE_NONE) return r == CAPTURE_INVALIDATED ? cudaErrorStreamCaptureInvalidated : cudaSuccess;
     }
     memset(p, value, n);
     return cudaSuccess;
@@ -402,7 +422,7 @@ cudaError_t cudaGetDevice(int* device) {
 
 cudaError_t cudaSetDeviceFlags(unsigned int) { return cudaSuccess; }
 cudaError_t cudaDeviceReset(void) { return cudaSuccess; }
-cudaError_t cudaDeviceSynchronize(void) { return cudaSuccess; }
+cudaError_t cudaDeviceSynchronize(void) { return capture_refuse_unsafe("cudaDeviceSynchronize"); }
 cudaError_t cudaDriverGetVersion(int* v) { *v = 13000; return cudaSuccess; }
 cudaError_t cudaRuntimeGetVersion(int* v) { *v = CUDART_VERSION; return cudaSuccess; }
 cudaError_t cudaDeviceSetLimit(enum cudaLimit, size_t) { return cudaSuccess; }
@@ -538,6 +558,7 @@ cudaError_t cudaMemGetInfo(size_t* free_bytes, size_t* total) {
 // ---- memory -------------------------------------------------------------------------------------------------------------------
 cudaError_t cudaMalloc(void** p, size_t bytes) {
     touch_context();
+    if (cudaError_t e = capture_refuse_unsafe("cudaMalloc")) return e;
     return allocate(p, bytes, ALLOC_DEVICE);
 }
 cudaError_t cudaMallocAsync(void** p, size_t bytes, cudaStream_t s) {
@@ -545,7 +566,10 @@ cudaError_t cudaMallocAsync(void** p, size_t bytes, cudaStream_t s) {
     return allocate(p, bytes, ALLOC_DEVICE);
 }
 cudaError_t cudaMallocManaged(void** p, size_t bytes, unsigned int) { return allocate(p, bytes, ALLOC_MANAGED); }
-cudaError_t cudaFree(void* p) { return release(p, ALLOC_DEVICE, "cudaFree"); }
+cudaError_t cudaFree(void* p) {
+    if (cudaError_t e = capture_refuse_unsafe("cudaFree")) return e;
+    return release(p, ALLOC_DEVICE, "cudaFree");
+}
 cudaError_t cudaFreeAsync(void* p, cudaStream_t s) {
     if (!stream_exists(s)) return record(cudaErrorInvalidResourceHandle);
     return release(p, ALLOC_DEVICE, "cudaFreeAsync");
@@ -612,11 +636,12 @@ cudaError_t cudaPointerGetAttributes(struct cudaPointerAttributes* attr, const v
 }
 
 cudaError_t cudaMemcpy(void* dst, const void* src, size_t n, enum cudaMemcpyKind kind) {
+    if (cudaError_t e = capture_refuse_unsafe("cudaMemcpy")) return e;
     return copy("cudaMemcpy", dst, src, n, kind);
 }
 cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t n, enum cudaMemcpyKind kind, cudaStream_t s) {
     if (!stream_exists(s)) return misuse(cudaErrorInvalidResourceHandle, "cudaMemcpyAsync: invalid stream");
-    return copy("cudaMemcpyAsync", dst, src, n, kind);
+    return copy("cudaMemcpyAsync", dst, src, n, kind, s);
 }
 cudaError_t cudaMemcpy2D(void* dst, size_t dpitch, const void* src, size_t spitch, size_t width, size_t height,
                          enum cudaMemcpyKind kind) {
@@ -632,10 +657,13 @@ cudaError_t cudaMemcpy2DAsync(void* dst, size_t dpitch, const void* src, size_t 
     if (!stream_exists(s)) return record(cudaErrorInvalidResourceHandle);
     return cudaMemcpy2D(dst, dpitch, src, spitch, width, height, kind);
 }
-cudaError_t cudaMemset(void* p, int value, size_t n) { return fill("cudaMemset", p, value, n); }
+cudaError_t cudaMemset(void* p, int value, size_t n) {
+    if (cudaError_t e = capture_refuse_unsafe("cudaMemset")) return e;
+    return fill("cudaMemset", p, value, n);
+}
 cudaError_t cudaMemsetAsync(void* p, int value, size_t n, cudaStream_t s) {
     if (!stream_exists(s)) return misuse(cudaErrorInvalidResourceHandle, "cudaMemsetAsync: invalid stream");
-    return fill("cudaMemsetAsync", p, value, n);
+    return fill("cudaMemsetAsync", p, value, n, s);
 }
 cudaError_t cudaMemcpyPeer(void* dst, int, const void* src, int, size_t n) {
     return copy("cudaMemcpyPeer", dst, src, n, cudaMemcpyDeviceToDevice);
@@ -686,26 +714,26 @@ cudaError_t cudaStreamDestroy(cudaStream_t s) {
     return cudaSuccess;
 }
 cudaError_t cudaStreamSynchronize(cudaStream_t s) {
-    return stream_exists(s) ? cudaSuccess : record(cudaErrorInvalidResourceHandle);
+    if (!stream_exists(s)) return record(cudaErrorInvalidResourceHandle);
+    return capture_refuse_sync(s, "cudaStreamSynchronize");
 }
 cudaError_t cudaStreamQuery(cudaStream_t s) {
-    return stream_exists(s) ? cudaSuccess : record(cudaErrorInvalidResourceHandle);
+    if (!stream_exists(s)) return record(cudaErrorInvalidResourceHandle);
+    return capture_refuse_sync(s, "cudaStreamQuery");
 }
 cudaError_t cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t e, unsigned int) {
     if (!stream_exists(s) || !event_of(e)) return record(cudaErrorInvalidResourceHandle);
-    return cudaSuccess;
+    return capture_stream_wait(s, e, ((SimEvent*)e)->recorded);
 }
 cudaError_t cudaStreamGetPriority(cudaStream_t s, int* priority) {
     if (!stream_exists(s)) return record(cudaErrorInvalidResourceHandle);
     *priority = s && s != cudaStreamLegacy && s != cudaStreamPerThread ? ((SimStream*)s)->priority : 0;
     return cudaSuccess;
 }
-cudaError_t cudaStreamIsCapturing(cudaStream_t, enum cudaStreamCaptureStatus* status) {
-    *status = cudaStreamCaptureStatusNone;
-    return cudaSuccess;
-}
 cudaError_t cudaLaunchHostFunc(cudaStream_t s, cudaHostFn_t fn, void* data) {
     if (!stream_exists(s)) return record(cudaErrorInvalidResourceHandle);
+    CaptureResult r = capture_record(s, "cudaLaunchHostFunc", [fn, data] { fn(data); });
+    if (r != CAPTURE_NONE) return r == CAPTURE_INVALIDATED ? cudaErrorStreamCaptureInvalidated : cudaSuccess;
     fn(data);
     return cudaSuccess;
 }
@@ -728,13 +756,20 @@ cudaError_t cudaEventDestroy(cudaEvent_t e) {
 cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s) {
     SimEvent* ev = event_of(e);
     if (!ev || !stream_exists(s)) return record(cudaErrorInvalidResourceHandle);
+    if (capture_event_record(e, s)) return cudaSuccess;  // a node of the capture (graph.cpp)
     ev->recorded = true;
     ev->time = now();
     return cudaSuccess;
 }
 cudaError_t cudaEventRecordWithFlags(cudaEvent_t e, cudaStream_t s, unsigned int) { return cudaEventRecord(e, s); }
-cudaError_t cudaEventSynchronize(cudaEvent_t e) { return event_of(e) ? cudaSuccess : record(cudaErrorInvalidResourceHandle); }
-cudaError_t cudaEventQuery(cudaEvent_t e) { return event_of(e) ? cudaSuccess : record(cudaErrorInvalidResourceHandle); }
+cudaError_t cudaEventSynchronize(cudaEvent_t e) {
+    if (!event_of(e)) return record(cudaErrorInvalidResourceHandle);
+    return capture_refuse_event_wait(e, "cudaEventSynchronize");
+}
+cudaError_t cudaEventQuery(cudaEvent_t e) {
+    if (!event_of(e)) return record(cudaErrorInvalidResourceHandle);
+    return capture_refuse_event_wait(e, "cudaEventQuery");
+}
 cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t start, cudaEvent_t end) {
     SimEvent* a = event_of(start);
     SimEvent* b = event_of(end);
@@ -773,6 +808,13 @@ const char* cudaGetErrorName(cudaError_t e) {
     NAME(cudaErrorHostMemoryAlreadyRegistered)
     NAME(cudaErrorHostMemoryNotRegistered)
     NAME(cudaErrorNotSupported)
+    NAME(cudaErrorIllegalState)
+    NAME(cudaErrorStreamCaptureUnsupported)
+    NAME(cudaErrorStreamCaptureInvalidated)
+    NAME(cudaErrorStreamCaptureUnmatched)
+    NAME(cudaErrorStreamCaptureUnjoined)
+    NAME(cudaErrorStreamCaptureIsolation)
+    NAME(cudaErrorStreamCaptureImplicit)
 #undef NAME
     default: return "cudaErrorUnknown";
     }
@@ -797,6 +839,13 @@ const char* cudaGetErrorString(cudaError_t e) {
     case cudaErrorHostMemoryAlreadyRegistered: return "part or all of the requested memory range is already mapped";
     case cudaErrorHostMemoryNotRegistered: return "pointer does not correspond to a registered memory region";
     case cudaErrorNotSupported: return "operation not supported";
+    case cudaErrorIllegalState: return "the operation is not permitted in this state";
+    case cudaErrorStreamCaptureUnsupported: return "operation not permitted when stream is capturing";
+    case cudaErrorStreamCaptureInvalidated: return "operation failed due to a previous error during capture";
+    case cudaErrorStreamCaptureUnmatched: return "capture was not ended in the same stream as it began";
+    case cudaErrorStreamCaptureUnjoined: return "capturing stream has unjoined work";
+    case cudaErrorStreamCaptureIsolation: return "dependency created on uncaptured work in another stream";
+    case cudaErrorStreamCaptureImplicit: return "operation would make the legacy stream depend on a capturing blocking stream";
     default: return "unrecognized error code";
     }
 }

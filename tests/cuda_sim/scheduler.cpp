@@ -29,6 +29,7 @@
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <vector>
@@ -658,6 +659,19 @@ void launch_grid(const LaunchSpec& spec) {
         fprintf(stderr, "cuda_sim: launch of kernel '%s' with grid (%u,%u,%u) block (%u,%u,%u) fails: %s\n", spec.name,
                 g.x, g.y, g.z, b.x, b.y, b.z, problem);
         set_last_error(err);
+        return;
+    }
+    // On a capturing stream: keep a copy of the arguments, run at each graph launch.
+    if (spec.clone && stream_capturing(spec.stream)) {
+        struct Held {
+            LaunchSpec spec;
+            ~Held() { spec.drop((void*)spec.closure); }
+        };
+        auto held = std::make_shared<Held>();
+        held->spec = spec;
+        held->spec.closure = spec.clone(spec.closure);
+        held->spec.stream = nullptr;  // a graph's kernels are not tied to the capturing stream
+        capture_record(spec.stream, spec.name, [held] { launch_grid(held->spec); });
         return;
     }
     {

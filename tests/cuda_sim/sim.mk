@@ -34,6 +34,8 @@ SIM_SCRIPTS      += tests/cuda_sim/test_sim_gpu_run.sh
 SIM_SCRIPTS      += tests/cuda_sim/test_sim_llama.sh
 # FP8 recipes by compute capability (issue 27).
 SIM_SCRIPTS      += tests/cuda_sim/test_sim_fp8_recipe.sh
+# --cuda-graphs on against off, bit for bit (issue 28).
+SIM_SCRIPTS      += tests/cuda_sim/test_sim_cuda_graphs.sh
 # --grad-dtype fp32 in BF16 runs, 2 ranks over the harness's NCCL, against the CPU (issue 25).
 SIM_SCRIPTS      += $(if $(SIM_NCCL),tests/cuda_sim/test_sim_grad_dtype.sh)
 # dev/bench_gpu's step byte table (issue 28) on the simulated GPU: the op names it maps to the planner's rows.
@@ -41,7 +43,7 @@ SIM_SCRIPTS      += tests/cuda_sim/test_sim_bench_bytes.sh
 SIM_TESTS        := $(if $(SIM_ENABLED),$(SIM_SELF_TESTS) $(SIM_GPU_TESTS) $(SIM_GPU_RANDOM) $(SIM_SCRIPTS),)
 SIM_LINK_LIBS    := $(SIM)/libkernels.a $(SIM)/libcudasim.a $(BUILD)/libtrain.a
 # The harness's symbols that the fake cuDNN (dlopen'ed) looks up in the program.
-SIM_EXPORTS      := -Wl,--export-dynamic-symbol=cuda_sim_device_range
+SIM_EXPORTS      := -Wl,--export-dynamic-symbol=cuda_sim_device_range -Wl,--export-dynamic-symbol=cuda_sim_capture
 
 # Keep the test programs' objects (make would delete them as intermediates).
 .PRECIOUS: $(SIM)/tests/cuda_sim/%.o $(SIM)/tests/gpu/%.o $(SIM)/dev/%.o

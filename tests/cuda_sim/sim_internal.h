@@ -4,6 +4,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include <functional>
 #include <string>
 
 #include "tests/cuda_sim/cuda_sim.h"
@@ -48,6 +49,28 @@ void register_device_range(const void* p, size_t bytes);
 // CUDA_SIM_CC (e.g. 100 for a B200: its FP8 GEMMs are not bound to the TN
 // layout), read at every call so that a test can switch it between backends.
 int compute_capability();
+
+// ---- graph.cpp: stream capture ----
+enum CaptureResult { CAPTURE_NONE, CAPTURE_RECORDED, CAPTURE_INVALIDATED };
+// If stream s is capturing, appends `run` (which holds its arguments by
+// value) to the capture instead of running it: CAPTURE_RECORDED; on an
+// invalidated capture CAPTURE_INVALIDATED (cudaErrorStreamCaptureInvalidated
+// is the last error); else CAPTURE_NONE and the caller runs the work now.
+CaptureResult capture_record(cudaStream_t s, const char* what, std::function<void()> run);
+bool stream_capturing(cudaStream_t s);
+// The refusals (cudaSuccess when nothing is refused): waiting for a capturing
+// stream; a potentially unsafe call (cudaMalloc, synchronous copies, device
+// synchronization) while a global-mode capture is active; an async copy with
+// pageable host memory on a capturing stream.
+cudaError_t capture_refuse_sync(cudaStream_t s, const char* api);
+cudaError_t capture_refuse_unsafe(const char* api);
+cudaError_t capture_refuse_pageable(cudaStream_t s, const char* api);
+bool capture_event_record(cudaEvent_t e, cudaStream_t s);
+cudaError_t capture_refuse_event_wait(cudaEvent_t e, const char* api);
+// recorded: the event was recorded outside any capture (a capturing stream
+// may not wait for it: cudaErrorStreamCaptureIsolation).
+cudaError_t capture_stream_wait(cudaStream_t s, cudaEvent_t e, bool recorded);
+int capture_status(cudaStream_t s);
 
 // Simulated device limits (an H100 SXM).
 constexpr int kSmCount = 132;

@@ -6,7 +6,9 @@
 // that every pointer argument is device-accessible memory (cudaMalloc,
 // cudaMallocHost, registered host memory or a symbol address), and runs the
 // grid through the scheduler (scheduler.cpp). Errors in the launch
-// configuration are reported through cudaGetLastError(), as on a GPU.
+// configuration are reported through cudaGetLastError(), as on a GPU. On a
+// capturing stream the launch is recorded with a copy of its arguments
+// (graph.cpp) and runs only when the graph is launched.
 #pragma once
 
 #include <tuple>
@@ -23,6 +25,10 @@ struct LaunchSpec {
     cudaStream_t stream;
     void (*invoke)(const void* closure);  // calls the kernel with a copy of the arguments
     const void* closure;
+    // A heap copy of the closure and its release: a stream capture (graph.cpp)
+    // keeps the arguments by value, as cudaStreamBeginCapture's graph does.
+    void* (*clone)(const void* closure);
+    void (*drop)(void* closure);
 };
 void launch_grid(const LaunchSpec& spec);
 
@@ -66,6 +72,8 @@ inline void launch(const char* name, void (*kernel)(P...), dim3 grid, dim3 block
         std::apply(cl->kernel, cl->args);
     };
     spec.closure = &closure;
+    spec.clone = [](const void* c) -> void* { return new Closure(*static_cast<const Closure*>(c)); };
+    spec.drop = [](void* c) { delete static_cast<Closure*>(c); };
     launch_grid(spec);
 }
 

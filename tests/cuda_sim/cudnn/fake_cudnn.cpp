@@ -890,7 +890,26 @@ void run_node(const Node& n, std::map<Desc*, Store>& st) {
     }
 }
 
-cudnnStatus_t execute(Desc* plan, Desc* pack) {
+// A plan's execution recorded by a stream capture (the harness's
+// cuda_sim_capture, graph.cpp): its tensors' pointers, and by-value scalars
+// copied now, as the real library's kernel arguments are; it runs at each
+// launch of the graph.
+struct CapturedExecution {
+    GraphInfo* g;
+    std::map<Desc*, Store> st;
+    void* workspace;
+    int64_t workspace_bytes;
+};
+void run_captured(void* ctx) {
+    CapturedExecution* c = (CapturedExecution*)ctx;
+    if (c->workspace_bytes > 0) memset(c->workspace, 0xff, (size_t)c->workspace_bytes);
+    std::map<Desc*, Store> st = c->st;
+    for (auto& node : c->g->nodes) run_node(node, st);
+    g_exec_count++;
+}
+void drop_captured(void* ctx) { delete (CapturedExecution*)ctx; }
+
+cudnnStatus_t execute(Desc* plan, Desc* pack, cudaStream_t stream) {
     GraphInfo* g = g_graphs[plan->graph].get();
     int64_t n = 0;
     const int64_t* ids = get<int64_t>(pack, CUDNN_ATTR_VARIANT_PACK_UNIQUE_IDS, &n);
@@ -938,6 +957,21 @@ cudnnStatus_t execute(Desc* plan, Desc* pack) {
     } else if (plan->engine.pinned) {
         return fail(CUDNN_STATUS_NOT_SUPPORTED, "execute: a pinned engine (%d) is emulated only for Blackwell's "
                     "deterministic attention backward", plan->engine.id);
+    }
+    typedef int (*CaptureFn)(cudaStream_t, const char*, void (*)(void*), void*, void (*)(void*));
+    static CaptureFn capture = (CaptureFn)dlsym(RTLD_DEFAULT, "cuda_sim_capture");
+    if (capture) {
+        CapturedExecution* c = new CapturedExecution{g, st, plan->workspace > 0 ? *ws : nullptr, plan->workspace};
+        for (auto& [t, s] : c->st)
+            if (t->by_value && s.user) {
+                std::vector<double> v((size_t)t->span);
+                for (int64_t i = 0; i < t->span; i++) v[(size_t)i] = s.read(i);
+                s.user = nullptr;
+                s.v = v;
+            }
+        int r = capture(stream, "cudnnBackendExecute", run_captured, c, drop_captured);  // frees c unless recorded
+        if (r == 1) return CUDNN_STATUS_SUCCESS;
+        if (r < 0) return fail(CUDNN_STATUS_EXECUTION_FAILED, "execute: the stream's capture is invalidated");
     }
     for (auto& node : g->nodes) run_node(node, st);
     g_exec_count++;
@@ -1138,7 +1172,7 @@ cudnnStatus_t cudnnBackendExecute(cudnnHandle_t handle, cudnnBackendDescriptor_t
         return fail(CUDNN_STATUS_BAD_PARAM, "execute: not a finalized execution plan");
     if (!v || v->type != CUDNN_BACKEND_VARIANT_PACK_DESCRIPTOR || !v->finalized)
         return fail(CUDNN_STATUS_BAD_PARAM, "execute: not a finalized variant pack");
-    return execute(p, v);
+    return execute(p, v, h->stream);
 }
 
 }  // extern "C"
