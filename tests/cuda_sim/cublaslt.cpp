@@ -838,6 +838,17 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t handle, cublasLtMatmulDesc_t desc
     check_memory("D", D, extent_bytes(ld));
     if (D == A || D == B) fatal("cublasLtMatmul: D aliases an input matrix");
 
+    // Block scale modes: the scale pointers are tensors, 16-byte aligned;
+    // refused when called (and so when captured), their contents read at run time.
+    if (is_block_mode(ds->scale_mode[0])) {
+        const void* sp[2] = {ds->a_scale, ds->b_scale};
+        for (int i = 0; i < 2; i++) {
+            const char* name = i ? "B_SCALE" : "A_SCALE";
+            if (!sp[i]) return reject(CUBLAS_STATUS_INVALID_VALUE, "%s mode %s needs a scale pointer", name, mode_name(ds->scale_mode[i]));
+            if (alignment_of(sp[i]) < 16)
+                return reject(CUBLAS_STATUS_INVALID_VALUE, "%s (%s) at %p is not 16-byte aligned", name, mode_name(ds->scale_mode[i]), sp[i]);
+        }
+    }
     // What a stream capture freezes (graph.cpp): the descriptors' contents and
     // host-mode alpha and beta, as they are now. Device-mode alpha/beta and
     // every matrix, bias, aux and scale are read through their pointers when
@@ -867,18 +878,12 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t handle, cublasLtMatmulDesc_t desc
         check_memory(name, p, 4);
         return (double)*(const float*)p;
     };
-    // Block scale modes: the scale pointers are tensors, 16-byte aligned and as large as their layout.
+    // Block scale modes: each scale tensor as large as its layout.
     BlockScales bsa, bsb;
     if (is_block_mode(ds->scale_mode[0])) {
         bsa = BlockScales{ds->scale_mode[0], ds->a_scale, pr.m, pr.k};
         bsb = BlockScales{ds->scale_mode[1], ds->b_scale, pr.n, pr.k};
-        for (const BlockScales* b : {&bsa, &bsb}) {
-            const char* name = b == &bsa ? "A_SCALE" : "B_SCALE";
-            if (!b->p) return reject(CUBLAS_STATUS_INVALID_VALUE, "%s mode %s needs a scale pointer", name, mode_name(b->mode));
-            if (alignment_of(b->p) < 16)
-                return reject(CUBLAS_STATUS_INVALID_VALUE, "%s (%s) at %p is not 16-byte aligned", name, mode_name(b->mode), b->p);
-            check_memory(name, b->p, b->bytes());
-        }
+        for (const BlockScales* b : {&bsa, &bsb}) check_memory(b == &bsa ? "A_SCALE" : "B_SCALE", b->p, b->bytes());
     }
     const bool block = bsa.p != nullptr;
     const double sa = block ? 1.0 : scale(ds->a_scale, "A_SCALE"), sb = block ? 1.0 : scale(ds->b_scale, "B_SCALE");
