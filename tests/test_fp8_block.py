@@ -21,40 +21,13 @@ import sys
 import tempfile
 
 ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
-VENV = os.path.join(ROOT, "build", "mlvenv")
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from mlvenv import ensure_ml_dtypes  # noqa: E402
 
-
-def ensure_ml_dtypes():
-    """Re-runs this script in build/mlvenv, installing ml_dtypes there first when needed."""
-    try:
-        import ml_dtypes  # noqa: F401
-        import numpy  # noqa: F401
-        return
-    except ImportError:
-        pass
-    py = os.path.join(VENV, "bin", "python")
-    if os.environ.get("FP8_BLOCK_IN_VENV"):
-        print("FAIL fp8_block_setup: ml_dtypes is not importable in", VENV, flush=True)
-        sys.exit(1)
-    ready = os.path.exists(py) and subprocess.run([py, "-c", "import ml_dtypes, numpy"],
-                                                  capture_output=True).returncode == 0
-    if not ready:
-        print(f"# installing ml_dtypes 0.5.4 into {VENV} (once)", flush=True)
-        r = subprocess.run(f"rm -rf '{VENV}' && /usr/bin/python3 -m venv '{VENV}' && "
-                           f"'{VENV}/bin/pip' install -q 'ml_dtypes==0.5.4'", shell=True,
-                           capture_output=True, text=True)
-        if r.returncode != 0:
-            print("FAIL fp8_block_setup: cannot install ml_dtypes:", (r.stderr or r.stdout).strip()[-300:], flush=True)
-            sys.exit(1)
-    os.environ["FP8_BLOCK_IN_VENV"] = "1"
-    os.execv(py, [py] + sys.argv)
-
-
-ensure_ml_dtypes()
+ensure_ml_dtypes("fp8_block_setup")
 import ml_dtypes  # noqa: E402
 import numpy as np  # noqa: E402
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from pycheck import check, finish  # noqa: E402
 
 DUMP = os.environ.get("FP8_BLOCK_DUMP", os.path.join(ROOT, "build", "tests", "fp8_block_dump"))
