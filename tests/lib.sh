@@ -94,4 +94,21 @@ open(p, "wb").write(body + b'  "manifest_xxh3": "%s"\n}\n' % xxhash.xxh3_64_hexd
 EOF
 }
 
+# two_ranks_match_one PREFIX STEPS ARGS...: $TG with ARGS on one rank at ZeRO-2, then on 2 ranks
+# ("${MPI[@]}" -np 2) at ZeRO-2 and ZeRO-3, logs in $T; PREFIX_two_ranks_zero{2,3}_bitwise pass when
+# the one rank logged STEPS steps and each 2-rank run logged the same losses and norms.
+two_ranks_match_one() {
+  local prefix=$1 steps=$2 z
+  shift 2
+  "$TG" "$@" --zero 2 --log-dir "$T/r1.metrics" >"$T/r1.log" 2>&1
+  for z in 2 3; do "${MPI[@]}" -np 2 "$TG" "$@" --zero "$z" --log-dir "$T/r2z$z.metrics" >"$T/r2z$z.log" 2>&1; done
+  for z in 2 3; do
+    if [ "$(steps_logged "$T/r1.metrics")" -eq "$steps" ] && [ "$(step_losses "$T/r1.metrics")" = "$(step_losses "$T/r2z$z.metrics")" ]; then
+      ok "${prefix}_two_ranks_zero${z}_bitwise"
+    else
+      fail "${prefix}_two_ranks_zero${z}_bitwise" "$(diff <(step_losses "$T/r1.metrics") <(step_losses "$T/r2z$z.metrics") | head -n 4; tail -n 2 "$T/r2z$z.log")"
+    fi
+  done
+}
+
 finish() { exit $((failures > 100 ? 100 : failures)); }

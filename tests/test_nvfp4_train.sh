@@ -71,16 +71,7 @@ fi
 # 3. Ranks: 2 ranks x 1 micro-batch against 1 rank x 2, ZeRO-2 and ZeRO-3.
 ranks=(--device cpu --layers 2 --channels 64 --heads 2 --seq-len 32 --micro-batch 2 --batch-tokens 128 --steps 6
        --val-every 0 --sample-every 0 --threads 1 --grad-clip 0 --precision fp8 --fp8-recipe nvfp4)
-"$TG" "${ranks[@]}" --zero 2 --log-dir "$T/r1.metrics" >"$T/r1.log" 2>&1
-"${MPI[@]}" -np 2 "$TG" "${ranks[@]}" --zero 2 --log-dir "$T/r2z2.metrics" >"$T/r2z2.log" 2>&1
-"${MPI[@]}" -np 2 "$TG" "${ranks[@]}" --zero 3 --log-dir "$T/r2z3.metrics" >"$T/r2z3.log" 2>&1
-for z in 2 3; do
-  if [ "$(steps_logged "$T/r1.metrics")" -eq 6 ] && [ "$(step_losses "$T/r1.metrics")" = "$(step_losses "$T/r2z$z.metrics")" ]; then
-    ok "nvfp4_two_ranks_zero${z}_bitwise"
-  else
-    fail "nvfp4_two_ranks_zero${z}_bitwise" "$(diff <(step_losses "$T/r1.metrics") <(step_losses "$T/r2z$z.metrics") | head -n 4; tail -n 2 "$T/r2z$z.log")"
-  fi
-done
+two_ranks_match_one nvfp4 6 "${ranks[@]}"
 
 # 4. The last-layers rule on 7 layers: layer 6 stays in FP32.
 "$TG" --device cpu --layers 7 --channels 32 --heads 2 --seq-len 16 --micro-batch 2 --steps 1 --val-every 0 \
